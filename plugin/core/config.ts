@@ -1,0 +1,131 @@
+// Daemon configuration: YAML or JSON, every field optional, validated as a whole so that a
+// bad file is refused at start with every problem named.
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { Cidr, cidrsOverlap, parseCidr } from '../ipam/ip';
+import { interfaceName } from './validate';
+
+export interface Config {
+  /** The network's name in QueryNodeNetworks. */
+  name: string;
+  bridge: string;
+  mtu: number;
+  ranges: Cidr[];
+  /** Where CreateNetwork pins the netns it makes. */
+  netnsDir: string;
+  /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
+  allowedNetnsRoots: string[];
+  /** One MASQUERADE rule per range for traffic leaving the pod ranges. */
+  masquerade: boolean;
+  /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
+  unclaimedNetnsGraceSeconds: number;
+}
+
+export const DEFAULT_NETNS_ROOTS = [
+  '/run/netns',
+  '/var/run/netns',
+  // containerd with netns_mounts_under_state_dir = true
+  '/run/containerd/io.containerd.grpc.v1.cri/netns',
+];
+
+export const defaultConfig = (): Config => ({
+  name: 'kni',
+  bridge: 'kni0',
+  mtu: 1500,
+  ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
+  netnsDir: '/run/netns',
+  allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
+  masquerade: true,
+  unclaimedNetnsGraceSeconds: 600,
+});
+
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds']);
+
+export class ConfigError extends Error {}
+
+export function parseConfig(raw: unknown, source = 'config'): Config {
+  const cfg = defaultConfig();
+  const problems: string[] = [];
+  if (raw === null || raw === undefined) return cfg;
+  if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`${source}: not a map of settings`);
+  const r = raw as Record<string, unknown>;
+  for (const k of Object.keys(r)) if (!KEYS.has(k)) problems.push(`unknown setting ${JSON.stringify(k)}`);
+
+  if (r.name !== undefined) {
+    if (typeof r.name !== 'string' || !/^[a-z0-9]([a-z0-9.-]{0,61}[a-z0-9])?$/.test(r.name)) problems.push(`name ${JSON.stringify(r.name)} is not a DNS label`);
+    else cfg.name = r.name;
+  }
+  if (r.bridge !== undefined) {
+    try {
+      cfg.bridge = interfaceName(r.bridge, 'bridge');
+    } catch (e) {
+      problems.push((e as Error).message);
+    }
+  }
+  if (r.mtu !== undefined) {
+    if (!Number.isInteger(r.mtu) || (r.mtu as number) < 576 || (r.mtu as number) > 65535) problems.push(`mtu ${JSON.stringify(r.mtu)} is not an integer from 576 to 65535`);
+    else cfg.mtu = r.mtu as number;
+  }
+  if (r.ranges !== undefined) {
+    if (!Array.isArray(r.ranges) || r.ranges.length === 0 || r.ranges.length > 2) {
+      problems.push('ranges must list one or two CIDRs (at most one per IP family)');
+    } else {
+      const ranges: Cidr[] = [];
+      for (const s of r.ranges) {
+        try {
+          const c = parseCidr(s as string);
+          if (c.family === 4 && c.prefixLength > 30) throw new Error(`range ${c.text} is too small (IPv4 ranges need a prefix of /30 or shorter)`);
+          if (c.family === 6 && c.prefixLength > 126) throw new Error(`range ${c.text} is too small (IPv6 ranges need a prefix of /126 or shorter)`);
+          if (ranges.some((o) => o.family === c.family)) throw new Error(`two IPv${c.family} ranges (${ranges.find((o) => o.family === c.family)!.text}, ${c.text}): at most one per family`);
+          if (ranges.some((o) => cidrsOverlap(o, c))) throw new Error(`range ${c.text} overlaps another range`);
+          ranges.push(c);
+        } catch (e) {
+          problems.push((e as Error).message);
+        }
+      }
+      cfg.ranges = ranges;
+    }
+  }
+  if (cfg.ranges.some((c) => c.family === 6) && cfg.mtu < 1280) problems.push(`mtu ${cfg.mtu} is below 1280, the IPv6 minimum`);
+  for (const key of ['netnsDir'] as const) {
+    if (r[key] !== undefined) {
+      if (typeof r[key] !== 'string' || !path.isAbsolute(r[key] as string)) problems.push(`${key} must be an absolute path`);
+      else cfg[key] = path.normalize(r[key] as string);
+    }
+  }
+  if (r.allowedNetnsRoots !== undefined) {
+    if (!Array.isArray(r.allowedNetnsRoots) || r.allowedNetnsRoots.some((p) => typeof p !== 'string' || !path.isAbsolute(p) || p === '/')) {
+      problems.push('allowedNetnsRoots must be a list of absolute paths other than /');
+    } else cfg.allowedNetnsRoots = r.allowedNetnsRoots.map((p: string) => path.normalize(p));
+  }
+  if (!cfg.allowedNetnsRoots.includes(cfg.netnsDir)) cfg.allowedNetnsRoots.push(cfg.netnsDir);
+  if (r.masquerade !== undefined) {
+    if (typeof r.masquerade !== 'boolean') problems.push('masquerade must be true or false');
+    else cfg.masquerade = r.masquerade;
+  }
+  if (r.unclaimedNetnsGraceSeconds !== undefined) {
+    const v = r.unclaimedNetnsGraceSeconds;
+    if (!Number.isInteger(v) || (v as number) < 0) problems.push('unclaimedNetnsGraceSeconds must be a whole number of seconds');
+    else cfg.unclaimedNetnsGraceSeconds = v as number;
+  }
+  if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
+  return cfg;
+}
+
+export function loadConfig(file?: string): Config {
+  if (!file) return defaultConfig();
+  let text: string;
+  try {
+    text = fs.readFileSync(file, 'utf8');
+  } catch (e) {
+    throw new ConfigError(`cannot read config ${file}: ${(e as Error).message}`);
+  }
+  let raw: unknown;
+  try {
+    raw = YAML.parse(text); // YAML is a superset of JSON: one parser for both
+  } catch (e) {
+    throw new ConfigError(`${file}: not valid YAML or JSON: ${(e as Error).message}`);
+  }
+  return parseConfig(raw, file);
+}

@@ -1,0 +1,15 @@
+// Structured JSON logs on stdout: what `kubectl logs` of the daemon pod shows.
+export type Level = 'debug' | 'info' | 'warn' | 'error';
+const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
+
+let threshold: number = order[(process.env.KNI_LOG_LEVEL as Level) ?? 'info'] ?? order.info;
+
+export function setLogLevel(level: string): void {
+  if (!(level in order)) throw new Error(`unknown log level ${JSON.stringify(level)} (want debug, info, warn or error)`);
+  threshold = order[level as Level];
+}
+
+export function log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
+  if (order[level] < threshold) return;
+  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+}

@@ -1,0 +1,409 @@
+// The network runtime: every entry point (KNI POC API, kni API, and later the runtime hooks)
+// calls these methods. It owns the IPAM, the state store and the netlink sockets; a sandbox id
+// is the key for all of them.
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import { Config } from './config';
+import { KniError, invalid } from './errors';
+import { KeyedMutex } from './keyed-mutex';
+import { log } from './log';
+import * as validate from './validate';
+import { Ipam, RangeStatus } from '../ipam/ipam';
+import { addrList } from '../netlink/addr';
+import { IFF_UP, linkByName } from '../netlink/link';
+import { NetlinkError, NetlinkSocket } from '../netlink/socket';
+import { createPinnedNetns, ensureNetnsDir, isPinnedNetns, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
+import { setupNodeNetwork } from '../node/node-network';
+import { HostVethExistsError, PodInterfaceExistsError, podMac, unwirePod, wirePod } from '../pod/pod-wiring';
+import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
+import { StateStore } from '../store/state-store';
+
+export interface AttachRequest {
+  sandboxId: string;
+  netnsPath: string;
+  interfaceName?: string;
+  pod?: Partial<PodRef>;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  runtimeHandler?: string;
+}
+
+export interface RouteInfo {
+  destination: string;
+  gateway: string;
+  interface: string;
+}
+
+export interface NodeStatus {
+  name: string;
+  ready: boolean;
+  reason: string;
+  bridge: string;
+  mtu: number;
+  ranges: string[];
+  gateways: string[];
+}
+
+export interface GcResult {
+  releasedSandboxes: string[];
+  releasedNetns: string[];
+}
+
+/** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
+export const hostVethName = (sandboxId: string, ifName: string): string =>
+  `kni${crypto.createHash('sha256').update(`${sandboxId}/${ifName}`).digest('hex').slice(0, 12)}`;
+
+export class NetworkRuntime {
+  private readonly sandboxes = new Map<string, SandboxRecord>();
+  private readonly netns = new Map<string, NetnsRecord>();
+  private readonly locks = new KeyedMutex();
+  private readonly store: StateStore;
+  readonly ipam: Ipam;
+  private host!: NetlinkSocket;
+  private bridgeIndex = 0;
+  private nodeReady = false;
+  private nodeReason = 'node network not set up yet';
+  private sweeper?: NodeJS.Timeout;
+
+  constructor(readonly cfg: Config, stateDir: string) {
+    this.store = new StateStore(stateDir);
+    this.ipam = new Ipam(cfg.ranges);
+  }
+
+  /** Loads state, rolls back attaches a crash interrupted, and sets up the node network. */
+  async start(): Promise<void> {
+    this.host = new NetlinkSocket();
+    ensureNetnsDir(this.cfg.netnsDir);
+    for (const n of this.store.netns.loadAll().records) {
+      if (isPinnedNetns(n.path)) this.netns.set(n.name, n);
+      else this.store.netns.delete(n.name); // the crash came before the pin
+    }
+    const interrupted: SandboxRecord[] = [];
+    for (const rec of this.store.sandboxes.loadAll().records) {
+      const addresses = rec.interfaces.flatMap((i) => i.addresses);
+      const lost = this.ipam.restore(rec.id, addresses);
+      if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
+      this.sandboxes.set(rec.id, rec);
+      if (rec.phase !== 'attached') interrupted.push(rec);
+    }
+    for (const rec of interrupted) {
+      log('warn', 'rolling back an attach interrupted by a restart', { sandbox: rec.id });
+      await this.release(rec, false);
+    }
+    try {
+      await this.setupNode();
+    } catch (e) {
+      log('error', 'node network setup failed; attaches will retry it', { error: (e as Error).message });
+    }
+    this.sweeper = setInterval(() => void this.sweepUnclaimedNetns(), 60_000);
+    this.sweeper.unref();
+    log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.nodeReady });
+  }
+
+  stop(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.host?.close();
+  }
+
+  async setupNode(): Promise<void> {
+    try {
+      this.bridgeIndex = await setupNodeNetwork(this.host, this.cfg, this.ipam);
+      this.nodeReady = true;
+      this.nodeReason = '';
+    } catch (e) {
+      this.nodeReady = false;
+      this.nodeReason = (e as Error).message;
+      if (e instanceof KniError) throw e;
+      throw new KniError('FAILED_PRECONDITION', `node network setup failed: ${this.nodeReason}`);
+    }
+  }
+
+  // --- netns kni creates (KNI CreateNetwork / DeleteNetwork) ---
+
+  async createNetwork(pod: Partial<PodRef>): Promise<NetnsRecord> {
+    const ref = this.podRef(pod);
+    const name = `kni-${crypto.randomBytes(8).toString('hex')}`;
+    const rec: NetnsRecord = { name, path: `${this.cfg.netnsDir}/${name}`, pod: ref, sandboxId: '', createdAt: new Date().toISOString() };
+    // Recorded first, so a crash before the pin leaves a record (dropped at start), never a pin.
+    this.store.netns.put(name, rec);
+    try {
+      createPinnedNetns(this.cfg.netnsDir, name);
+    } catch (e) {
+      this.store.netns.delete(name);
+      throw new KniError('INTERNAL', `cannot create network namespace ${rec.path}: ${(e as Error).message}`);
+    }
+    this.netns.set(name, rec);
+    log('info', 'netns created', { netns: rec.path, pod: ref });
+    return rec;
+  }
+
+  /** Releases what a sandbox holds and the netns kni made for it (by id or by path). */
+  async deleteNetwork(sandboxId: string, netnsPath: string): Promise<void> {
+    if (!sandboxId && !netnsPath) throw invalid('neither a sandbox id nor a netns path was given');
+    if (sandboxId) {
+      validate.sandboxId(sandboxId);
+      await this.detach(sandboxId, true);
+    }
+    if (netnsPath && (typeof netnsPath !== 'string' || netnsPath.length > 4096)) throw invalid('netns path is not a valid path');
+    for (const n of [...this.netns.values()]) {
+      if ((sandboxId && n.sandboxId === sandboxId) || (netnsPath && n.path === netnsPath)) this.releaseNetns(n);
+    }
+  }
+
+  private releaseNetns(n: NetnsRecord): void {
+    removePinnedNetns(n.path);
+    this.store.netns.delete(n.name);
+    this.netns.delete(n.name);
+    log('info', 'netns released', { netns: n.path });
+  }
+
+  // --- attach / detach ---
+
+  private podRef(pod: Partial<PodRef> = {}): PodRef {
+    return {
+      name: validate.objectName(pod.name, 'pod name'),
+      namespace: validate.objectName(pod.namespace, 'pod namespace'),
+      uid: validate.objectName(pod.uid?.toLowerCase(), 'pod uid'),
+    };
+  }
+
+  async attach(req: AttachRequest): Promise<SandboxRecord> {
+    const id = validate.sandboxId(req.sandboxId);
+    const ifName = validate.interfaceName(req.interfaceName || 'eth0');
+    const netnsPath = validate.netnsPath(req.netnsPath, this.cfg.allowedNetnsRoots);
+    const pod = this.podRef(req.pod);
+    const labels = validate.stringMap(req.labels, 'labels');
+    const annotations = validate.stringMap(req.annotations, 'annotations');
+    const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
+
+    return this.locks.run(id, async () => {
+      const existing = this.sandboxes.get(id);
+      if (existing) {
+        if (existing.netnsPath !== netnsPath) {
+          throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached in netns ${existing.netnsPath}, not ${netnsPath}`);
+        }
+        if (!existing.interfaces.some((i) => i.name === ifName)) {
+          throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached with interface ${existing.interfaces[0]?.name}`);
+        }
+        return existing;
+      }
+      if (!this.nodeReady) {
+        try {
+          await this.setupNode();
+        } catch (e) {
+          throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
+        }
+      }
+      const addresses = this.ipam.allocate(id);
+      const owned = [...this.netns.values()].find((n) => n.path === netnsPath);
+      const rec: SandboxRecord = {
+        id,
+        phase: 'attaching',
+        pod,
+        labels,
+        annotations,
+        runtimeHandler,
+        netnsPath,
+        ownedNetns: owned?.name ?? '',
+        interfaces: [{
+          name: ifName,
+          hostVeth: hostVethName(id, ifName),
+          mac: podMac(addresses.find((a) => a.family === 4)?.address),
+          mtu: this.cfg.mtu,
+          addresses,
+        }],
+        createdAt: new Date().toISOString(),
+      };
+      try {
+        this.store.sandboxes.put(id, rec); // the addresses are on disk before anyone sees them
+      } catch (e) {
+        this.ipam.release(id, addresses);
+        throw new KniError('INTERNAL', `cannot record sandbox ${id}: ${(e as Error).message}`);
+      }
+      this.sandboxes.set(id, rec);
+      try {
+        await this.wire(rec);
+      } catch (e) {
+        await this.release(rec, false).catch((err) => log('error', 'rollback of a failed attach failed', { sandbox: id, error: String(err) }));
+        throw this.kernelError(e, rec);
+      }
+      rec.phase = 'attached';
+      this.store.sandboxes.put(id, rec);
+      if (owned) {
+        owned.sandboxId = id;
+        this.store.netns.put(owned.name, owned);
+      }
+      return rec;
+    });
+  }
+
+  private async wire(rec: SandboxRecord): Promise<void> {
+    const fd = fs.openSync(rec.netnsPath, 'r');
+    try {
+      for (const itf of rec.interfaces) {
+        try {
+          wirePod(this.host, this.bridgeIndex, fd, itf);
+        } catch (e) {
+          if (!(e instanceof HostVethExistsError)) throw e;
+          // A leftover of an earlier attach of this very sandbox (the name is its hash).
+          log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
+          await unwirePod(itf);
+          wirePod(this.host, this.bridgeIndex, fd, itf);
+        }
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  private kernelError(e: unknown, rec: SandboxRecord): KniError {
+    if (e instanceof KniError) return e;
+    if (e instanceof NotANetnsError) return invalid(`netns path ${rec.netnsPath} is not a network namespace`);
+    if (e instanceof PodInterfaceExistsError) return new KniError('ALREADY_EXISTS', `netns ${rec.netnsPath}: ${e.message}`);
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return new KniError('NOT_FOUND', `netns path ${rec.netnsPath} does not exist`);
+    if (e instanceof NetlinkError) return new KniError('INTERNAL', `sandbox ${rec.id}: kernel refused to ${e.message}`);
+    return new KniError('INTERNAL', `sandbox ${rec.id}: ${(e as Error).message ?? String(e)}`);
+  }
+
+  /**
+   * Releases everything attach took. Unknown or already-released ids succeed (false).
+   * releaseNetns also unpins the netns kni created for the sandbox.
+   */
+  async detach(sandboxId: string, releaseNetns = true): Promise<boolean> {
+    const id = validate.sandboxId(sandboxId);
+    return this.locks.run(id, async () => {
+      const rec = this.sandboxes.get(id);
+      if (!rec) return false;
+      await this.release(rec, releaseNetns);
+      return true;
+    });
+  }
+
+  /** Kernel objects first, then the record, then the addresses: never reuse an address still in a netns. */
+  private async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+    for (const itf of rec.interfaces) await unwirePod(itf);
+    const owned = this.netns.get(rec.ownedNetns);
+    if (releaseNetns && owned) this.releaseNetns(owned);
+    this.store.sandboxes.delete(rec.id);
+    this.sandboxes.delete(rec.id);
+    this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
+  }
+
+  // --- queries ---
+
+  get(sandboxId: string): SandboxRecord {
+    const id = validate.sandboxId(sandboxId);
+    const rec = this.sandboxes.get(id);
+    if (!rec || rec.phase !== 'attached') throw new KniError('NOT_FOUND', `sandbox ${id} is not attached`);
+    return rec;
+  }
+
+  list(): SandboxRecord[] {
+    return [...this.sandboxes.values()].filter((r) => r.phase === 'attached');
+  }
+
+  routes(rec: SandboxRecord): RouteInfo[] {
+    return rec.interfaces.flatMap((itf) =>
+      itf.addresses.flatMap((a) => [
+        { destination: a.range, gateway: '', interface: itf.name },
+        { destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name },
+      ]),
+    );
+  }
+
+  /** Compares a sandbox's record with the kernel; returns what does not match. */
+  check(sandboxId: string): string[] {
+    const rec = this.get(sandboxId);
+    const problems: string[] = [];
+    for (const itf of rec.interfaces) {
+      const hostEnd = linkByName(this.host, itf.hostVeth);
+      if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
+      else if (hostEnd.master !== this.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${this.cfg.bridge}`);
+    }
+    let fd: number;
+    try {
+      fd = fs.openSync(rec.netnsPath, 'r');
+    } catch {
+      return [...problems, `netns ${rec.netnsPath} is missing`];
+    }
+    try {
+      const pod = socketInNetns(fd);
+      try {
+        const addrs = addrList(pod);
+        for (const itf of rec.interfaces) {
+          const link = linkByName(pod, itf.name);
+          if (!link) {
+            problems.push(`${itf.name} is missing in netns ${rec.netnsPath}`);
+            continue;
+          }
+          if (!(link.flags & IFF_UP)) problems.push(`${itf.name} is down`);
+          for (const a of itf.addresses) {
+            if (!addrs.some((x) => x.index === link.index && x.address === a.address)) problems.push(`${itf.name} lacks address ${a.address}`);
+          }
+        }
+      } finally {
+        pod.close();
+      }
+    } catch (e) {
+      problems.push(`cannot enter netns ${rec.netnsPath}: ${(e as Error).message}`);
+    } finally {
+      fs.closeSync(fd);
+    }
+    return problems;
+  }
+
+  nodeStatus(): NodeStatus {
+    let ready = this.nodeReady;
+    let reason = this.nodeReason;
+    if (ready) {
+      const br = linkByName(this.host, this.cfg.bridge);
+      if (!br || !(br.flags & IFF_UP)) {
+        ready = false;
+        reason = `bridge ${this.cfg.bridge} is ${br ? 'down' : 'missing'}`;
+      }
+    }
+    return {
+      name: this.cfg.name,
+      ready,
+      reason,
+      bridge: this.cfg.bridge,
+      mtu: this.cfg.mtu,
+      ranges: this.cfg.ranges.map((c) => c.text),
+      gateways: this.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
+    };
+  }
+
+  ipamStatus(): RangeStatus[] {
+    return this.ipam.status();
+  }
+
+  // --- garbage collection ---
+
+  /** Releases every sandbox not in the live set, and the netns kni made that nothing claims. */
+  async gc(live: string[]): Promise<GcResult> {
+    const liveSet = new Set(live.map((id) => validate.sandboxId(id, 'live sandbox id')));
+    const releasedSandboxes: string[] = [];
+    for (const id of [...this.sandboxes.keys()]) {
+      if (liveSet.has(id)) continue;
+      if (await this.detach(id, true)) releasedSandboxes.push(id);
+    }
+    const releasedNetns = this.sweepUnclaimedNetns(liveSet);
+    if (releasedSandboxes.length || releasedNetns.length) log('info', 'garbage collected', { sandboxes: releasedSandboxes, netns: releasedNetns });
+    return { releasedSandboxes, releasedNetns };
+  }
+
+  /** Netns kni created whose sandbox is gone, or that no attach claimed within the grace time. */
+  private sweepUnclaimedNetns(live?: Set<string>): string[] {
+    const released: string[] = [];
+    const cutoff = Date.now() - this.cfg.unclaimedNetnsGraceSeconds * 1000;
+    for (const n of [...this.netns.values()]) {
+      const orphan = n.sandboxId
+        ? live !== undefined && !live.has(n.sandboxId) && !this.sandboxes.has(n.sandboxId)
+        : Date.parse(n.createdAt) < cutoff;
+      if (!orphan) continue;
+      this.releaseNetns(n);
+      released.push(n.path);
+    }
+    return released;
+  }
+}

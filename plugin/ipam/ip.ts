@@ -1,0 +1,83 @@
+// IP addresses as bigints, and CIDR prefixes. Node's `net` validates addresses but has no
+// conversion to bytes or arithmetic, which IPAM and netlink encoding need.
+import net from 'node:net';
+
+export type Family = 4 | 6;
+
+export interface Cidr {
+  family: Family;
+  /** The network address (host bits cleared). */
+  base: bigint;
+  prefixLength: number;
+  /** The canonical text, e.g. "10.244.0.0/24", "fd00:10:244::/64". */
+  text: string;
+}
+
+export const bitsOf = (f: Family): number => (f === 4 ? 32 : 128);
+
+export function parseIp(s: string): { family: Family; value: bigint } {
+  const kind = net.isIP(s);
+  if (kind === 4) {
+    const v = s.split('.').reduce((acc, p) => (acc << 8n) | BigInt(Number(p)), 0n);
+    return { family: 4, value: v };
+  }
+  if (kind === 6) {
+    if (s.includes('.')) throw new Error(`IPv4-embedded IPv6 address not supported: ${s}`);
+    const [head, tail] = s.includes('::') ? s.split('::') : [s, undefined];
+    const h = head ? head.split(':') : [];
+    const t = tail ? tail.split(':') : [];
+    const groups = tail === undefined ? h : [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
+    const v = groups.reduce((acc, g) => (acc << 16n) | BigInt(parseInt(g, 16)), 0n);
+    return { family: 6, value: v };
+  }
+  throw new Error(`not an IP address: ${JSON.stringify(s)}`);
+}
+
+export function formatIp(family: Family, v: bigint): string {
+  if (family === 4) return [24n, 16n, 8n, 0n].map((s) => Number((v >> s) & 0xffn)).join('.');
+  const groups: number[] = [];
+  for (let i = 7; i >= 0; i--) groups.push(Number((v >> BigInt(i * 16)) & 0xffffn));
+  // RFC 5952: compress the longest run (length ≥ 2) of zero groups, leftmost on ties.
+  let best = -1;
+  let bestLen = 1;
+  for (let i = 0; i < 8; ) {
+    if (groups[i] !== 0) { i++; continue; }
+    let j = i;
+    while (j < 8 && groups[j] === 0) j++;
+    if (j - i > bestLen) { best = i; bestLen = j - i; }
+    i = j;
+  }
+  const hex = groups.map((g) => g.toString(16));
+  if (best < 0) return hex.join(':');
+  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+}
+
+export function ipBytes(family: Family, v: bigint): Buffer {
+  const n = family === 4 ? 4 : 16;
+  const b = Buffer.alloc(n);
+  for (let i = n - 1; i >= 0; i--) { b[i] = Number(v & 0xffn); v >>= 8n; }
+  return b;
+}
+
+export function parseCidr(s: string): Cidr {
+  if (typeof s !== 'string') throw new Error(`not a CIDR: ${JSON.stringify(s)}`);
+  const m = /^([^/]+)\/(\d{1,3})$/.exec(s.trim());
+  if (!m) throw new Error(`not a CIDR (want address/prefix): ${JSON.stringify(s)}`);
+  const { family, value } = parseIp(m[1]);
+  const prefixLength = Number(m[2]);
+  const bits = bitsOf(family);
+  if (prefixLength > bits) throw new Error(`prefix length ${prefixLength} is too long for IPv${family} in ${JSON.stringify(s)}`);
+  const hostMask = (1n << BigInt(bits - prefixLength)) - 1n;
+  const base = value & ~hostMask;
+  return { family, base, prefixLength, text: `${formatIp(family, base)}/${prefixLength}` };
+}
+
+export const cidrSize = (c: Cidr): bigint => 1n << BigInt(bitsOf(c.family) - c.prefixLength);
+
+export const cidrContains = (c: Cidr, family: Family, v: bigint): boolean =>
+  family === c.family && v >= c.base && v < c.base + cidrSize(c);
+
+export function cidrsOverlap(a: Cidr, b: Cidr): boolean {
+  if (a.family !== b.family) return false;
+  return a.base < b.base + cidrSize(b) && b.base < a.base + cidrSize(a);
+}

@@ -1,0 +1,66 @@
+// IPAM across the node's pod ranges: one address per range per sandbox, all or nothing.
+import { Cidr, Family, formatIp } from './ip';
+import { RangeAllocator } from './range-allocator';
+
+export interface AllocatedAddress {
+  family: Family;
+  address: string;
+  prefixLength: number;
+  gateway: string;
+  range: string;
+}
+
+export interface RangeStatus {
+  cidr: string;
+  family: Family;
+  size: bigint;
+  used: number;
+  free: bigint;
+  exhausted: boolean;
+}
+
+export class Ipam {
+  readonly ranges: RangeAllocator[];
+
+  constructor(cidrs: Cidr[]) {
+    this.ranges = cidrs.map((c) => new RangeAllocator(c));
+  }
+
+  allocate(owner: string): AllocatedAddress[] {
+    const out: AllocatedAddress[] = [];
+    try {
+      for (const r of this.ranges) {
+        const v = r.allocate(owner);
+        out.push({ family: r.family, address: r.format(v), prefixLength: r.cidr.prefixLength, gateway: r.format(r.gateway), range: r.cidr.text });
+      }
+    } catch (e) {
+      this.release(owner, out);
+      throw e;
+    }
+    return out;
+  }
+
+  /** Restores a sandbox's addresses from the state store; returns the ones that could not be. */
+  restore(owner: string, addresses: AllocatedAddress[]): AllocatedAddress[] {
+    return addresses.filter((a) => !this.ranges.find((r) => r.cidr.text === a.range)?.reserve(a.address, owner));
+  }
+
+  release(owner: string, addresses: AllocatedAddress[]): void {
+    for (const a of addresses) this.ranges.find((r) => r.cidr.text === a.range)?.release(a.address, owner);
+  }
+
+  status(): RangeStatus[] {
+    return this.ranges.map((r) => ({
+      cidr: r.cidr.text,
+      family: r.family,
+      size: r.size,
+      used: r.used,
+      free: r.size - BigInt(r.used),
+      exhausted: r.exhausted,
+    }));
+  }
+
+  gateways(): { family: Family; address: bigint; prefixLength: number; text: string }[] {
+    return this.ranges.map((r) => ({ family: r.family, address: r.gateway, prefixLength: r.cidr.prefixLength, text: formatIp(r.family, r.gateway) }));
+  }
+}

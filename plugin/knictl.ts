@@ -1,0 +1,89 @@
+#!/usr/bin/env node
+// knictl: look at what kni-runtime holds on this node.
+import * as grpc from '@grpc/grpc-js';
+import { Command, Option } from 'commander';
+import fs from 'node:fs';
+import { Client, runtimeClient } from './client/clients';
+
+const program = new Command()
+  .name('knictl')
+  .description('inspect the kni network runtime on this node')
+  .option('--socket <path>', 'kni-runtime socket', process.env.KNI_SOCKET ?? '/run/kni/kni.sock');
+
+const output = () => new Option('-o, --output <format>', 'table or json').choices(['table', 'json']).default('table');
+
+async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
+  const socket = program.opts<{ socket: string }>().socket;
+  if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket} (start it with kni-runtime, or pass --socket)`);
+  const c = runtimeClient(socket);
+  try {
+    return await fn(c);
+  } catch (e) {
+    const err = e as grpc.ServiceError;
+    if (err.code === grpc.status.UNAVAILABLE) fail(`kni-runtime is not running: cannot connect to ${socket} (${err.details})`);
+    if (err.code !== undefined) fail(`${grpc.status[err.code]}: ${err.details}`);
+    throw e;
+  } finally {
+    c.close();
+  }
+}
+
+function fail(msg: string): never {
+  process.stderr.write(`knictl: ${msg}\n`);
+  process.exit(1);
+}
+
+function table(rows: string[][]): string {
+  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
+  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
+}
+
+const print = (format: string, json: unknown, human: () => string) =>
+  process.stdout.write(format === 'json' ? `${JSON.stringify(json, null, 2)}\n` : human());
+
+const ips = (p: any): string => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
+const podName = (p: any): string => (p.pod?.name ? `${p.pod.namespace}/${p.pod.name}` : '-');
+
+program.command('pods').description('list the sandboxes kni has wired').addOption(output()).action(async (o) => {
+  const res = await withClient((c) => c.ListPods());
+  print(o.output, res.pods, () =>
+    table([['SANDBOX', 'POD', 'IPS', 'NETNS'], ...res.pods.map((p: any) => [p.sandbox_id.slice(0, 13), podName(p), ips(p), p.netns_path])]),
+  );
+});
+
+program.command('pod <sandbox-id>').description("one sandbox's network: interfaces, addresses, routes").addOption(output()).action(async (id, o) => {
+  const p = await withClient((c) => c.GetPod({ sandbox_id: id }));
+  print(o.output, p, () => {
+    let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
+    for (const i of p.interfaces) {
+      s += `interface ${i.name}: mac ${i.mac} mtu ${i.mtu} host ${i.host_interface}\n`;
+      for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
+    }
+    s += 'routes:\n';
+    for (const r of p.routes) s += `  ${r.destination}${r.gateway ? ` via ${r.gateway}` : ''} dev ${r.interface}\n`;
+    return s;
+  });
+});
+
+program.command('node').description('node networks and readiness').addOption(output()).action(async (o) => {
+  const n = await withClient((c) => c.GetNode());
+  print(o.output, n, () =>
+    `ready: ${n.ready}\n` +
+    table([['NETWORK', 'READY', 'BRIDGE', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, String(x.mtu), x.ranges.join(','), x.reason || '-'])]),
+  );
+});
+
+program.command('ipam').description('pod range usage').addOption(output()).action(async (o) => {
+  const s = await withClient((c) => c.GetIPAMStatus());
+  print(o.output, s, () =>
+    table([['RANGE', 'FAMILY', 'SIZE', 'USED', 'FREE', 'EXHAUSTED'], ...s.ranges.map((r: any) => [r.cidr, r.family, r.size, r.used, r.free, String(r.exhausted)])]),
+  );
+});
+
+program.command('check <sandbox-id>').description("compare a sandbox's record with the kernel").addOption(output()).action(async (id, o) => {
+  const r = await withClient((c) => c.Check({ sandbox_id: id }));
+  print(o.output, r, () => (r.ok ? 'ok\n' : r.problems.map((p: string) => `problem: ${p}\n`).join('')));
+  if (!r.ok) process.exitCode = 2;
+});
+
+program.parseAsync().catch((e) => fail((e as Error).message));

@@ -1,0 +1,159 @@
+// Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
+import { attr, attrNested, attrString, attrU32, attrU8, parseAttrs, readString } from './attr';
+import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL } from './socket';
+
+const RTM_NEWLINK = 16;
+const RTM_DELLINK = 17;
+const RTM_GETLINK = 18;
+const RTM_SETLINK = 19;
+
+const AF_UNSPEC = 0;
+const AF_BRIDGE = 7;
+export const IFF_UP = 0x1;
+
+const IFLA_ADDRESS = 1;
+const IFLA_IFNAME = 3;
+const IFLA_MTU = 4;
+const IFLA_MASTER = 10;
+const IFLA_PROTINFO = 12;
+const IFLA_LINKINFO = 18;
+const IFLA_NET_NS_FD = 28;
+const IFLA_INFO_KIND = 1;
+const IFLA_INFO_DATA = 2;
+const VETH_INFO_PEER = 1;
+const IFLA_BRPORT_MODE = 4; // hairpin
+
+export interface Link {
+  index: number;
+  name: string;
+  flags: number;
+  mtu: number;
+  mac: string;
+  master: number;
+  kind: string;
+}
+
+function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): Buffer {
+  const b = Buffer.alloc(16);
+  b.writeUInt8(family, 0);
+  b.writeInt32LE(index, 4);
+  b.writeUInt32LE(flags, 8);
+  b.writeUInt32LE(change, 12);
+  return b;
+}
+
+export const macBytes = (mac: string): Buffer => Buffer.from(mac.split(':').map((h) => parseInt(h, 16)));
+const macString = (b: Buffer): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+
+export function bridgeAdd(name: string, mtu: number, mac: string): NetlinkRequest {
+  return {
+    type: RTM_NEWLINK,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add bridge ${name}`,
+    body: Buffer.concat([
+      ifinfomsg(0, IFF_UP, IFF_UP),
+      attrString(IFLA_IFNAME, name),
+      attrU32(IFLA_MTU, mtu),
+      attr(IFLA_ADDRESS, macBytes(mac)),
+      attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'bridge')]),
+    ]),
+  };
+}
+
+export interface VethSpec {
+  name: string;
+  mtu: number;
+  master: number;
+  peer: { name: string; mac: string; netnsFd: number };
+}
+
+/**
+ * A veth pair created in one request: the host end up and enslaved, the peer created
+ * directly in the pod netns. The peer cannot be brought up here (the kernel answers
+ * ENOTCONN): that is done from a socket inside the pod netns.
+ */
+export function vethAdd(v: VethSpec): NetlinkRequest {
+  const peer = Buffer.concat([
+    ifinfomsg(),
+    attrString(IFLA_IFNAME, v.peer.name),
+    attrU32(IFLA_MTU, v.mtu),
+    attr(IFLA_ADDRESS, macBytes(v.peer.mac)),
+    attrU32(IFLA_NET_NS_FD, v.peer.netnsFd),
+  ]);
+  return {
+    type: RTM_NEWLINK,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add veth ${v.name}/${v.peer.name}`,
+    body: Buffer.concat([
+      ifinfomsg(0, IFF_UP, IFF_UP),
+      attrString(IFLA_IFNAME, v.name),
+      attrU32(IFLA_MTU, v.mtu),
+      attrU32(IFLA_MASTER, v.master),
+      attrNested(IFLA_LINKINFO, [
+        attrString(IFLA_INFO_KIND, 'veth'),
+        attrNested(IFLA_INFO_DATA, [attr(VETH_INFO_PEER, peer)]),
+      ]),
+    ]),
+  };
+}
+
+export function linkSetUp(name: string): NetlinkRequest {
+  return {
+    type: RTM_NEWLINK,
+    flags: 0,
+    what: `set ${name} up`,
+    body: Buffer.concat([ifinfomsg(0, IFF_UP, IFF_UP), attrString(IFLA_IFNAME, name)]),
+  };
+}
+
+export function linkSetHairpin(index: number, name: string): NetlinkRequest {
+  return {
+    type: RTM_SETLINK,
+    flags: 0,
+    what: `set hairpin on ${name}`,
+    body: Buffer.concat([ifinfomsg(index, 0, 0, AF_BRIDGE), attrNested(IFLA_PROTINFO, [attrU8(IFLA_BRPORT_MODE, 1)])]),
+  };
+}
+
+export function linkDel(name: string): NetlinkRequest {
+  return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name)]) };
+}
+
+function parseLink(body: Buffer): Link {
+  const a = parseAttrs(body, 16);
+  let kind = '';
+  const info = a.get(IFLA_LINKINFO);
+  if (info) {
+    const k = parseAttrs(info).get(IFLA_INFO_KIND);
+    if (k) kind = readString(k);
+  }
+  return {
+    index: body.readInt32LE(4),
+    flags: body.readUInt32LE(8),
+    name: readString(a.get(IFLA_IFNAME) ?? Buffer.alloc(0)),
+    mtu: a.get(IFLA_MTU)?.readUInt32LE(0) ?? 0,
+    mac: a.has(IFLA_ADDRESS) ? macString(a.get(IFLA_ADDRESS)!) : '',
+    master: a.get(IFLA_MASTER)?.readUInt32LE(0) ?? 0,
+    kind,
+  };
+}
+
+export function linkByName(sock: NetlinkSocket, name: string): Link | undefined {
+  const req: NetlinkRequest = {
+    type: RTM_GETLINK,
+    flags: 0,
+    what: `get link ${name}`,
+    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name)]),
+  };
+  try {
+    const msgs = sock.query(req);
+    return msgs.length ? parseLink(msgs[0].body) : undefined;
+  } catch (e) {
+    if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
+    throw e;
+  }
+}
+
+export function linkList(sock: NetlinkSocket): Link[] {
+  return sock.dump(RTM_GETLINK, ifinfomsg(), 'list links').filter((m) => m.type === RTM_NEWLINK).map((m) => parseLink(m.body));
+}

@@ -1,0 +1,215 @@
+// An rtnetlink socket: frames requests (struct nlmsghdr), reads acks and dumps, and turns a
+// kernel NLMSG_ERROR into a NetlinkError with errno and the kernel's extended-ack text.
+//
+// Written by hand over koffi rather than with the `netlink` npm package: measured on this
+// machine kind, that package attaches at 0.95/5.64 ms (p50/p99) against 0.49/2.48 ms here,
+// has text-only errors, no request timeout, and breaks on concurrent dumps
+// (shared/reference/measured-here.md).
+import * as libc from '../sys/libc';
+import { parseAttrs, readString } from './attr';
+
+export const NETLINK_ROUTE = 0;
+export const NETLINK_CAP_ACK = 10;
+
+export const NLM_F_REQUEST = 0x1;
+export const NLM_F_MULTI = 0x2;
+export const NLM_F_ACK = 0x4;
+export const NLM_F_DUMP = 0x300;
+export const NLM_F_REPLACE = 0x100;
+export const NLM_F_EXCL = 0x200;
+export const NLM_F_CREATE = 0x400;
+const NLM_F_ACK_TLVS = 0x200;
+
+const NLMSG_ERROR = 2;
+const NLMSG_DONE = 3;
+const NLMSGERR_ATTR_MSG = 1;
+const HDR = 16;
+
+export class NetlinkError extends Error {
+  constructor(readonly errno: number, readonly what: string, readonly kernelMessage: string) {
+    super(`${what}: ${libc.errnoName(errno)}${kernelMessage ? ` (${kernelMessage})` : ''}`);
+  }
+  get code(): string {
+    return libc.errnoName(this.errno);
+  }
+}
+
+export interface NetlinkRequest {
+  type: number;
+  flags: number;
+  body: Buffer;
+  /** What the request does, for error messages ("add veth kni0a1b2"). */
+  what: string;
+}
+
+export interface NetlinkMessage {
+  type: number;
+  flags: number;
+  /** The message payload after struct nlmsghdr. */
+  body: Buffer;
+}
+
+export class NetlinkSocket {
+  private readonly fd: number;
+  private seq = Math.floor(Math.random() * 0x7fffffff);
+  private readonly buf = Buffer.alloc(64 * 1024);
+  private closed = false;
+
+  /** Opens a socket in the calling thread's current network namespace. */
+  constructor() {
+    this.fd = libc.socket(libc.AF_NETLINK, libc.SOCK_RAW | libc.SOCK_CLOEXEC, NETLINK_ROUTE);
+    try {
+      const sa = Buffer.alloc(12);
+      sa.writeUInt16LE(libc.AF_NETLINK, 0);
+      libc.bind(this.fd, sa);
+      libc.setsockoptInt(this.fd, libc.SOL_NETLINK, NETLINK_CAP_ACK, 1);
+      libc.setsockoptInt(this.fd, libc.SOL_NETLINK, libc.NETLINK_EXT_ACK, 1);
+    } catch (e) {
+      libc.close(this.fd);
+      throw e;
+    }
+  }
+
+  close(): void {
+    if (!this.closed) libc.close(this.fd);
+    this.closed = true;
+  }
+
+  private frame(req: NetlinkRequest, seq: number): Buffer {
+    const h = Buffer.alloc(HDR);
+    h.writeUInt32LE(HDR + req.body.length, 0);
+    h.writeUInt16LE(req.type, 4);
+    h.writeUInt16LE(NLM_F_REQUEST | NLM_F_ACK | req.flags, 6);
+    h.writeUInt32LE(seq, 8);
+    return Buffer.concat([h, req.body]);
+  }
+
+  private nextSeq(): number {
+    this.seq = (this.seq + 1) & 0x7fffffff;
+    return this.seq;
+  }
+
+  /**
+   * Sends the requests in one write and waits for every ack. The kernel runs them in
+   * order but not atomically: on failure the first error is thrown after all acks are read.
+   */
+  exec(reqs: NetlinkRequest[]): void {
+    if (reqs.length === 0) return;
+    const first = this.nextSeq();
+    for (let i = 1; i < reqs.length; i++) this.nextSeq();
+    libc.send(this.fd, Buffer.concat(reqs.map((r, i) => this.frame(r, (first + i) & 0x7fffffff))));
+    let pending = reqs.length;
+    let failure: NetlinkError | undefined;
+    while (pending > 0) {
+      const n = libc.recv(this.fd, this.buf);
+      for (const m of split(this.buf, n)) {
+        if (m.type !== NLMSG_ERROR) continue;
+        const idx = (m.seq - first) & 0x7fffffff;
+        if (idx >= reqs.length) continue;
+        pending--;
+        const err = ackError(m, reqs[idx].what);
+        if (err && !failure) failure = err;
+      }
+    }
+    if (failure) throw failure;
+  }
+
+  request(req: NetlinkRequest): void {
+    this.exec([req]);
+  }
+
+  /** Like request(), with send and receive on a libuv worker: for slow kernel work (veth delete). */
+  async requestAsync(req: NetlinkRequest): Promise<void> {
+    const seq = this.nextSeq();
+    await libc.sendAsync(this.fd, this.frame(req, seq));
+    for (;;) {
+      const n = await libc.recvAsync(this.fd, this.buf);
+      for (const m of split(this.buf, n)) {
+        if (m.type !== NLMSG_ERROR || m.seq !== seq) continue;
+        const err = ackError(m, req.what);
+        if (err) throw err;
+        return;
+      }
+    }
+  }
+
+  /** A request the kernel answers with messages and then the ack (a GET by name). */
+  query(req: NetlinkRequest): NetlinkMessage[] {
+    const seq = this.nextSeq();
+    libc.send(this.fd, this.frame(req, seq));
+    const out: NetlinkMessage[] = [];
+    for (;;) {
+      const n = libc.recv(this.fd, this.buf);
+      for (const m of split(this.buf, n)) {
+        if (m.seq !== seq) continue;
+        if (m.type === NLMSG_ERROR) {
+          const err = ackError(m, req.what);
+          if (err) throw err;
+          return out;
+        }
+        out.push({ type: m.type, flags: m.flags, body: Buffer.from(m.body) });
+      }
+    }
+  }
+
+  dump(type: number, body: Buffer, what: string): NetlinkMessage[] {
+    const seq = this.nextSeq();
+    const h = Buffer.alloc(HDR);
+    h.writeUInt32LE(HDR + body.length, 0);
+    h.writeUInt16LE(type, 4);
+    h.writeUInt16LE(NLM_F_REQUEST | NLM_F_DUMP, 6);
+    h.writeUInt32LE(seq, 8);
+    libc.send(this.fd, Buffer.concat([h, body]));
+    const out: NetlinkMessage[] = [];
+    for (;;) {
+      const n = libc.recv(this.fd, this.buf);
+      for (const m of split(this.buf, n)) {
+        if (m.seq !== seq) continue;
+        if (m.type === NLMSG_DONE) return out;
+        if (m.type === NLMSG_ERROR) {
+          const err = ackError(m, what);
+          if (err) throw err;
+          return out;
+        }
+        out.push({ type: m.type, flags: m.flags, body: Buffer.from(m.body) });
+      }
+    }
+  }
+}
+
+interface RawMessage {
+  type: number;
+  flags: number;
+  seq: number;
+  body: Buffer;
+}
+
+function split(buf: Buffer, n: number): RawMessage[] {
+  const out: RawMessage[] = [];
+  let o = 0;
+  while (o + HDR <= n) {
+    const len = buf.readUInt32LE(o);
+    if (len < HDR || o + len > n) break;
+    out.push({
+      type: buf.readUInt16LE(o + 4),
+      flags: buf.readUInt16LE(o + 6),
+      seq: buf.readUInt32LE(o + 8),
+      body: buf.subarray(o + HDR, o + len),
+    });
+    o += (len + 3) & ~3;
+  }
+  return out;
+}
+
+function ackError(m: RawMessage, what: string): NetlinkError | undefined {
+  const errno = -m.body.readInt32LE(0);
+  if (errno === 0) return undefined;
+  let text = '';
+  // With NETLINK_CAP_ACK the echoed request is only its header: TLVs start after it.
+  if (m.flags & NLM_F_ACK_TLVS) {
+    const tlvs = parseAttrs(m.body, 4 + HDR);
+    const msg = tlvs.get(NLMSGERR_ATTR_MSG);
+    if (msg) text = readString(msg);
+  }
+  return new NetlinkError(errno, what, text);
+}

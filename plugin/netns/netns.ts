@@ -1,0 +1,106 @@
+// Network namespaces: create and pin, unpin, and open netlink sockets inside one.
+//
+// Everything here runs synchronously on the main thread, which is the only thread that ever
+// changes netns: setns moves the thread, the socket is bound to the netns it was created in,
+// and the thread is moved back before any other JavaScript can run.
+import fs from 'node:fs';
+import path from 'node:path';
+import * as libc from '../sys/libc';
+import { NetlinkSocket } from '../netlink/socket';
+
+/** The daemon's own (node) netns, opened once at start. */
+let homeFd = -1;
+
+function home(): number {
+  if (homeFd < 0) homeFd = fs.openSync('/proc/thread-self/ns/net', 'r');
+  return homeFd;
+}
+
+function returnHome(): void {
+  // If this fails the daemon would keep working in the wrong netns: never continue.
+  try {
+    libc.setns(home(), libc.CLONE_NEWNET);
+  } catch (e) {
+    process.stderr.write(`fatal: cannot return to the node network namespace: ${String(e)}\n`);
+    process.abort();
+  }
+}
+
+export class NotANetnsError extends Error {}
+
+/** Runs fn with the calling thread inside the netns open on fd. */
+function inNetns<T>(fd: number, fn: () => T): T {
+  home();
+  try {
+    libc.setns(fd, libc.CLONE_NEWNET);
+  } catch (e) {
+    if (e instanceof libc.Errno && e.code === 'EINVAL') throw new NotANetnsError('not a network namespace');
+    throw e;
+  }
+  try {
+    return fn();
+  } finally {
+    returnHome();
+  }
+}
+
+/** A netlink socket living in the netns open on fd. */
+export const socketInNetns = (fd: number): NetlinkSocket => inNetns(fd, () => new NetlinkSocket());
+
+/**
+ * Makes dir a shared mount point (as iproute2 does for /run/netns) so that netns pins
+ * made here appear in every mount namespace, the runtime's included.
+ */
+export function ensureNetnsDir(dir: string): void {
+  fs.mkdirSync(dir, { recursive: true, mode: 0o755 });
+  try {
+    libc.mount('', dir, 'none', libc.MS_SHARED | libc.MS_REC);
+  } catch (e) {
+    if (!(e instanceof libc.Errno && e.code === 'EINVAL')) throw e;
+    libc.mount(dir, dir, 'none', libc.MS_BIND | libc.MS_REC);
+    libc.mount('', dir, 'none', libc.MS_SHARED | libc.MS_REC);
+  }
+}
+
+/** Creates a new netns and pins it at dir/name by a bind mount. */
+export function createPinnedNetns(dir: string, name: string): string {
+  const target = path.join(dir, name);
+  fs.closeSync(fs.openSync(target, fs.constants.O_RDONLY | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o444));
+  try {
+    home();
+    try {
+      libc.unshare(libc.CLONE_NEWNET);
+      libc.mount('/proc/thread-self/ns/net', target, 'none', libc.MS_BIND);
+    } finally {
+      returnHome();
+    }
+  } catch (e) {
+    fs.rmSync(target, { force: true });
+    throw e;
+  }
+  return target;
+}
+
+/** Unpins a netns; the kernel frees it (and its veths) once nothing else holds it. */
+export function removePinnedNetns(target: string): void {
+  try {
+    libc.umount2(target, libc.MNT_DETACH);
+  } catch (e) {
+    if (!(e instanceof libc.Errno && (e.code === 'EINVAL' || e.code === 'ENOENT'))) throw e;
+  }
+  fs.rmSync(target, { force: true });
+}
+
+export function isPinnedNetns(target: string): boolean {
+  try {
+    const fd = fs.openSync(target, 'r');
+    try {
+      inNetns(fd, () => undefined);
+      return true;
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return false;
+  }
+}

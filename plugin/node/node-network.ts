@@ -1,0 +1,36 @@
+// The node side of the reference network: the bridge with the gateway addresses, forwarding,
+// and masquerading. Idempotent: run at start and by SetupNodeNetwork.
+import fs from 'node:fs';
+import { Config } from '../core/config';
+import { KniError } from '../core/errors';
+import { Ipam } from '../ipam/ipam';
+import { ipBytes } from '../ipam/ip';
+import { addrAdd } from '../netlink/addr';
+import { bridgeAdd, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
+import { NetlinkSocket } from '../netlink/socket';
+import { ensureMasquerade } from './masquerade';
+
+/** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
+export function bridgeMac(ipam: Ipam): string {
+  const gw4 = ipam.gateways().find((g) => g.family === 4);
+  const tail = gw4 ? [...ipBytes(4, gw4.address)] : [0x0a, 0xf4, 0, 1];
+  return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
+}
+
+export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam): Promise<number> {
+  let br = linkByName(sock, cfg.bridge);
+  if (br && br.kind !== 'bridge') {
+    throw new KniError('FAILED_PRECONDITION', `${cfg.bridge} exists and is a ${br.kind || 'non-bridge'} link, not a bridge`);
+  }
+  if (!br) {
+    sock.request(bridgeAdd(cfg.bridge, cfg.mtu, bridgeMac(ipam)));
+    br = linkByName(sock, cfg.bridge)!;
+  } else if (!(br.flags & IFF_UP)) {
+    sock.request(linkSetUp(cfg.bridge));
+  }
+  sock.exec(ipam.gateways().map((g) => addrAdd(br!.index, cfg.bridge, { family: g.family, value: g.address, prefixLength: g.prefixLength }, true)));
+  fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
+  if (cfg.ranges.some((c) => c.family === 6)) fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
+  if (cfg.masquerade) for (const c of cfg.ranges) await ensureMasquerade(c);
+  return br.index;
+}

@@ -1,0 +1,76 @@
+// The pod side of the reference network: a veth whose pod end (eth0) sits in the pod netns
+// with one address per range and default routes via the bridge gateways; its host end is a
+// hairpinned bridge port. All over netlink from this process: no spawn, no iptables.
+import { Family, parseIp } from '../ipam/ip';
+import { addrAdd } from '../netlink/addr';
+import { linkByName, linkDel, linkSetHairpin, linkSetUp, vethAdd } from '../netlink/link';
+import { defaultRouteAdd } from '../netlink/route';
+import { NetlinkError, NetlinkSocket } from '../netlink/socket';
+import { socketInNetns } from '../netns/netns';
+import { InterfaceRecord } from '../store/records';
+
+/**
+ * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
+ * and HostVethExistsError when a stale host end with that name is in the way.
+ */
+export class HostVethExistsError extends Error {
+  constructor(readonly hostVeth: string) {
+    super(`host veth ${hostVeth} already exists`);
+  }
+}
+
+export class PodInterfaceExistsError extends Error {
+  constructor(readonly ifName: string) {
+    super(`the pod netns already has an interface named ${ifName}`);
+  }
+}
+
+export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord): void {
+  const pod = socketInNetns(netnsFd);
+  try {
+    try {
+      host.request(
+        vethAdd({ name: itf.hostVeth, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }),
+      );
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'EEXIST') {
+        if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
+        throw new PodInterfaceExistsError(itf.name);
+      }
+      throw e;
+    }
+    const hostEnd = linkByName(host, itf.hostVeth);
+    if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
+    host.request(linkSetHairpin(hostEnd.index, itf.hostVeth));
+    const podEnd = linkByName(pod, itf.name);
+    if (!podEnd) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
+    pod.exec([
+      linkSetUp('lo'),
+      linkSetUp(itf.name),
+      ...itf.addresses.map((a) => addrAdd(podEnd.index, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
+      ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podEnd.index, itf.name)),
+    ]);
+  } finally {
+    pod.close();
+  }
+}
+
+/** Deletes the host end (the kernel removes the pod end with it). Already gone is fine. */
+export async function unwirePod(itf: InterfaceRecord): Promise<void> {
+  // A socket of its own: the delete runs on a worker thread (~20 ms in the kernel) and must
+  // not share a socket with concurrent requests.
+  const sock = new NetlinkSocket();
+  try {
+    await sock.requestAsync(linkDel(itf.hostVeth));
+  } catch (e) {
+    if (!(e instanceof NetlinkError && e.code === 'ENODEV')) throw e;
+  } finally {
+    sock.close();
+  }
+}
+
+/** The pod's MAC: 0a:58 followed by its IPv4 address (as OVN-Kubernetes does), else random. */
+export function podMac(ipv4?: string): string {
+  const tail = ipv4 ? ipv4.split('.').map(Number) : [...crypto.getRandomValues(new Uint8Array(4))];
+  return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
+}

@@ -1,0 +1,30 @@
+// Loads our .proto files at run time (proto-loader) so the wire format has one source: proto/.
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import fs from 'node:fs';
+import path from 'node:path';
+
+/** The package root (where proto/ lives), from the source tree or from dist/. */
+export function packageRoot(): string {
+  let dir = __dirname;
+  while (!fs.existsSync(path.join(dir, 'proto')) && path.dirname(dir) !== dir) dir = path.dirname(dir);
+  return dir;
+}
+
+export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true };
+
+export function loadProto(relative: string): grpc.GrpcObject {
+  const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', relative), LOADER_OPTIONS);
+  return grpc.loadPackageDefinition(def);
+}
+
+type ServiceCtor = grpc.ServiceClientConstructor;
+
+export function kniService(): ServiceCtor {
+  return (loadProto('kni/kni.proto').kni as grpc.GrpcObject).KNI as ServiceCtor;
+}
+
+export function runtimeService(): ServiceCtor {
+  const pkg = loadProto('kni/runtime/v1/runtime.proto') as any;
+  return pkg.kni.runtime.v1.NetworkRuntime as ServiceCtor;
+}

@@ -1,0 +1,65 @@
+// kni's own API (kni.runtime.v1.NetworkRuntime) over the core.
+import * as grpc from '@grpc/grpc-js';
+import { NetworkRuntime } from '../core/network-runtime';
+import { SandboxRecord } from '../store/records';
+import { unary } from './unary';
+
+const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
+
+export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown> {
+  return {
+    sandbox_id: rec.id,
+    pod: rec.pod,
+    netns_path: rec.netnsPath,
+    interfaces: rec.interfaces.map((i) => ({
+      name: i.name,
+      mac: i.mac,
+      mtu: i.mtu,
+      host_interface: i.hostVeth,
+      addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
+    })),
+    routes: rt.routes(rec),
+    runtime_handler: rec.runtimeHandler,
+    created_at: rec.createdAt,
+    labels: rec.labels,
+    annotations: rec.annotations,
+  };
+}
+
+export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplementation {
+  const u = <Req>(method: string, fn: (req: Req) => Promise<unknown> | unknown) =>
+    unary<Req, unknown>('kni.runtime.v1.NetworkRuntime', method, fn);
+  return {
+    Attach: u('Attach', async (req: any) => {
+      const rec = await rt.attach({
+        sandboxId: req.sandbox_id,
+        netnsPath: req.netns_path,
+        interfaceName: req.interface_name,
+        pod: req.pod ?? undefined,
+        labels: req.labels,
+        annotations: req.annotations,
+        runtimeHandler: req.runtime_handler,
+      });
+      return podNetwork(rt, rec);
+    }),
+    Detach: u('Detach', async (req: { sandbox_id: string }) => ({ released: await rt.detach(req.sandbox_id, true) })),
+    Check: u('Check', (req: { sandbox_id: string }) => {
+      const problems = rt.check(req.sandbox_id);
+      return { ok: problems.length === 0, problems };
+    }),
+    GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
+    ListPods: u('ListPods', () => ({ pods: rt.list().map((r) => podNetwork(rt, r)) })),
+    GetNode: u('GetNode', () => {
+      const s = rt.nodeStatus();
+      return { ready: s.ready, networks: [s] };
+    }),
+    GetIPAMStatus: u('GetIPAMStatus', () => {
+      const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
+      return { ranges, exhausted: ranges.some((r) => r.exhausted) };
+    }),
+    GarbageCollect: u('GarbageCollect', async (req: { live_sandbox_ids: string[] }) => {
+      const r = await rt.gc(req.live_sandbox_ids ?? []);
+      return { released_sandbox_ids: r.releasedSandboxes, released_netns_paths: r.releasedNetns };
+    }),
+  };
+}

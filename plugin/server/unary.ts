@@ -1,0 +1,32 @@
+// Wraps a handler: maps KniError codes to gRPC status, hides internal failures behind INTERNAL
+// with the message kept, and logs one line per call outcome.
+import * as grpc from '@grpc/grpc-js';
+import { KniError } from '../core/errors';
+import { log } from '../core/log';
+
+export function unary<Req, Res>(
+  service: string,
+  method: string,
+  fn: (req: Req) => Promise<Res> | Res,
+): grpc.handleUnaryCall<Req, Res> {
+  return (call, callback) => {
+    const started = process.hrtime.bigint();
+    const req = call.request as Record<string, unknown>;
+    const sandbox = (req?.sandbox_id ?? req?.id ?? '') as string;
+    Promise.resolve()
+      .then(() => fn(call.request))
+      .then(
+        (res) => {
+          log('debug', 'rpc', { service, method, sandbox, ms: Number(process.hrtime.bigint() - started) / 1e6 });
+          callback(null, res);
+        },
+        (e: unknown) => {
+          const err = e instanceof KniError ? e : new KniError('INTERNAL', `${method}: ${(e as Error)?.message ?? String(e)}`);
+          log(err.code === 'INTERNAL' ? 'error' : 'warn', 'rpc failed', {
+            service, method, sandbox, code: err.code, error: err.message, ms: Number(process.hrtime.bigint() - started) / 1e6,
+          });
+          callback({ code: grpc.status[err.code], details: err.message });
+        },
+      );
+  };
+}

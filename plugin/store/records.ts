@@ -1,0 +1,40 @@
+// What the state store holds: one record per sandbox kni wired, one per netns kni created.
+import { AllocatedAddress } from '../ipam/ipam';
+
+export interface PodRef {
+  name: string;
+  namespace: string;
+  uid: string;
+}
+
+export interface InterfaceRecord {
+  name: string;
+  hostVeth: string;
+  mac: string;
+  mtu: number;
+  addresses: AllocatedAddress[];
+}
+
+export interface SandboxRecord {
+  id: string;
+  /** 'attaching' is written before the first kernel call; a record left so is rolled back. */
+  phase: 'attaching' | 'attached';
+  pod: PodRef;
+  labels: Record<string, string>;
+  annotations: Record<string, string>;
+  runtimeHandler: string;
+  netnsPath: string;
+  /** The name of the kni-created netns this sandbox lives in, or ''. */
+  ownedNetns: string;
+  interfaces: InterfaceRecord[];
+  createdAt: string;
+}
+
+export interface NetnsRecord {
+  name: string;
+  path: string;
+  pod: PodRef;
+  /** The sandbox that attached in this netns, or ''. */
+  sandboxId: string;
+  createdAt: string;
+}

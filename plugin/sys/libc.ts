@@ -1,0 +1,119 @@
+// Thin libc bindings over koffi. Only the calls the kernel-facing code needs; each wrapper
+// throws an Errno carrying the C errno so callers can map it to a precise error.
+import koffi from 'koffi';
+import os from 'node:os';
+
+export class Errno extends Error {
+  constructor(readonly call: string, readonly errno: number) {
+    super(`${call}: ${errnoName(errno)} (${errno})`);
+  }
+  get code(): string {
+    return errnoName(this.errno);
+  }
+}
+
+export function errnoName(errno: number): string {
+  for (const [name, value] of Object.entries(os.constants.errno)) {
+    if (value === errno) return name;
+  }
+  return `errno ${errno}`;
+}
+
+const libc = koffi.load('libc.so.6');
+
+const c = {
+  socket: libc.func('int socket(int domain, int type, int protocol)'),
+  bind: libc.func('int bind(int fd, void *addr, uint32_t len)'),
+  send: libc.func('intptr_t send(int fd, void *buf, uintptr_t len, int flags)'),
+  recv: libc.func('intptr_t recv(int fd, void *buf, uintptr_t len, int flags)'),
+  close: libc.func('int close(int fd)'),
+  setsockopt: libc.func('int setsockopt(int fd, int level, int name, void *val, uint32_t len)'),
+  setns: libc.func('int setns(int fd, int nstype)'),
+  unshare: libc.func('int unshare(int flags)'),
+  mount: libc.func('int mount(const char *src, const char *target, const char *fstype, unsigned long flags, void *data)'),
+  umount2: libc.func('int umount2(const char *target, int flags)'),
+};
+
+function check(call: string, rc: number | bigint): number {
+  const n = Number(rc);
+  if (n < 0) throw new Errno(call, koffi.errno());
+  return n;
+}
+
+export const AF_NETLINK = 16;
+export const SOCK_RAW = 3;
+export const SOCK_CLOEXEC = 0o2000000;
+export const CLONE_NEWNET = 0x40000000;
+export const MS_BIND = 4096;
+export const MS_REC = 16384;
+export const MS_SHARED = 1 << 20;
+export const MNT_DETACH = 2;
+export const SOL_NETLINK = 270;
+export const NETLINK_EXT_ACK = 11;
+export const NETLINK_GET_STRICT_CHK = 12;
+
+export function socket(domain: number, type: number, protocol: number): number {
+  return check('socket', c.socket(domain, type, protocol));
+}
+
+export function bind(fd: number, addr: Buffer): void {
+  check('bind', c.bind(fd, addr, addr.length));
+}
+
+export function send(fd: number, buf: Buffer): number {
+  return check('send', c.send(fd, buf, buf.length, 0));
+}
+
+/** send on a libuv worker thread: for requests the kernel is slow to answer (veth delete). */
+export function sendAsync(fd: number, buf: Buffer): Promise<number> {
+  return new Promise((resolve, reject) => {
+    c.send.async(fd, buf, buf.length, 0, (err: unknown, rc: number | bigint) => {
+      if (err) return reject(err);
+      const n = Number(rc);
+      // errno is thread-local and lost here; the netlink ack carries the real error.
+      if (n < 0) return reject(new Errno('send', 0));
+      resolve(n);
+    });
+  });
+}
+
+export function recv(fd: number, buf: Buffer): number {
+  return check('recv', c.recv(fd, buf, buf.length, 0));
+}
+
+export function recvAsync(fd: number, buf: Buffer): Promise<number> {
+  return new Promise((resolve, reject) => {
+    c.recv.async(fd, buf, buf.length, 0, (err: unknown, rc: number | bigint) => {
+      if (err) return reject(err);
+      const n = Number(rc);
+      if (n < 0) return reject(new Errno('recv', 0));
+      resolve(n);
+    });
+  });
+}
+
+export function close(fd: number): void {
+  c.close(fd);
+}
+
+export function setsockoptInt(fd: number, level: number, name: number, value: number): void {
+  const b = Buffer.alloc(4);
+  b.writeInt32LE(value);
+  check('setsockopt', c.setsockopt(fd, level, name, b, 4));
+}
+
+export function setns(fd: number, nstype: number): void {
+  check('setns', c.setns(fd, nstype));
+}
+
+export function unshare(flags: number): void {
+  check('unshare', c.unshare(flags));
+}
+
+export function mount(src: string | null, target: string, fstype: string | null, flags: number): void {
+  check('mount', c.mount(src, target, fstype, flags, null));
+}
+
+export function umount2(target: string, flags: number): void {
+  check('umount2', c.umount2(target, flags));
+}
