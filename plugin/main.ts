@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { ConfigError, loadConfig } from './core/config';
 import { log, setLogLevel } from './core/log';
 import { NetworkRuntime } from './core/network-runtime';
-import { serve } from './server/server';
+import { clearStaleSocket, serve } from './server/server';
 
 async function main(): Promise<void> {
   const program = new Command()
@@ -25,6 +25,8 @@ async function main(): Promise<void> {
   }
   if (process.getuid?.() !== 0) throw new Error('kni-runtime must run as root (it creates network namespaces and links)');
 
+  // Before touching anything: a second daemon must not set up (or change) the node network.
+  await clearStaleSocket(opts.socket);
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();
   const server = await serve(rt, opts.socket);

@@ -9,7 +9,8 @@ import { kniService, runtimeService } from './protos';
 import { runtimeHandlers } from './runtime-service';
 
 /** A socket file nobody answers on is stale (a crashed daemon's); a live one means a second daemon. */
-async function clearStaleSocket(socketPath: string): Promise<void> {
+export async function clearStaleSocket(socketPath: string): Promise<void> {
+  fs.mkdirSync(path.dirname(socketPath), { recursive: true, mode: 0o755 });
   if (!fs.existsSync(socketPath)) return;
   const live = await new Promise<boolean>((resolve) => {
     const c = net.connect(socketPath);
@@ -21,8 +22,6 @@ async function clearStaleSocket(socketPath: string): Promise<void> {
 }
 
 export async function serve(rt: NetworkRuntime, socketPath: string): Promise<grpc.Server> {
-  fs.mkdirSync(path.dirname(socketPath), { recursive: true, mode: 0o755 });
-  await clearStaleSocket(socketPath);
   const server = new grpc.Server();
   server.addService(kniService().service, kniPocHandlers(rt));
   server.addService(runtimeService().service, runtimeHandlers(rt));

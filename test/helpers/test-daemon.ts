@@ -1,0 +1,140 @@
+// A kni-runtime for tests: its own node netns (standing in for the node, so the host's
+// networking is never touched), its own state dir, netns dir and socket, all named with the
+// run prefix and all removed by cleanup(), whatever happened.
+import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Client, kniClient, runtimeClient } from '../../plugin/client/clients';
+import { packageRoot } from '../../plugin/server/protos';
+import { RUN, sh, trySh } from './sh';
+
+let counter = 0;
+
+export class TestDaemon {
+  readonly nodeNetns: string;
+  readonly nodeNetnsName: string;
+  readonly dir: string;
+  readonly netnsDir: string;
+  readonly socket: string;
+  readonly stateDir: string;
+  readonly configFile: string;
+  proc?: ChildProcess;
+  output = '';
+  private clients: Client[] = [];
+
+  private constructor(config: Record<string, unknown>) {
+    const n = ++counter;
+    this.nodeNetnsName = `${RUN}-node${n}`;
+    this.nodeNetns = `/run/netns/${this.nodeNetnsName}`;
+    this.dir = `/tmp/${RUN}-${n}`;
+    this.netnsDir = `/run/${RUN}-netns${n}`;
+    this.socket = `${this.dir}/kni.sock`;
+    this.stateDir = `${this.dir}/state`;
+    this.configFile = `${this.dir}/config.json`;
+    fs.mkdirSync(this.dir, { recursive: true });
+    fs.writeFileSync(this.configFile, JSON.stringify({ netnsDir: this.netnsDir, ...config }));
+    sh('ip', ['netns', 'add', this.nodeNetnsName]);
+    sh('ip', ['-n', this.nodeNetnsName, 'link', 'set', 'lo', 'up']);
+  }
+
+  static async start(config: Record<string, unknown> = {}): Promise<TestDaemon> {
+    const d = new TestDaemon(config);
+    try {
+      await d.launch();
+    } catch (e) {
+      d.cleanup();
+      throw e;
+    }
+    return d;
+  }
+
+  async launch(): Promise<void> {
+    const main = path.join(packageRoot(), 'dist/plugin/main.js');
+    const proc = spawn('nsenter', [`--net=${this.nodeNetns}`, process.execPath, main, '--socket', this.socket, '--state-dir', this.stateDir, '--config', this.configFile], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.proc = proc;
+    proc.stdout!.on('data', (b) => (this.output += b));
+    proc.stderr!.on('data', (b) => (this.output += b));
+    const deadline = Date.now() + 15_000;
+    for (;;) {
+      if (proc.exitCode !== null) throw new Error(`kni-runtime exited with ${proc.exitCode}:\n${this.output}`);
+      if (fs.existsSync(this.socket)) {
+        try {
+          const c = this.rt();
+          await c.GetNode({}, 2000);
+          return;
+        } catch {
+          // not serving yet
+        }
+      }
+      if (Date.now() > deadline) throw new Error(`kni-runtime did not start serving within 15 s:\n${this.output}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  rt(): Client {
+    const c = runtimeClient(this.socket);
+    this.clients.push(c);
+    return c;
+  }
+
+  kni(): Client {
+    const c = kniClient(this.socket);
+    this.clients.push(c);
+    return c;
+  }
+
+  /** Stops the daemon with a signal and waits for it to exit. */
+  async stop(signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return p?.exitCode ?? null;
+    const exited = new Promise<number | null>((resolve) => p.once('exit', (code) => resolve(code)));
+    p.kill(signal);
+    return exited;
+  }
+
+  async restart(signal: NodeJS.Signals = 'SIGKILL'): Promise<void> {
+    await this.stop(signal);
+    this.closeClients();
+    await this.launch();
+  }
+
+  /** Host-side links in the node netns (the bridge and the pods' host ends). */
+  nodeLinks(): string[] {
+    return sh('ip', ['-n', this.nodeNetnsName, '-o', 'link', 'show'])
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => l.split(':')[1].trim().split('@')[0]);
+  }
+
+  /** A netns for a pod that kni did not create (the runtime-created case), removed by cleanup. */
+  makePodNetns(name: string): string {
+    const full = `${RUN}-${name}`;
+    sh('ip', ['netns', 'add', full]);
+    this.extraNetns.push(full);
+    return `/run/netns/${full}`;
+  }
+
+  private extraNetns: string[] = [];
+
+  closeClients(): void {
+    for (const c of this.clients) c.close();
+    this.clients = [];
+  }
+
+  cleanup(): void {
+    this.closeClients();
+    if (this.proc && this.proc.exitCode === null && this.proc.signalCode === null) this.proc.kill('SIGKILL');
+    for (const n of this.extraNetns) trySh('ip', ['netns', 'del', n]);
+    if (fs.existsSync(this.netnsDir)) {
+      for (const f of fs.readdirSync(this.netnsDir)) {
+        trySh('umount', ['-l', path.join(this.netnsDir, f)]);
+      }
+      trySh('umount', ['-l', this.netnsDir]);
+      fs.rmSync(this.netnsDir, { recursive: true, force: true });
+    }
+    trySh('ip', ['netns', 'del', this.nodeNetnsName]);
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,93 @@
+// Both KNI POC client flows, unchanged, through a gRPC client built from proto/kni/kni.proto.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Client } from '../plugin/client/clients';
+import { hostVethName } from '../plugin/core/network-runtime';
+import { inNetns, ping } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+describe('KNI POC API flows', () => {
+  let d: TestDaemon;
+  let kni: Client;
+  let rt: Client;
+
+  before(async () => {
+    d = await TestDaemon.start();
+    kni = d.kni();
+    rt = d.rt();
+  });
+  after(() => d?.cleanup());
+
+  it('kubelet fork: CreateNetwork → AttachInterface(extradata netns) → QueryPodNetwork → DetachInterface → DeleteNetwork', async () => {
+    const meta = { name: 'web-0', namespace: 'shop' };
+    const created = await kni.CreateNetwork({ ...meta, labels: { app: 'web' } });
+    assert.match(created.netns_path, new RegExp(`^${d.netnsDir}/kni-[0-9a-f]{16}$`));
+    const second = await kni.CreateNetwork(meta); // a second sandbox of the same pod: its own netns
+    assert.notEqual(second.netns_path, created.netns_path);
+    await kni.DeleteNetwork({ netns_path: second.netns_path });
+    assert.ok(!fs.existsSync(second.netns_path));
+
+    const id = 'a'.repeat(64);
+    const attached = await kni.AttachInterface({
+      id, ...meta,
+      labels: { app: 'web' },
+      annotations: { 'kubernetes.io/config.source': 'api' },
+      extradata: { netns: created.netns_path, cgroupPath: '/kubepods/pod1' },
+      dns_config: { servers: ['10.96.0.10'], searches: ['shop.svc.cluster.local'], options: ['ndots:5'] },
+      port_mappings: [{ protocol: 'TCP', container_port: 80, host_port: 8080, host_ip: '' }],
+    });
+    const eth0 = attached.ipconfigs.eth0;
+    assert.equal(eth0.ip.length, 2);
+    assert.match(eth0.ip[0], /^10\.244\.0\.\d+$/);
+    assert.match(eth0.ip[1], /^fd00:10:244::/);
+    assert.match(eth0.mac, /^0a:58:/);
+
+    const queried = await kni.QueryPodNetwork({ id, ...meta });
+    assert.deepEqual(queried.ipconfigs, attached.ipconfigs);
+    assert.equal(queried.extradata.netns, created.netns_path);
+    assert.ok(ping(created.netns_path, '10.244.0.1'));
+
+    const nodes = await kni.QueryNodeNetworks({});
+    assert.equal(nodes.networks.length, 1);
+    assert.equal(nodes.networks[0].ready, true);
+    await kni.SetupNodeNetwork({}); // idempotent
+
+    await kni.DetachInterface({ id, ...meta });
+    assert.ok(!d.nodeLinks().includes(hostVethName(id, 'eth0')));
+    assert.ok(fs.existsSync(created.netns_path), 'DetachInterface must leave the netns for DeleteNetwork');
+    await kni.DeleteNetwork({ id, ...meta });
+    assert.ok(!fs.existsSync(created.netns_path));
+    assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '0');
+  });
+
+  it('containerd fork: empty CreateNetwork, AttachInterface(isolation.path), DeleteNetwork alone releases everything', async () => {
+    const unused = await kni.CreateNetwork({});
+    assert.ok(fs.existsSync(unused.netns_path));
+    const netns = d.makePodNetns('ctrd-pod');
+    const id = 'b'.repeat(64);
+    const attached = await kni.AttachInterface({ id, name: 'db-0', namespace: 'shop', isolation: { path: netns, type: 'netns' }, labels: {}, annotations: {} });
+    const ip = attached.ipconfigs.eth0.ip[0];
+    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/24`));
+    await kni.DeleteNetwork({ id, name: 'db-0', netns_path: netns });
+    assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
+    assert.ok(!d.nodeLinks().includes(hostVethName(id, 'eth0')));
+    assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '0');
+    assert.equal((await rt.ListPods()).pods.length, 0);
+    // The netns the empty CreateNetwork made is claimed by nobody: GC releases it after the grace time.
+    assert.ok(fs.existsSync(unused.netns_path));
+  });
+
+  it('GC releases a CreateNetwork netns no attach claimed, once the grace time is over', async () => {
+    const g = await TestDaemon.start({ unclaimedNetnsGraceSeconds: 0 });
+    try {
+      const c = g.kni();
+      const { netns_path } = await c.CreateNetwork({});
+      await new Promise((r) => setTimeout(r, 5));
+      const res = await g.rt().GarbageCollect({ live_sandbox_ids: [] });
+      assert.deepEqual(res.released_netns_paths, [netns_path]);
+      assert.ok(!fs.existsSync(netns_path));
+    } finally {
+      g.cleanup();
+    }
+  });
+});

@@ -1,0 +1,138 @@
+// Pods wired by a real kni-runtime on a real kernel: connectivity, idempotency, clean detach.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Client } from '../plugin/client/clients';
+import { hostVethName } from '../plugin/core/network-runtime';
+import { inNetns, ping } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+const addressesOf = (p: any): string[] => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address));
+
+describe('pod network (real kernel)', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  let kni: Client;
+
+  before(async () => {
+    d = await TestDaemon.start();
+    rt = d.rt();
+    kni = d.kni();
+  });
+  after(() => d?.cleanup());
+
+  async function newPod(id: string): Promise<{ netns: string; net: any }> {
+    const { netns_path } = await kni.CreateNetwork({ name: id, namespace: 'default' });
+    const net = await rt.Attach({ sandbox_id: id, netns_path, pod: { name: id, namespace: 'default', uid: 'UID-1' } });
+    return { netns: netns_path, net };
+  }
+
+  it('sets up the node: bridge with gateways, forwarding, one masquerade rule per range', () => {
+    const addrs = inNetns(d.nodeNetns, 'ip', ['-o', 'addr', 'show', 'dev', 'kni0']).out;
+    assert.match(addrs, /inet 10\.244\.0\.1\/24/);
+    assert.match(addrs, /inet6 fd00:10:244::1\/64/);
+    assert.equal(inNetns(d.nodeNetns, 'cat', ['/proc/sys/net/ipv4/ip_forward']).out.trim(), '1');
+    const v4 = inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'POSTROUTING']).out;
+    const v6 = inNetns(d.nodeNetns, 'ip6tables', ['-t', 'nat', '-S', 'POSTROUTING']).out;
+    assert.equal(v4.match(/MASQUERADE/g)?.length, 1);
+    assert.match(v4, /-s 10\.244\.0\.0\/24 ! -d 10\.244\.0\.0\/24/);
+    assert.equal(v6.match(/MASQUERADE/g)?.length, 1);
+  });
+
+  it('gives two pods dual-stack addresses; they ping each other and the gateway', async () => {
+    const a = await newPod('ping-a');
+    const b = await newPod('ping-b');
+    try {
+      const [a4, a6] = addressesOf(a.net);
+      const [b4, b6] = addressesOf(b.net);
+      assert.match(a4, /^10\.244\.0\.\d+$/);
+      assert.match(a6, /^fd00:10:244::/);
+      assert.notEqual(a4, b4);
+      assert.ok(ping(a.netns, b4), `${a4} cannot ping ${b4}`);
+      assert.ok(ping(a.netns, b6), `${a6} cannot ping ${b6}`);
+      assert.ok(ping(b.netns, a4));
+      assert.ok(ping(b.netns, '10.244.0.1'), 'pod cannot reach the IPv4 gateway');
+      assert.ok(ping(b.netns, 'fd00:10:244::1'), 'pod cannot reach the IPv6 gateway');
+      assert.ok(ping(a.netns, a4), 'a pod cannot reach itself');
+
+      // What the kernel has matches what the API says.
+      const itf = a.net.interfaces[0];
+      const link = inNetns(a.netns, 'ip', ['-o', 'link', 'show', 'eth0']).out;
+      assert.match(link, /mtu 1500/);
+      assert.match(link, new RegExp(itf.mac));
+      assert.match(inNetns(a.netns, 'ip', ['-o', 'link', 'show', 'lo']).out, /UP/);
+      assert.match(inNetns(a.netns, 'ip', ['route']).out, /default via 10\.244\.0\.1 dev eth0/);
+      assert.match(inNetns(a.netns, 'ip', ['-6', 'route']).out, /default via fd00:10:244::1 dev eth0/);
+      const port = inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', itf.host_interface]).out;
+      assert.match(port, /master kni0/);
+      assert.match(port, /hairpin on/);
+      assert.equal((await rt.Check({ sandbox_id: 'ping-a' })).ok, true);
+    } finally {
+      await rt.Detach({ sandbox_id: 'ping-a' });
+      await rt.Detach({ sandbox_id: 'ping-b' });
+    }
+  });
+
+  it('detach leaves no veth, netns, address or record behind', async () => {
+    const a = await newPod('gone-a');
+    const veth = a.net.interfaces[0].host_interface;
+    assert.ok(d.nodeLinks().includes(veth));
+    const used = Number((await rt.GetIPAMStatus()).ranges[0].used);
+    assert.deepEqual(await rt.Detach({ sandbox_id: 'gone-a' }), { released: true });
+    assert.ok(!d.nodeLinks().includes(veth), 'host veth still there');
+    assert.ok(!fs.existsSync(a.netns), 'netns pin still there');
+    assert.equal(Number((await rt.GetIPAMStatus()).ranges[0].used), used - 1);
+    assert.ok(!fs.existsSync(`${d.stateDir}/sandboxes/gone-a.json`), 'record still there');
+    assert.ok(!(await rt.ListPods()).pods.some((p: any) => p.sandbox_id === 'gone-a'));
+  });
+
+  it('detach of a runtime-created netns deletes the veth and keeps the netns', async () => {
+    const netns = d.makePodNetns('own-ns');
+    await rt.Attach({ sandbox_id: 'own-ns', netns_path: netns });
+    await rt.Detach({ sandbox_id: 'own-ns' });
+    assert.ok(fs.existsSync(netns));
+    assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
+    assert.ok(!d.nodeLinks().includes(hostVethName('own-ns', 'eth0')));
+  });
+
+  it('attach twice answers the same network; detach twice and of unknown ids succeeds', async () => {
+    const a = await newPod('twice');
+    const again = await rt.Attach({ sandbox_id: 'twice', netns_path: a.netns });
+    assert.deepEqual(again, a.net);
+    assert.equal(d.nodeLinks().filter((l) => l === a.net.interfaces[0].host_interface).length, 1);
+    assert.deepEqual(await rt.Detach({ sandbox_id: 'twice' }), { released: true });
+    assert.deepEqual(await rt.Detach({ sandbox_id: 'twice' }), { released: false });
+    assert.deepEqual(await rt.Detach({ sandbox_id: 'never-seen' }), { released: false });
+  });
+
+  it('answers the whole pod network in GetPod: interfaces, prefixes, routes, netns', async () => {
+    const a = await newPod('query');
+    try {
+      const p = await rt.GetPod({ sandbox_id: 'query' });
+      assert.equal(p.netns_path, a.netns);
+      assert.deepEqual(p.pod, { name: 'query', namespace: 'default', uid: 'uid-1' });
+      const [v4, v6] = p.interfaces[0].addresses;
+      assert.deepEqual([v4.family, v4.prefix_length, v4.gateway], ['IPV4', 24, '10.244.0.1']);
+      assert.deepEqual([v6.family, v6.prefix_length, v6.gateway], ['IPV6', 64, 'fd00:10:244::1']);
+      assert.ok(p.routes.some((r: any) => r.destination === '0.0.0.0/0' && r.gateway === '10.244.0.1'));
+      assert.ok(p.routes.some((r: any) => r.destination === '::/0' && r.gateway === 'fd00:10:244::1'));
+    } finally {
+      await rt.Detach({ sandbox_id: 'query' });
+    }
+  });
+
+  it('Check reports a veth deleted behind its back', async () => {
+    const a = await newPod('drift');
+    try {
+      inNetns(d.nodeNetns, 'ip', ['link', 'del', a.net.interfaces[0].host_interface]);
+      const r = await rt.Check({ sandbox_id: 'drift' });
+      assert.equal(r.ok, false);
+      assert.ok(r.problems.some((p: string) => /host veth .* is missing/.test(p)), r.problems.join('; '));
+    } finally {
+      await rt.Detach({ sandbox_id: 'drift' });
+    }
+  });
+
+  it('serves on a 0600 socket', () => {
+    assert.equal(fs.statSync(d.socket).mode & 0o777, 0o600);
+  });
+});

@@ -1,0 +1,100 @@
+// Pure logic: address arithmetic, config validation, the range allocator.
+import assert from 'node:assert/strict';
+import { ConfigError, parseConfig } from '../plugin/core/config';
+import { KniError } from '../plugin/core/errors';
+import * as validate from '../plugin/core/validate';
+import { formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
+import { RangeAllocator } from '../plugin/ipam/range-allocator';
+
+describe('ip', () => {
+  it('round-trips IPv4 and IPv6 in canonical form', () => {
+    for (const s of ['10.244.0.1', '0.0.0.0', '255.255.255.255', 'fd00:10:244::1', '::', '::1', '2001:db8::', '1:0:0:1:0:0:0:1', '1:2:3:4:5:6:7:8']) {
+      const { family, value } = parseIp(s);
+      assert.equal(formatIp(family, value), s === '1:0:0:1:0:0:0:1' ? '1:0:0:1::1' : s);
+    }
+  });
+  it('canonicalises CIDRs and rejects bad ones', () => {
+    assert.equal(parseCidr('10.244.0.7/24').text, '10.244.0.0/24');
+    assert.equal(parseCidr('FD00:10:244:0::5/64').text, 'fd00:10:244::/64');
+    for (const bad of ['10.0.0.0/33', '10.0.0.0', '10.0.0.256/24', 'fd00::/129', 'x/8', '10.0.0.0/-1', '']) {
+      assert.throws(() => parseCidr(bad), /CIDR|prefix|address/, bad);
+    }
+  });
+});
+
+describe('config', () => {
+  it('has the embedded default', () => {
+    const c = parseConfig(undefined);
+    assert.equal(c.bridge, 'kni0');
+    assert.equal(c.mtu, 1500);
+    assert.deepEqual(c.ranges.map((r) => r.text), ['10.244.0.0/24', 'fd00:10:244::/64']);
+    assert.equal(c.netnsDir, '/run/netns');
+  });
+  const cases: [string, unknown, RegExp][] = [
+    ['bad CIDR', { ranges: ['10.0.0.0/33'] }, /prefix length 33/],
+    ['garbage CIDR', { ranges: ['ten'] }, /not a CIDR/],
+    ['two IPv4 ranges', { ranges: ['10.0.0.0/24', '10.1.0.0/24'] }, /at most one per family/],
+    ['too small', { ranges: ['10.0.0.0/31'] }, /too small/],
+    ['no ranges', { ranges: [] }, /one or two CIDRs/],
+    ['MTU', { mtu: 70000 }, /mtu 70000/],
+    ['IPv6 MTU', { mtu: 1000 }, /1280/],
+    ['bridge name', { bridge: 'this-name-is-too-long' }, /at most 15/],
+    ['unknown key', { brige: 'x' }, /unknown setting "brige"/],
+    ['relative netnsDir', { netnsDir: 'netns' }, /absolute/],
+  ];
+  for (const [name, raw, re] of cases) {
+    it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));
+  }
+  it('names every problem at once', () => {
+    assert.throws(() => parseConfig({ mtu: 1, ranges: ['x'] }), /mtu 1.*not a CIDR|not a CIDR.*mtu 1/);
+  });
+});
+
+describe('validation', () => {
+  const bad = (fn: () => unknown, re: RegExp) =>
+    assert.throws(fn, (e: Error) => e instanceof KniError && e.code === 'INVALID_ARGUMENT' && re.test(e.message));
+  it('sandbox ids', () => {
+    assert.equal(validate.sandboxId('a'.repeat(64)), 'a'.repeat(64));
+    bad(() => validate.sandboxId(''), /empty/);
+    bad(() => validate.sandboxId('a'.repeat(129)), /129 characters/);
+    bad(() => validate.sandboxId('a/b'), /characters/);
+    bad(() => validate.sandboxId('..'), /characters/);
+  });
+  it('interface names', () => {
+    assert.equal(validate.interfaceName('eth0'), 'eth0');
+    bad(() => validate.interfaceName('a'.repeat(16)), /16 bytes/);
+    bad(() => validate.interfaceName('ééééééééé'), /18 bytes/);
+    for (const n of ['a/b', 'a:b', 'a b', '..', '.']) bad(() => validate.interfaceName(n), /not a valid interface name/);
+  });
+  it('netns paths', () => {
+    const roots = ['/run/netns'];
+    bad(() => validate.netnsPath('run/netns/x', roots), /not absolute/);
+    bad(() => validate.netnsPath('/run/netns/../../etc/passwd', roots), /not normalised/);
+    bad(() => validate.netnsPath('/etc/passwd', roots), /outside the allowed netns roots/);
+    assert.equal(validate.netnsPath(`/proc/${process.pid}/ns/net`, roots), `/proc/${process.pid}/ns/net`);
+    assert.throws(() => validate.netnsPath('/run/netns/does-not-exist', roots), (e: Error) => e instanceof KniError && e.code === 'NOT_FOUND');
+  });
+});
+
+describe('range allocator', () => {
+  it('skips network, gateway and broadcast, and runs out with a message naming the range', () => {
+    const r = new RangeAllocator(parseCidr('10.99.0.0/29'));
+    const got = [1, 2, 3, 4, 5].map((i) => r.format(r.allocate(`s${i}`)));
+    assert.deepEqual(got, ['10.99.0.2', '10.99.0.3', '10.99.0.4', '10.99.0.5', '10.99.0.6']);
+    assert.throws(() => r.allocate('s6'), (e: Error) => e instanceof KniError && e.code === 'RESOURCE_EXHAUSTED' && /10\.99\.0\.0\/29/.test(e.message));
+    r.release('10.99.0.4', 's3');
+    assert.equal(r.format(r.allocate('s7')), '10.99.0.4');
+  });
+  it('does not hand a just-released address out again at once', () => {
+    const r = new RangeAllocator(parseCidr('10.99.0.0/24'));
+    const a = r.allocate('a');
+    r.release(r.format(a), 'a');
+    assert.notEqual(r.allocate('b'), a);
+  });
+  it('refuses to restore an address owned by another sandbox', () => {
+    const r = new RangeAllocator(parseCidr('10.99.0.0/24'));
+    assert.equal(r.reserve('10.99.0.9', 'a'), true);
+    assert.equal(r.reserve('10.99.0.9', 'b'), false);
+    assert.equal(r.reserve('10.98.0.9', 'b'), false);
+  });
+});

@@ -1,0 +1,111 @@
+// Bad input gets a precise gRPC error and the daemon keeps serving with its state intact.
+import * as grpc from '@grpc/grpc-js';
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Client } from '../plugin/client/clients';
+import { packageRoot } from '../plugin/server/protos';
+import { rejectsWith } from './helpers/expect';
+import { RUN } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+const S = grpc.status;
+
+describe('validation', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  let kni: Client;
+  let good: string;
+
+  before(async () => {
+    d = await TestDaemon.start();
+    rt = d.rt();
+    kni = d.kni();
+    good = (await kni.CreateNetwork({ name: 'ok', namespace: 'default' })).netns_path;
+    await rt.Attach({ sandbox_id: 'keeper', netns_path: good });
+  });
+  after(() => d?.cleanup());
+
+  const attach = (req: object) => rt.Attach({ sandbox_id: 'v1', netns_path: good, ...req });
+
+  it('sandbox ids: empty, oversized, with / or ..', async () => {
+    await rejectsWith(attach({ sandbox_id: '' }), S.INVALID_ARGUMENT, /sandbox id is empty/);
+    await rejectsWith(attach({ sandbox_id: 'x'.repeat(129) }), S.INVALID_ARGUMENT, /129 characters long \(at most 128\)/);
+    await rejectsWith(attach({ sandbox_id: 'a/b' }), S.INVALID_ARGUMENT, /"a\/b" has characters/);
+    await rejectsWith(attach({ sandbox_id: '..' }), S.INVALID_ARGUMENT, /"\.\." has characters/);
+    await rejectsWith(rt.GetPod({ sandbox_id: '../../etc' }), S.INVALID_ARGUMENT, /has characters/);
+    await rejectsWith(rt.Detach({ sandbox_id: '' }), S.INVALID_ARGUMENT, /empty/);
+    await rejectsWith(kni.QueryPodNetwork({ id: 'x'.repeat(500) }), S.INVALID_ARGUMENT, /at most 128/);
+  });
+
+  it('netns paths: relative, traversal, outside the roots, symlinks out, missing, not a netns', async () => {
+    await rejectsWith(attach({ netns_path: '' }), S.INVALID_ARGUMENT, /netns path is empty/);
+    await rejectsWith(attach({ netns_path: 'run/netns/x' }), S.INVALID_ARGUMENT, /not absolute/);
+    await rejectsWith(attach({ netns_path: `${d.netnsDir}/../../etc/passwd` }), S.INVALID_ARGUMENT, /not normalised/);
+    await rejectsWith(attach({ netns_path: '/etc/hostname' }), S.INVALID_ARGUMENT, /outside the allowed netns roots/);
+    const link = `${d.netnsDir}/${RUN}-evil`;
+    fs.symlinkSync('/etc/hostname', link);
+    await rejectsWith(attach({ netns_path: link }), S.INVALID_ARGUMENT, /outside the allowed netns roots/);
+    await rejectsWith(attach({ netns_path: `${d.netnsDir}/nope` }), S.NOT_FOUND, /does not exist/);
+    const plain = `${d.netnsDir}/${RUN}-plain`;
+    fs.writeFileSync(plain, '');
+    await rejectsWith(attach({ netns_path: plain }), S.INVALID_ARGUMENT, /is not a network namespace/);
+    await rejectsWith(attach({ netns_path: '/proc/999999999/ns/net' }), S.NOT_FOUND, /no such process/);
+    await rejectsWith(kni.AttachInterface({ id: 'v2' }), S.INVALID_ARGUMENT, /set isolation\.path or extradata\["netns"\]/);
+    await rejectsWith(kni.CreateNetwork({ netns_path_prefix: '/etc' }), S.INVALID_ARGUMENT, /not kni's netns dir/);
+    // A refused netns leaves nothing behind: no address taken.
+    assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '1');
+  });
+
+  it('interface names and pod metadata', async () => {
+    await rejectsWith(attach({ interface_name: 'a-very-long-name0' }), S.INVALID_ARGUMENT, /at most 15/);
+    await rejectsWith(attach({ interface_name: 'eth/0' }), S.INVALID_ARGUMENT, /not a valid interface name/);
+    await rejectsWith(attach({ pod: { name: 'Bad_Name' } }), S.INVALID_ARGUMENT, /pod name "Bad_Name" is not a valid Kubernetes name/);
+    await rejectsWith(attach({ annotations: { big: 'x'.repeat(300 * 1024) } }), S.INVALID_ARGUMENT, /annotations is larger than/);
+  });
+
+  it('conflicts: same id in another netns, a second sandbox in a netns that already has eth0', async () => {
+    const other = (await kni.CreateNetwork({})).netns_path;
+    try {
+      await rejectsWith(rt.Attach({ sandbox_id: 'keeper', netns_path: other }), S.ALREADY_EXISTS, /already attached in netns/);
+      await rejectsWith(rt.Attach({ sandbox_id: 'intruder', netns_path: good }), S.ALREADY_EXISTS, /already has an interface named eth0/);
+      assert.equal((await rt.Check({ sandbox_id: 'keeper' })).ok, true, 'the failed attach damaged the first sandbox');
+    } finally {
+      await kni.DeleteNetwork({ netns_path: other });
+    }
+  });
+
+  it('unknown sandboxes: NOT_FOUND on queries', async () => {
+    await rejectsWith(rt.GetPod({ sandbox_id: 'ghost' }), S.NOT_FOUND, /sandbox ghost is not attached/);
+    await rejectsWith(kni.QueryPodNetwork({ id: 'ghost' }), S.NOT_FOUND, /not attached/);
+    await rejectsWith(rt.Check({ sandbox_id: 'ghost' }), S.NOT_FOUND, /not attached/);
+    await rejectsWith(kni.DeleteNetwork({}), S.INVALID_ARGUMENT, /neither a sandbox id nor a netns path/);
+    await rejectsWith(rt.GarbageCollect({ live_sandbox_ids: ['ok', 'bad/id'] }), S.INVALID_ARGUMENT, /live sandbox id/);
+  });
+
+  it('keeps serving with state intact after all of that', async () => {
+    const pods = (await rt.ListPods()).pods;
+    assert.deepEqual(pods.map((p: any) => p.sandbox_id), ['keeper']);
+    assert.equal((await rt.Check({ sandbox_id: 'keeper' })).ok, true);
+    assert.equal((await rt.GetNode()).ready, true);
+  });
+
+  it('refuses to start on a bad config, naming every problem', () => {
+    const file = `${d.dir}/bad.yaml`;
+    fs.writeFileSync(file, 'ranges: ["10.0.0.0/33", "fd00::/64"]\nmtu: 10\nbridge: "a/b"\n');
+    const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', file, '--socket', `${d.dir}/x.sock`, '--state-dir', `${d.dir}/x`], { encoding: 'utf8' });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /prefix length 33 is too long/);
+    assert.match(r.stderr, /mtu 10/);
+    assert.match(r.stderr, /bridge "a\/b"/);
+    assert.ok(!fs.existsSync(`${d.dir}/x.sock`));
+  });
+
+  it('refuses a second daemon on a live socket', () => {
+    const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, '--socket', d.socket, '--state-dir', `${d.dir}/y`], { encoding: 'utf8' });
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /another process is serving/);
+    assert.ok(!fs.existsSync(`${d.dir}/y`), 'the second daemon touched state before finding the socket taken');
+  });
+});
