@@ -42,12 +42,14 @@ const print = (format: string, json: unknown, human: () => string) =>
   process.stdout.write(format === 'json' ? `${JSON.stringify(json, null, 2)}\n` : human());
 
 const ips = (p: any): string => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
+/** CRI ids (64 hex digits) are shown as crictl does, by their first 13; others whole. */
+const shortId = (id: string): string => (/^[0-9a-f]{64}$/.test(id) ? id.slice(0, 13) : id);
 const podName = (p: any): string => (p.pod?.name ? `${p.pod.namespace}/${p.pod.name}` : '-');
 
 program.command('pods').description('list the sandboxes kni has wired').addOption(output()).action(async (o) => {
   const res = await withClient((c) => c.ListPods());
   print(o.output, res.pods, () =>
-    table([['SANDBOX', 'POD', 'IPS', 'NETNS'], ...res.pods.map((p: any) => [p.sandbox_id.slice(0, 13), podName(p), ips(p), p.netns_path])]),
+    table([['SANDBOX', 'POD', 'IPS', 'NETNS'], ...res.pods.map((p: any) => [shortId(p.sandbox_id), podName(p), ips(p), p.netns_path])]),
   );
 });
 

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what kni needs on a fresh machine of this kind (Debian 12, root): Debian packages,
+# npm dependencies, then builds. Quick when everything is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "hack/setup.sh: must run as root: it installs Debian packages, and kni creates network namespaces" >&2
+  exit 1
+fi
+
+need=()
+for pkg in iproute2 iptables iputils-ping util-linux; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "hack/setup.sh: installing ${need[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+npx tsc -p .
