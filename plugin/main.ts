@@ -5,6 +5,8 @@ import { ConfigError, loadConfig } from './core/config';
 import { log, setLogLevel } from './core/log';
 import { NetworkRuntime } from './core/network-runtime';
 import { clearStaleSocket, serve } from './server/server';
+import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
+import { serveCni } from '../runtime-hooks/cni/cni-server';
 
 async function main(): Promise<void> {
   const program = new Command()
@@ -15,12 +17,17 @@ async function main(): Promise<void> {
     .option('--config <file>', 'YAML or JSON config (default: the embedded default network)')
     .option('--log-level <level>', 'debug, info, warn or error', process.env.KNI_LOG_LEVEL ?? 'info')
     .option('--print-config', 'print the effective config and exit')
+    .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
     .parse();
-  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; printConfig?: boolean }>();
+  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; printConfig?: boolean; uninstall?: boolean }>();
   setLogLevel(opts.logLevel);
   const cfg = loadConfig(opts.config);
   if (opts.printConfig) {
     process.stdout.write(`${JSON.stringify({ ...cfg, ranges: cfg.ranges.map((c) => c.text) }, null, 2)}\n`);
+    return;
+  }
+  if (opts.uninstall) {
+    for (const f of uninstallCni(cfg.cni)) log('info', 'removed', { file: f });
     return;
   }
   if (process.getuid?.() !== 0) throw new Error('kni-runtime must run as root (it creates network namespaces and links)');
@@ -30,10 +37,20 @@ async function main(): Promise<void> {
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();
   const server = await serve(rt, opts.socket);
+  const cniServer = await serveCni(rt, cfg.cni.socket);
+  rt.onNodeReady(() => {
+    try {
+      const files = installCni(cfg.cni, cfg.name);
+      if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });
+    } catch (e) {
+      log('error', 'cannot install the CNI config', { error: (e as Error).message });
+    }
+  });
   log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)' });
 
   const shutdown = (signal: string) => {
     log('info', 'shutting down; pods stay as they are', { signal });
+    cniServer.close();
     server.tryShutdown(() => {
       rt.stop();
       process.exit(0);

@@ -6,6 +6,16 @@ import YAML from 'yaml';
 import { Cidr, cidrsOverlap, parseCidr } from '../ipam/ip';
 import { interfaceName } from './validate';
 
+export interface CniConfig {
+  /** The socket kni-cni talks to. */
+  socket: string;
+  /** Where to write the conflist once the node network is ready ('' = do not write one). */
+  confDir: string;
+  confName: string;
+  /** Where to install the kni-cni binary ('' = do not install it). */
+  binDir: string;
+}
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
@@ -20,6 +30,7 @@ export interface Config {
   masquerade: boolean;
   /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
   unclaimedNetnsGraceSeconds: number;
+  cni: CniConfig;
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -38,9 +49,11 @@ export const defaultConfig = (): Config => ({
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
   unclaimedNetnsGraceSeconds: 600,
+  cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni']);
+const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
 
@@ -108,6 +121,23 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     const v = r.unclaimedNetnsGraceSeconds;
     if (!Number.isInteger(v) || (v as number) < 0) problems.push('unclaimedNetnsGraceSeconds must be a whole number of seconds');
     else cfg.unclaimedNetnsGraceSeconds = v as number;
+  }
+  if (r.cni !== undefined) {
+    if (typeof r.cni !== 'object' || r.cni === null || Array.isArray(r.cni)) problems.push('cni must be a map of settings');
+    else {
+      const c = r.cni as Record<string, unknown>;
+      for (const k of Object.keys(c)) {
+        if (!CNI_KEYS.has(k)) problems.push(`unknown setting "cni.${k}"`);
+        else if (typeof c[k] !== 'string') problems.push(`cni.${k} must be a string`);
+        else if (k === 'confName') {
+          if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.conflist$/.test(c[k] as string)) problems.push(`cni.confName ${JSON.stringify(c[k])} must be a plain file name ending in .conflist`);
+          else cfg.cni.confName = c[k] as string;
+        } else if (c[k] !== '' && !path.isAbsolute(c[k] as string)) problems.push(`cni.${k} must be an absolute path`);
+        else if (k === 'socket' && (c[k] as string).length > 107) problems.push('cni.socket is longer than a unix socket path may be (107 bytes)');
+        else (cfg.cni as unknown as Record<string, string>)[k] = c[k] === '' ? '' : path.normalize(c[k] as string);
+      }
+      if (!cfg.cni.socket) problems.push('cni.socket must not be empty');
+    }
   }
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;

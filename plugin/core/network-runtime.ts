@@ -64,6 +64,7 @@ export class NetworkRuntime {
   private nodeReady = false;
   private nodeReason = 'node network not set up yet';
   private sweeper?: NodeJS.Timeout;
+  private readyListeners: (() => void)[] = [];
 
   constructor(readonly cfg: Config, stateDir: string) {
     this.store = new StateStore(stateDir);
@@ -100,6 +101,12 @@ export class NetworkRuntime {
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.nodeReady });
   }
 
+  /** Calls cb each time the node network becomes ready (now, if it is). */
+  onNodeReady(cb: () => void): void {
+    this.readyListeners.push(cb);
+    if (this.nodeReady) cb();
+  }
+
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
     this.host?.close();
@@ -108,8 +115,10 @@ export class NetworkRuntime {
   async setupNode(): Promise<void> {
     try {
       this.bridgeIndex = await setupNodeNetwork(this.host, this.cfg, this.ipam);
+      const wasReady = this.nodeReady;
       this.nodeReady = true;
       this.nodeReason = '';
+      if (!wasReady) for (const cb of this.readyListeners) cb();
     } catch (e) {
       this.nodeReady = false;
       this.nodeReason = (e as Error).message;

@@ -18,6 +18,7 @@ export class TestDaemon {
   readonly socket: string;
   readonly stateDir: string;
   readonly configFile: string;
+  readonly cniSocket: string;
   proc?: ChildProcess;
   output = '';
   private clients: Client[] = [];
@@ -32,7 +33,9 @@ export class TestDaemon {
     this.stateDir = `${this.dir}/state`;
     this.configFile = `${this.dir}/config.json`;
     fs.mkdirSync(this.dir, { recursive: true });
-    fs.writeFileSync(this.configFile, JSON.stringify({ netnsDir: this.netnsDir, ...config }));
+    this.cniSocket = `${this.dir}/cni.sock`;
+    const cni = { socket: this.cniSocket, ...((config.cni as object) ?? {}) };
+    fs.writeFileSync(this.configFile, JSON.stringify({ netnsDir: this.netnsDir, ...config, cni }));
     sh('ip', ['netns', 'add', this.nodeNetnsName]);
     sh('ip', ['-n', this.nodeNetnsName, 'link', 'set', 'lo', 'up']);
   }

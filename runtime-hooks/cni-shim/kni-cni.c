@@ -1,0 +1,159 @@
+/*
+ * kni-cni: the CNI plugin a runtime execs. It forwards the call to kni-runtime and prints the
+ * answer; all parsing and policy live in the daemon. A compiled executable because starting a
+ * JavaScript runtime per call costs tens of milliseconds.
+ *
+ * Wire format on the unix socket (all integers uint32 big-endian):
+ *   request:  field count, then per field: key length, key, value length, value
+ *             (fields: CNI_COMMAND, CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME, CNI_ARGS, CNI_PATH, STDIN)
+ *   response: exit code, output length, output (written to stdout as is)
+ *
+ * The socket path is the "socket" string of the network config, else $KNI_CNI_SOCKET,
+ * else /run/kni/cni.sock.
+ */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define MAX_STDIN (4u << 20)
+#define MAX_REPLY (4u << 20)
+#define DEFAULT_SOCKET "/run/kni/cni.sock"
+
+static const char *fields[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
+#define NFIELDS (sizeof(fields) / sizeof(fields[0]))
+
+static char *in;
+static size_t in_len;
+
+/* Finds "key" : "value" in the config JSON; values with escapes are not supported (not needed). */
+static int json_string(const char *key, char *out, size_t outsz) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\"", key);
+    for (const char *p = in; p && (p = strstr(p, pat)); p += strlen(pat)) {
+        const char *q = p + strlen(pat);
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != ':') continue;
+        q++;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q != '"') continue;
+        q++;
+        const char *end = strchr(q, '"');
+        if (!end || (size_t)(end - q) >= outsz) return 0;
+        memcpy(out, q, end - q);
+        out[end - q] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* A CNI error object for failures before the daemon answers; STATUS says 50 (cannot serve ADD). */
+static void fail(const char *msg, const char *detail) {
+    char version[32] = "1.0.0";
+    json_string("cniVersion", version, sizeof version);
+    const char *cmd = getenv("CNI_COMMAND");
+    int code = cmd && strcmp(cmd, "STATUS") == 0 ? 50 : 11;
+    printf("{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"%s\"}\n", version, code, msg, detail);
+    exit(1);
+}
+
+static void put32(char **p, uint32_t v) {
+    (*p)[0] = v >> 24; (*p)[1] = v >> 16; (*p)[2] = v >> 8; (*p)[3] = v;
+    *p += 4;
+}
+
+static uint32_t get32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int write_all(int fd, const char *b, size_t n) {
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        b += w; n -= w;
+    }
+    return 0;
+}
+
+static int read_all(int fd, char *b, size_t n) {
+    while (n) {
+        ssize_t r = read(fd, b, n);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return -1;
+        b += r; n -= r;
+    }
+    return 0;
+}
+
+int main(void) {
+    /* VERSION needs no daemon, and runtimes send it with a bare config (no "socket").
+     * Keep this list equal to SUPPORTED_VERSIONS in runtime-hooks/cni/cni-result.ts. */
+    const char *command = getenv("CNI_COMMAND");
+    if (command && strcmp(command, "VERSION") == 0) {
+        printf("{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}\n");
+        return 0;
+    }
+    size_t cap = 65536;
+    in = malloc(cap + 1);
+    for (;;) {
+        if (in_len == cap) {
+            if (cap >= MAX_STDIN) fail("network config on stdin is too large", "more than 4 MiB");
+            cap *= 2;
+            in = realloc(in, cap + 1);
+        }
+        ssize_t r = read(0, in + in_len, cap - in_len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) fail("cannot read stdin", strerror(errno));
+        if (r == 0) break;
+        in_len += r;
+    }
+    in[in_len] = 0;
+
+    char path[108];
+    const char *env = getenv("KNI_CNI_SOCKET");
+    if (!json_string("socket", path, sizeof path)) snprintf(path, sizeof path, "%s", env && *env ? env : DEFAULT_SOCKET);
+
+    size_t size = 4 + (NFIELDS + 1) * 8 + in_len + strlen("STDIN");
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const char *v = getenv(fields[i]);
+        size += strlen(fields[i]) + (v ? strlen(v) : 0);
+    }
+    char *req = malloc(size + 4), *p = req;
+    put32(&p, (uint32_t)size);
+    put32(&p, NFIELDS + 1);
+    for (size_t i = 0; i < NFIELDS; i++) {
+        const char *v = getenv(fields[i]);
+        if (!v) v = "";
+        put32(&p, strlen(fields[i])); memcpy(p, fields[i], strlen(fields[i])); p += strlen(fields[i]);
+        put32(&p, strlen(v)); memcpy(p, v, strlen(v)); p += strlen(v);
+    }
+    put32(&p, 5); memcpy(p, "STDIN", 5); p += 5;
+    put32(&p, in_len); memcpy(p, in, in_len); p += in_len;
+
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "connect %s: %s", path, strerror(errno));
+        fail("kni-runtime is not reachable", detail);
+    }
+    struct timeval tv = {.tv_sec = 120};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (write_all(fd, req, p - req) < 0) fail("cannot send the request to kni-runtime", strerror(errno));
+
+    unsigned char head[8];
+    if (read_all(fd, (char *)head, 8) < 0) fail("kni-runtime closed the connection without an answer", strerror(errno));
+    uint32_t code = get32(head), len = get32(head + 4);
+    if (len > MAX_REPLY) fail("kni-runtime answered too much", "more than 4 MiB");
+    char *out = malloc(len + 1);
+    if (read_all(fd, out, len) < 0) fail("kni-runtime's answer was cut short", strerror(errno));
+    write_all(1, out, len);
+    return (int)code;
+}

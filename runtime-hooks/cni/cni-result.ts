@@ -1,0 +1,58 @@
+// CNI result and error objects (spec 0.4.0, 1.0.0, 1.1.0) from a sandbox record.
+import { ErrorCode } from '../../plugin/core/errors';
+import { SandboxRecord } from '../../plugin/store/records';
+
+// kni-cni answers VERSION itself with the same list: keep them equal.
+export const SUPPORTED_VERSIONS = ['0.4.0', '1.0.0', '1.1.0'];
+
+export function cniResult(version: string, rec: SandboxRecord): Record<string, unknown> {
+  const interfaces: Record<string, unknown>[] = [];
+  const ips: Record<string, unknown>[] = [];
+  const routes: Record<string, unknown>[] = [];
+  for (const itf of rec.interfaces) {
+    interfaces.push({ name: itf.hostVeth });
+    const podIndex = interfaces.length;
+    interfaces.push({ name: itf.name, mac: itf.mac, sandbox: rec.netnsPath, ...(version === '1.1.0' ? { mtu: itf.mtu } : {}) });
+    for (const a of itf.addresses) {
+      ips.push({ ...(version === '0.4.0' ? { version: String(a.family) } : {}), address: `${a.address}/${a.prefixLength}`, gateway: a.gateway, interface: podIndex });
+      routes.push({ dst: a.family === 4 ? '0.0.0.0/0' : '::/0', gw: a.gateway });
+    }
+  }
+  return { cniVersion: version, interfaces, ips, routes, dns: {} };
+}
+
+/** CNI error codes (SPEC "Error" section); 100+ are plugin-specific. */
+export const CNI_ERR = {
+  INCOMPATIBLE_VERSION: 1,
+  UNSUPPORTED_FIELD: 2,
+  UNKNOWN_CONTAINER: 3,
+  INVALID_ENV: 4,
+  IO_FAILURE: 5,
+  DECODING_FAILURE: 6,
+  INVALID_CONFIG: 7,
+  TRY_AGAIN_LATER: 11,
+  NOT_AVAILABLE: 50,
+  LIMITED_CONNECTIVITY: 51,
+  CHECK_FAILED: 100,
+  INTERNAL: 101,
+  ALREADY_ATTACHED: 102,
+} as const;
+
+export function cniCodeFor(code: ErrorCode): number {
+  switch (code) {
+    case 'INVALID_ARGUMENT': return CNI_ERR.INVALID_ENV;
+    case 'NOT_FOUND': return CNI_ERR.UNKNOWN_CONTAINER;
+    case 'RESOURCE_EXHAUSTED':
+    case 'UNAVAILABLE':
+    case 'FAILED_PRECONDITION': return CNI_ERR.TRY_AGAIN_LATER;
+    case 'ALREADY_EXISTS': return CNI_ERR.ALREADY_ATTACHED;
+    default: return CNI_ERR.INTERNAL;
+  }
+}
+
+export const cniError = (version: string, code: number, msg: string, details = ''): Record<string, unknown> => ({
+  cniVersion: version,
+  code,
+  msg,
+  ...(details ? { details } : {}),
+});

@@ -1,0 +1,58 @@
+// The framing between kni-cni (runtime-hooks/cni-shim/kni-cni.c) and the daemon: a request is
+// a list of key/value fields, the answer an exit code and the bytes for stdout.
+
+export const MAX_REQUEST = 8 << 20;
+
+/** Parses one request (after its 4-byte length); throws on malformed input. */
+export function decodeRequest(b: Buffer): Map<string, string> {
+  const out = new Map<string, string>();
+  let o = 0;
+  const u32 = () => {
+    if (o + 4 > b.length) throw new Error('truncated request');
+    const v = b.readUInt32BE(o);
+    o += 4;
+    return v;
+  };
+  const str = () => {
+    const n = u32();
+    if (o + n > b.length) throw new Error('truncated request');
+    const s = b.toString('utf8', o, o + n);
+    o += n;
+    return s;
+  };
+  const count = u32();
+  if (count > 64) throw new Error(`too many fields (${count})`);
+  for (let i = 0; i < count; i++) out.set(str(), str());
+  if (o !== b.length) throw new Error('trailing bytes after the request');
+  return out;
+}
+
+export function encodeRequest(fields: Record<string, string>): Buffer {
+  const parts: Buffer[] = [];
+  const u32 = (v: number) => {
+    const x = Buffer.alloc(4);
+    x.writeUInt32BE(v);
+    parts.push(x);
+  };
+  const entries = Object.entries(fields);
+  u32(entries.length);
+  for (const [k, v] of entries) {
+    for (const s of [k, v]) {
+      const b = Buffer.from(s);
+      u32(b.length);
+      parts.push(b);
+    }
+  }
+  const body = Buffer.concat(parts);
+  const len = Buffer.alloc(4);
+  len.writeUInt32BE(body.length);
+  return Buffer.concat([len, body]);
+}
+
+export function encodeResponse(exitCode: number, output: string): Buffer {
+  const out = Buffer.from(output);
+  const head = Buffer.alloc(8);
+  head.writeUInt32BE(exitCode, 0);
+  head.writeUInt32BE(out.length, 4);
+  return Buffer.concat([head, out]);
+}

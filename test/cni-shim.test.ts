@@ -1,0 +1,173 @@
+// The CNI 1.1 path: the kni-cni binary exec'd with env + stdin, through the daemon, on the kernel.
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { packageRoot } from '../plugin/server/protos';
+import { cni } from './helpers/cni-exec';
+import { inNetns, ping } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+describe('CNI shim (kni-cni)', () => {
+  let d: TestDaemon;
+  let conf: Record<string, unknown>;
+  const k8sArgs = (name: string, uid = 'u-1') => `IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=${name};K8S_POD_INFRA_CONTAINER_ID=x;K8S_POD_UID=${uid}`;
+  const env = (id: string, netns: string, name = id) => ({ CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: k8sArgs(name) });
+
+  before(async () => {
+    d = await TestDaemon.start({ cni: { confDir: '', binDir: '' } });
+    conf = { cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: d.cniSocket };
+  });
+  after(() => d?.cleanup());
+
+  it('VERSION lists the spec versions it speaks, without needing the daemon', () => {
+    const r = cni('VERSION', {}, { cniVersion: '1.0.0' });
+    assert.equal(r.code, 0, r.raw);
+    assert.deepEqual(r.out.supportedVersions, ['0.4.0', '1.0.0', '1.1.0']);
+  });
+
+  it('ADD answers a spec-conformant result, in the version asked; ADD again answers the same; DEL releases', async () => {
+    const netns = d.makePodNetns('cni-a');
+    const r = cni('ADD', env('cni-a', netns), conf);
+    assert.equal(r.code, 0, r.raw);
+    assert.equal(r.out.cniVersion, '1.0.0');
+    const [host, pod] = r.out.interfaces;
+    assert.match(host.name, /^kni[0-9a-f]{12}$/);
+    assert.deepEqual(Object.keys(pod).sort(), ['mac', 'name', 'sandbox']);
+    assert.equal(pod.name, 'eth0');
+    assert.equal(pod.sandbox, netns);
+    assert.equal(r.out.ips.length, 2);
+    assert.match(r.out.ips[0].address, /^10\.244\.0\.\d+\/24$/);
+    assert.equal(r.out.ips[0].gateway, '10.244.0.1');
+    assert.equal(r.out.ips[0].interface, 1);
+    assert.match(r.out.ips[1].address, /^fd00:10:244::[0-9a-f]+\/64$/);
+    assert.deepEqual(r.out.routes, [{ dst: '0.0.0.0/0', gw: '10.244.0.1' }, { dst: '::/0', gw: 'fd00:10:244::1' }]);
+    assert.deepEqual(r.out.dns, {});
+    const ip = r.out.ips[0].address.split('/')[0];
+    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/24`));
+    assert.deepEqual((await d.rt().GetPod({ sandbox_id: 'cni-a' })).pod, { name: 'cni-a', namespace: 'default', uid: 'u-1' });
+
+    assert.deepEqual(cni('ADD', env('cni-a', netns), conf).out, r.out);
+    assert.equal(cni('CHECK', env('cni-a', netns), conf).code, 0);
+    const del = cni('DEL', env('cni-a', netns), conf);
+    assert.equal(del.code, 0, del.raw);
+    assert.equal(del.raw, '');
+    assert.ok(!d.nodeLinks().includes(host.name));
+    assert.equal(cni('DEL', env('cni-a', netns), conf).code, 0, 'DEL of a released sandbox must succeed');
+    assert.equal(cni('DEL', env('never-added', ''), conf).code, 0, 'DEL of an unknown sandbox must succeed');
+  });
+
+  it('1.1.0 results carry the MTU, 0.4.0 results the IP version', () => {
+    const n1 = d.makePodNetns('cni-v11');
+    const r11 = cni('ADD', env('cni-v11', n1), { ...conf, cniVersion: '1.1.0' });
+    assert.equal(r11.out.cniVersion, '1.1.0');
+    assert.equal(r11.out.interfaces[1].mtu, 1500);
+    const n0 = d.makePodNetns('cni-v04');
+    const r04 = cni('ADD', env('cni-v04', n0), { ...conf, cniVersion: '0.4.0' });
+    assert.deepEqual(r04.out.ips.map((i: any) => i.version), ['4', '6']);
+    cni('DEL', env('cni-v11', n1), conf);
+    cni('DEL', env('cni-v04', n0), conf);
+  });
+
+  it('a late DEL of a crashed sandbox leaves the new sandbox of the same pod alone (seed 004)', () => {
+    const n1 = d.makePodNetns('trap-1');
+    const n2 = d.makePodNetns('trap-2');
+    const a1 = cni('ADD', env('trap-a1', n1, 'web'), conf);
+    const a2 = cni('ADD', env('trap-a2', n2, 'web'), conf);
+    assert.equal(a2.code, 0, a2.raw);
+    assert.equal(cni('DEL', env('trap-a1', n1, 'web'), conf).code, 0);
+    assert.equal(cni('CHECK', env('trap-a2', n2, 'web'), conf).code, 0);
+    assert.ok(ping(n2, '10.244.0.1'));
+    assert.notEqual(a1.out.ips[0].address, a2.out.ips[0].address);
+    cni('DEL', env('trap-a2', n2, 'web'), conf);
+  });
+
+  it('CHECK fails with code 100 when the kernel drifted; STATUS is 0 when ready', () => {
+    const n = d.makePodNetns('drift');
+    const r = cni('ADD', env('cni-drift', n), conf);
+    inNetns(d.nodeNetns, 'ip', ['link', 'del', r.out.interfaces[0].name]);
+    const chk = cni('CHECK', env('cni-drift', n), conf);
+    assert.equal(chk.code, 1);
+    assert.equal(chk.out.code, 100);
+    assert.match(chk.out.details, /host veth .* is missing/);
+    assert.equal(cni('DEL', env('cni-drift', n), conf).code, 0);
+    assert.equal(cni('STATUS', {}, { ...conf, cniVersion: '1.1.0' }).code, 0);
+  });
+
+  it('GC releases every attachment not in cni.dev/valid-attachments', async () => {
+    const keep = d.makePodNetns('gc-keep');
+    const drop = d.makePodNetns('gc-drop');
+    cni('ADD', env('gc-keep', keep), conf);
+    const dropped = cni('ADD', env('gc-drop', drop), conf);
+    const r = cni('GC', {}, { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'gc-keep', ifname: 'eth0' }] });
+    assert.equal(r.code, 0, r.raw);
+    const ids = (await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id);
+    assert.deepEqual(ids, ['gc-keep']);
+    assert.ok(!d.nodeLinks().includes(dropped.out.interfaces[0].name));
+    cni('DEL', env('gc-keep', keep), conf);
+  });
+
+  it('answers CNI errors with precise codes', () => {
+    const n = d.makePodNetns('errs');
+    const expectErr = (r: ReturnType<typeof cni>, code: number, re: RegExp) => {
+      assert.equal(r.code, 1, r.raw);
+      assert.equal(r.out.code, code, r.raw);
+      assert.match(`${r.out.msg} ${r.out.details ?? ''}`, re);
+    };
+    expectErr(cni('ADD', { ...env('e1', n), KNI_CNI_SOCKET: d.cniSocket }, '{not json'), 6, /not valid JSON/);
+    expectErr(cni('ADD', env('e1', n), { ...conf, cniVersion: '0.1.0' }), 1, /not supported/);
+    expectErr(cni('BOGUS', env('e1', n), conf), 4, /CNI_COMMAND "BOGUS"/);
+    expectErr(cni('', env('e1', n), conf), 4, /CNI_COMMAND ""/);
+    expectErr(cni('ADD', env('../e1', n), conf), 4, /sandbox id/);
+    expectErr(cni('ADD', env('e1', '/etc/hostname'), conf), 4, /outside the allowed netns roots/);
+    expectErr(cni('ADD', { ...env('e1', n), CNI_IFNAME: 'a-very-long-ifname' }, conf), 4, /at most 15/);
+    expectErr(cni('ADD', { ...env('e1', n), CNI_ARGS: 'garbage' }, conf), 4, /not KEY=VALUE/);
+    const down = cni('STATUS', {}, { ...conf, socket: `${d.dir}/nobody.sock` });
+    expectErr(down, 50, /not reachable/);
+    expectErr(cni('ADD', env('e1', n), { ...conf, socket: `${d.dir}/nobody.sock` }), 11, /not reachable/);
+  });
+
+  it('STATUS answers 50 when the pod ranges are exhausted', async () => {
+    const small = await TestDaemon.start({ ranges: ['10.98.0.0/30'], bridge: 'kni30' });
+    try {
+      const c = { ...conf, cniVersion: '1.1.0', socket: small.cniSocket };
+      const n = small.makePodNetns('only');
+      assert.equal(cni('ADD', env('only', n), c).code, 0);
+      const st = cni('STATUS', {}, c);
+      assert.equal(st.code, 1);
+      assert.equal(st.out.code, 50);
+      assert.match(st.out.msg, /exhausted/);
+      const more = cni('ADD', env('more', small.makePodNetns('more')), c);
+      assert.equal(more.out.code, 11);
+      assert.match(more.out.msg, /10\.98\.0\.0\/30 is exhausted/);
+    } finally {
+      small.cleanup();
+    }
+  });
+
+  it('writes the conflist and installs kni-cni only once the node is ready, and --uninstall removes them', async () => {
+    const g = await TestDaemon.start({ bridge: 'kniinst', ranges: ['10.97.0.0/24'] });
+    const confDir = `${g.dir}/net.d`;
+    const binDir = `${g.dir}/bin`;
+    try {
+      await g.stop();
+      const cfg = JSON.parse(fs.readFileSync(g.configFile, 'utf8'));
+      fs.writeFileSync(g.configFile, JSON.stringify({ ...cfg, cni: { ...cfg.cni, confDir, binDir } }));
+      await g.launch();
+      const list = JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8'));
+      assert.equal(list.name, 'kni');
+      assert.equal(list.plugins[0].type, 'kni-cni');
+      assert.equal(list.plugins[0].socket, g.cniSocket);
+      assert.equal(fs.statSync(`${binDir}/kni-cni`).mode & 0o777, 0o755);
+      // The installed binary works as the runtime would run it.
+      assert.equal(spawnSync(`${binDir}/kni-cni`, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{}', encoding: 'utf8' }).status, 0);
+      await g.stop();
+      const u = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/main.js'), '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
+      assert.equal(u.status, 0, u.stderr);
+      assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`));
+      assert.ok(!fs.existsSync(`${binDir}/kni-cni`));
+    } finally {
+      g.cleanup();
+    }
+  });
+});
