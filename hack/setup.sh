@@ -10,7 +10,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 need=()
-for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev; do
+# containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods
+for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

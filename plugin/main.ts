@@ -7,6 +7,7 @@ import { NetworkRuntime } from './core/network-runtime';
 import { clearStaleSocket, serve } from './server/server';
 import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
+import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 
 async function main(): Promise<void> {
   const program = new Command()
@@ -36,6 +37,11 @@ async function main(): Promise<void> {
   await clearStaleSocket(opts.socket);
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();
+  if (cfg.cri.socket) {
+    // Before serving: no attach can be in flight, so the runtime's list is complete.
+    await reconcileWithCri(rt, cfg.cri.socket, 0);
+    setInterval(() => void reconcileWithCri(rt, cfg.cri.socket, cfg.cri.reconcileSeconds * 1000), cfg.cri.reconcileSeconds * 1000).unref();
+  }
   const server = await serve(rt, opts.socket);
   const cniServer = await serveCni(rt, cfg.cni.socket);
   rt.onNodeReady(() => {

@@ -16,6 +16,13 @@ export interface CniConfig {
   binDir: string;
 }
 
+export interface CriConfig {
+  /** The runtime's CRI socket, to reconcile against its sandboxes ('' = off). */
+  socket: string;
+  /** How often to reconcile while running (a sandbox younger than this is never released by it). */
+  reconcileSeconds: number;
+}
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
@@ -31,6 +38,7 @@ export interface Config {
   /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
   unclaimedNetnsGraceSeconds: number;
   cni: CniConfig;
+  cri: CriConfig;
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -50,9 +58,10 @@ export const defaultConfig = (): Config => ({
   masquerade: true,
   unclaimedNetnsGraceSeconds: 600,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
+  cri: { socket: '', reconcileSeconds: 60 },
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -137,6 +146,21 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else (cfg.cni as unknown as Record<string, string>)[k] = c[k] === '' ? '' : path.normalize(c[k] as string);
       }
       if (!cfg.cni.socket) problems.push('cni.socket must not be empty');
+    }
+  }
+  if (r.cri !== undefined) {
+    const c = r.cri as Record<string, unknown>;
+    if (typeof c !== 'object' || c === null || Array.isArray(c)) problems.push('cri must be a map of settings');
+    else {
+      for (const k of Object.keys(c)) if (k !== 'socket' && k !== 'reconcileSeconds') problems.push(`unknown setting "cri.${k}"`);
+      if (c.socket !== undefined) {
+        if (typeof c.socket !== 'string' || (c.socket !== '' && !path.isAbsolute(c.socket))) problems.push('cri.socket must be an absolute path');
+        else cfg.cri.socket = c.socket;
+      }
+      if (c.reconcileSeconds !== undefined) {
+        if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 10) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 10');
+        else cfg.cri.reconcileSeconds = c.reconcileSeconds as number;
+      }
     }
   }
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);

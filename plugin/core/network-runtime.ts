@@ -388,12 +388,17 @@ export class NetworkRuntime {
 
   // --- garbage collection ---
 
-  /** Releases every sandbox not in the live set, and the netns kni made that nothing claims. */
-  async gc(live: string[]): Promise<GcResult> {
+  /**
+   * Releases every sandbox not in the live set, and the netns kni made that nothing claims.
+   * graceMs spares sandboxes attached more recently than that: a runtime lists a sandbox only
+   * once its network is up, so a fresh one can be missing from a list taken at the same time.
+   */
+  async gc(live: string[], graceMs = 0): Promise<GcResult> {
     const liveSet = new Set(live.map((id) => validate.sandboxId(id, 'live sandbox id')));
     const releasedSandboxes: string[] = [];
-    for (const id of [...this.sandboxes.keys()]) {
-      if (liveSet.has(id)) continue;
+    const cutoff = Date.now() - graceMs;
+    for (const [id, rec] of [...this.sandboxes.entries()]) {
+      if (liveSet.has(id) || Date.parse(rec.createdAt) > cutoff) continue;
       if (await this.detach(id, true)) releasedSandboxes.push(id);
     }
     const releasedNetns = this.sweepUnclaimedNetns(liveSet);

@@ -1,0 +1,34 @@
+// Reconcile with the container runtime over CRI: whatever sandbox kni holds that the runtime
+// no longer lists (removed while kni was down, a DEL that never came) is released.
+import * as grpc from '@grpc/grpc-js';
+import { log } from '../../plugin/core/log';
+import { NetworkRuntime } from '../../plugin/core/network-runtime';
+import { loadProto } from '../../plugin/server/protos';
+
+export async function listCriSandboxes(socket: string, timeoutMs = 10_000): Promise<string[]> {
+  const pkg = loadProto('cri/runtime_v1.proto') as any;
+  const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
+  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure());
+  try {
+    const res = await new Promise<{ items: { id: string }[] }>((resolve, reject) =>
+      (client as any).ListPodSandbox({}, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: any) => (e ? reject(e) : resolve(r))),
+    );
+    return res.items.map((s) => s.id);
+  } finally {
+    client.close();
+  }
+}
+
+export async function reconcileWithCri(rt: NetworkRuntime, socket: string, graceMs: number): Promise<void> {
+  let live: string[];
+  try {
+    live = await listCriSandboxes(socket);
+  } catch (e) {
+    log('warn', 'cannot list sandboxes over CRI; reconcile skipped', { socket, error: (e as Error).message });
+    return;
+  }
+  const r = await rt.gc(live, graceMs);
+  if (r.releasedSandboxes.length || r.releasedNetns.length) {
+    log('info', 'reconciled with the runtime: released what it no longer has', { entry: 'cri', sandboxes: r.releasedSandboxes, netns: r.releasedNetns });
+  }
+}

@@ -1,0 +1,137 @@
+// A private containerd 1.6 + runc for end-to-end tests: its own root, state, sockets and runc
+// root under one directory, running in the test node netns, with kni as its CNI network.
+// stop() removes every sandbox, the shims, mounts and files it made, whatever happened.
+import * as grpc from '@grpc/grpc-js';
+import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Client } from '../../plugin/client/clients';
+import { loadProto, packageRoot } from '../../plugin/server/protos';
+import { RUN, sh, trySh } from './sh';
+
+export const IMAGE = 'localhost/kni-e2e:1';
+
+export class ContainerdEnv {
+  readonly sock: string;
+  readonly confDir: string;
+  readonly binDir: string;
+  readonly netnsRoot: string;
+  proc?: ChildProcess;
+  output = '';
+  private clients: grpc.Client[] = [];
+
+  constructor(readonly dir: string, public nodeNetns: string) {
+    this.sock = `${dir}/containerd.sock`;
+    this.confDir = `${dir}/net.d`;
+    this.binDir = `${dir}/cni-bin`;
+    this.netnsRoot = `${dir}/state/io.containerd.grpc.v1.cri/netns`;
+  }
+
+  /** The kni settings that point kni at this containerd. */
+  static forRun(nodeNetns: string): ContainerdEnv {
+    return new ContainerdEnv(`/tmp/${RUN}-ctrd`, nodeNetns);
+  }
+
+  kniConfig(): Record<string, unknown> {
+    return { allowedNetnsRoots: [this.netnsRoot], cni: { confDir: this.confDir, binDir: this.binDir }, cri: { socket: this.sock } };
+  }
+
+  writeConfig(): void {
+    fs.mkdirSync(this.binDir, { recursive: true });
+    fs.mkdirSync(this.confDir, { recursive: true });
+    fs.copyFileSync('/usr/lib/cni/loopback', `${this.binDir}/loopback`); // containerd sets up lo with it
+    fs.chmodSync(`${this.binDir}/loopback`, 0o755);
+    const d = this.dir;
+    fs.writeFileSync(`${d}/config.toml`, `version = 2
+root = "${d}/root"
+state = "${d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "${this.sock}"
+[ttrpc]
+  address = "${this.sock}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "${IMAGE}"
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "${d}/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "${this.binDir}"
+    conf_dir = "${this.confDir}"
+    max_conf_num = 1
+`);
+  }
+
+  async start(): Promise<void> {
+    fs.mkdirSync(this.dir, { recursive: true });
+    if (!fs.existsSync(`${this.dir}/config.toml`)) this.writeConfig();
+    const proc = spawn('nsenter', [`--net=${this.nodeNetns}`, 'containerd', '--config', `${this.dir}/config.toml`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    this.proc = proc;
+    proc.stdout!.on('data', (b) => (this.output += b));
+    proc.stderr!.on('data', (b) => (this.output += b));
+    const deadline = Date.now() + 30_000;
+    while (!trySh('ctr', ['-a', this.sock, 'version']).ok) {
+      if (proc.exitCode !== null) throw new Error(`containerd exited with ${proc.exitCode}:\n${this.output.slice(-3000)}`);
+      if (Date.now() > deadline) throw new Error(`containerd did not answer within 30 s:\n${this.output.slice(-3000)}`);
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    if (!trySh('ctr', ['-a', this.sock, '-n', 'k8s.io', 'images', 'check', `name==${IMAGE}`]).out.includes(IMAGE)) {
+      const tar = `${this.dir}/image.tar`;
+      sh('bash', [path.join(packageRoot(), 'hack/e2e/build-image.sh'), tar, IMAGE]);
+      sh('ctr', ['-a', this.sock, '-n', 'k8s.io', 'images', 'import', tar]);
+    }
+  }
+
+  cri(): Client {
+    const pkg = loadProto('cri/runtime_v1.proto') as any;
+    const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
+    const raw = new Ctor(`unix://${this.sock}`, grpc.credentials.createInsecure());
+    this.clients.push(raw);
+    const out: Record<string, unknown> = { close: () => raw.close() };
+    for (const m of Object.keys(Ctor.service)) {
+      out[m] = (req: object = {}, timeoutMs = 60_000) =>
+        new Promise((resolve, reject) => (raw as any)[m](req, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: unknown) => (e ? reject(e) : resolve(r))));
+    }
+    return out as Client;
+  }
+
+  /** Stops containerd (SIGTERM, or SIGKILL), leaving its shims and pods running. */
+  async stopDaemon(signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill(signal);
+    await exited;
+  }
+
+  /** Removes every sandbox through CRI (while kni still answers), then everything else. */
+  async stop(): Promise<void> {
+    try {
+      if (this.proc && this.proc.exitCode === null) {
+        const cri = this.cri();
+        const { items } = await cri.ListPodSandbox({}, 10_000).catch(() => ({ items: [] }));
+        for (const s of items) {
+          await cri.StopPodSandbox({ pod_sandbox_id: s.id }, 20_000).catch(() => undefined);
+          await cri.RemovePodSandbox({ pod_sandbox_id: s.id }, 20_000).catch(() => undefined);
+        }
+      }
+    } finally {
+      for (const c of this.clients) c.close();
+      await this.stopDaemon();
+      // Shims outlive containerd: end them, then their mounts.
+      trySh('pkill', ['-KILL', '-f', `containerd-shim-runc-v2.*${this.sock}`]);
+      await new Promise((r) => setTimeout(r, 200));
+      const mounts = fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1]).filter((m) => m && m.startsWith(this.dir));
+      for (const m of mounts.reverse()) trySh('umount', ['-l', m]);
+      fs.rmSync(this.dir, { recursive: true, force: true });
+    }
+  }
+}
