@@ -8,6 +8,7 @@ import { clearStaleSocket, serve } from './server/server';
 import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
+import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 
 async function main(): Promise<void> {
   const program = new Command()
@@ -42,7 +43,7 @@ async function main(): Promise<void> {
     await reconcileWithCri(rt, cfg.cri.socket, 0);
     setInterval(() => void reconcileWithCri(rt, cfg.cri.socket, cfg.cri.reconcileSeconds * 1000), cfg.cri.reconcileSeconds * 1000).unref();
   }
-  const server = await serve(rt, opts.socket);
+  const server = await serve(rt, opts.socket, [{ definition: podNetworkLifecycleService(), handlers: podNetworkLifecycleHandlers(rt) }]);
   const cniServer = await serveCni(rt, cfg.cni.socket);
   rt.onNodeReady(() => {
     try {

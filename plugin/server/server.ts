@@ -21,10 +21,17 @@ export async function clearStaleSocket(socketPath: string): Promise<void> {
   fs.rmSync(socketPath, { force: true });
 }
 
-export async function serve(rt: NetworkRuntime, socketPath: string): Promise<grpc.Server> {
+export interface ExtraService {
+  definition: grpc.ServiceDefinition;
+  handlers: grpc.UntypedServiceImplementation;
+}
+
+/** Serves the KNI services, plus the runtime hooks' services, on one socket. */
+export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = []): Promise<grpc.Server> {
   const server = new grpc.Server();
   server.addService(kniService().service, kniPocHandlers(rt));
   server.addService(runtimeService().service, runtimeHandlers(rt));
+  for (const s of extra) server.addService(s.definition, s.handlers);
   // The socket is born 0600: no window in which another user could connect.
   const oldMask = process.umask(0o177);
   try {
