@@ -1,7 +1,9 @@
 #!/usr/bin/env node
 // kni-runtime: the network runtime daemon.
 import { Command } from 'commander';
-import { ConfigError, loadConfig } from './core/config';
+import net from 'node:net';
+import { Config, ConfigError, loadConfig } from './core/config';
+import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
 import { NetworkRuntime } from './core/network-runtime';
 import { clearStaleSocket, serve } from './server/server';
@@ -10,7 +12,28 @@ import { serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 
+/**
+ * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
+ * fd 3 and NRI_PLUGIN_* in the environment) or external (we connect to nri.socket).
+ */
+function nriPlugin(rt: NetworkRuntime, cfg: Config): NriPlugin | undefined {
+  const fd = process.env.NRI_PLUGIN_SOCKET;
+  if (fd) {
+    return new NriPlugin(rt, {
+      socket: `fd ${fd}`,
+      pluginName: process.env.NRI_PLUGIN_NAME || cfg.nri.pluginName,
+      pluginIndex: process.env.NRI_PLUGIN_IDX || cfg.nri.pluginIndex,
+      syncGraceSeconds: cfg.nri.syncGraceSeconds,
+      connected: new net.Socket({ fd: Number(fd), readable: true, writable: true }),
+    });
+  }
+  return cfg.nri.enabled ? new NriPlugin(rt, cfg.nri) : undefined;
+}
+
 async function main(): Promise<void> {
+  // A runtime starting us as a pre-registered NRI plugin passes no PATH: use the system one
+  // to find iptables (node setup only).
+  process.env.PATH ||= '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
   const program = new Command()
     .name('kni-runtime')
     .description('kni network runtime: serves the KNI API on a unix socket and wires pod networks')
@@ -45,6 +68,8 @@ async function main(): Promise<void> {
   }
   const server = await serve(rt, opts.socket, [{ definition: podNetworkLifecycleService(), handlers: podNetworkLifecycleHandlers(rt) }]);
   const cniServer = await serveCni(rt, cfg.cni.socket);
+  const nri = nriPlugin(rt, cfg);
+  nri?.start();
   rt.onNodeReady(() => {
     try {
       const files = installCni(cfg.cni, cfg.name);
@@ -57,6 +82,7 @@ async function main(): Promise<void> {
 
   const shutdown = (signal: string) => {
     log('info', 'shutting down; pods stay as they are', { signal });
+    nri?.stop();
     cniServer.close();
     server.tryShutdown(() => {
       rt.stop();

@@ -23,6 +23,17 @@ export interface CriConfig {
   reconcileSeconds: number;
 }
 
+export interface NriConfig {
+  /** Connect to the runtime's NRI socket as an external plugin. */
+  enabled: boolean;
+  socket: string;
+  pluginName: string;
+  /** Two digits: NRI calls plugins in ascending index order. */
+  pluginIndex: string;
+  /** A sandbox attached more recently than this is never released by a Synchronize. */
+  syncGraceSeconds: number;
+}
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
@@ -39,6 +50,7 @@ export interface Config {
   unclaimedNetnsGraceSeconds: number;
   cni: CniConfig;
   cri: CriConfig;
+  nri: NriConfig;
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -59,9 +71,10 @@ export const defaultConfig = (): Config => ({
   unclaimedNetnsGraceSeconds: 600,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
   cri: { socket: '', reconcileSeconds: 60 },
+  nri: { enabled: false, socket: '/var/run/nri/nri.sock', pluginName: 'kni', pluginIndex: '10', syncGraceSeconds: 60 },
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri', 'nri']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -160,6 +173,33 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
       if (c.reconcileSeconds !== undefined) {
         if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 10) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 10');
         else cfg.cri.reconcileSeconds = c.reconcileSeconds as number;
+      }
+    }
+  }
+  if (r.nri !== undefined) {
+    const n = r.nri as Record<string, unknown>;
+    if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('nri must be a map of settings');
+    else {
+      for (const k of Object.keys(n)) if (!['enabled', 'socket', 'pluginName', 'pluginIndex', 'syncGraceSeconds'].includes(k)) problems.push(`unknown setting "nri.${k}"`);
+      if (n.enabled !== undefined) {
+        if (typeof n.enabled !== 'boolean') problems.push('nri.enabled must be true or false');
+        else cfg.nri.enabled = n.enabled;
+      }
+      if (n.socket !== undefined) {
+        if (typeof n.socket !== 'string' || !path.isAbsolute(n.socket) || n.socket.length > 107) problems.push('nri.socket must be an absolute path of at most 107 bytes');
+        else cfg.nri.socket = n.socket;
+      }
+      if (n.pluginName !== undefined) {
+        if (typeof n.pluginName !== 'string' || !/^[a-z0-9][a-z0-9._-]{0,62}$/.test(n.pluginName)) problems.push('nri.pluginName must be a short lower-case name');
+        else cfg.nri.pluginName = n.pluginName;
+      }
+      if (n.pluginIndex !== undefined) {
+        if (typeof n.pluginIndex !== 'string' || !/^[0-9]{2}$/.test(n.pluginIndex)) problems.push('nri.pluginIndex must be two digits, like "10"');
+        else cfg.nri.pluginIndex = n.pluginIndex;
+      }
+      if (n.syncGraceSeconds !== undefined) {
+        if (!Number.isInteger(n.syncGraceSeconds) || (n.syncGraceSeconds as number) < 0) problems.push('nri.syncGraceSeconds must be a whole number of seconds');
+        else cfg.nri.syncGraceSeconds = n.syncGraceSeconds as number;
       }
     }
   }

@@ -298,6 +298,31 @@ export class NetworkRuntime {
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
   }
 
+  /**
+   * Adds what a later hook knows to an attached sandbox (NRI after the CNI path: uid, labels,
+   * annotations, runtime handler). Fields already set are kept. Unknown ids answer false.
+   */
+  async updateMetadata(sandboxId: string, meta: Omit<AttachRequest, 'sandboxId' | 'netnsPath' | 'interfaceName'>): Promise<boolean> {
+    const id = validate.sandboxId(sandboxId);
+    const pod = this.podRef(meta.pod);
+    const labels = validate.stringMap(meta.labels, 'labels');
+    const annotations = validate.stringMap(meta.annotations, 'annotations');
+    return this.locks.run(id, () => {
+      const rec = this.sandboxes.get(id);
+      if (!rec || rec.phase !== 'attached') return false;
+      rec.pod = { name: rec.pod.name || pod.name, namespace: rec.pod.namespace || pod.namespace, uid: rec.pod.uid || pod.uid };
+      rec.labels = { ...labels, ...rec.labels };
+      rec.annotations = { ...annotations, ...rec.annotations };
+      rec.runtimeHandler ||= typeof meta.runtimeHandler === 'string' ? meta.runtimeHandler.slice(0, 253) : '';
+      this.store.sandboxes.put(id, rec);
+      return true;
+    });
+  }
+
+  has(sandboxId: string): boolean {
+    return this.sandboxes.get(sandboxId)?.phase === 'attached';
+  }
+
   // --- queries ---
 
   get(sandboxId: string): SandboxRecord {

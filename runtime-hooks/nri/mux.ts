@@ -1,0 +1,74 @@
+// NRI's connection multiplexer: several logical byte streams over one unix socket. Each frame
+// is uint32 BE conn id, uint32 BE payload length, payload. Conn id 0 is reserved; a conn
+// exists as soon as either side writes to it (opening sends nothing).
+import { EventEmitter } from 'node:events';
+import { Duplex } from 'node:stream';
+
+const HEADER = 8;
+/** Frames written are at most 4096 bytes, header included. */
+export const MAX_FRAME = 4096;
+const MAX_READ_PAYLOAD = 4 << 20;
+
+export class MuxConn extends EventEmitter {
+  constructor(private readonly mux: Mux, readonly id: number) {
+    super();
+  }
+  write(data: Buffer): void {
+    this.mux.write(this.id, data);
+  }
+}
+
+export class Mux extends EventEmitter {
+  private readonly conns = new Map<number, MuxConn>();
+  private buf: Buffer = Buffer.alloc(0);
+
+  constructor(private readonly sock: Duplex) {
+    super();
+    sock.on('data', (chunk: Buffer) => this.onData(chunk));
+    sock.on('close', () => this.emit('close'));
+    sock.on('error', (e) => this.emit('error', e));
+  }
+
+  conn(id: number): MuxConn {
+    if (id === 0) throw new Error('multiplexer conn id 0 is reserved');
+    let c = this.conns.get(id);
+    if (!c) {
+      c = new MuxConn(this, id);
+      this.conns.set(id, c);
+    }
+    return c;
+  }
+
+  write(id: number, data: Buffer): void {
+    for (let o = 0; o < data.length || (o === 0 && data.length === 0); o += MAX_FRAME - HEADER) {
+      const part = data.subarray(o, o + MAX_FRAME - HEADER);
+      const h = Buffer.alloc(HEADER);
+      h.writeUInt32BE(id, 0);
+      h.writeUInt32BE(part.length, 4);
+      this.sock.write(Buffer.concat([h, part]));
+      if (data.length === 0) break;
+    }
+  }
+
+  close(): void {
+    this.sock.destroy();
+  }
+
+  private onData(chunk: Buffer): void {
+    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
+    while (this.buf.length >= HEADER) {
+      const id = this.buf.readUInt32BE(0);
+      const len = this.buf.readUInt32BE(4);
+      if (len > MAX_READ_PAYLOAD) {
+        this.emit('error', new Error(`multiplexer frame of ${len} bytes is too large`));
+        this.sock.destroy();
+        return;
+      }
+      if (this.buf.length < HEADER + len) return;
+      const payload = this.buf.subarray(HEADER, HEADER + len);
+      this.buf = this.buf.subarray(HEADER + len);
+      if (id === 0) continue;
+      this.conn(id).emit('data', Buffer.from(payload));
+    }
+  }
+}

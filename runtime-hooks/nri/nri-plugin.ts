@@ -1,0 +1,177 @@
+// kni as an NRI plugin (containerd ≥ 1.7, CRI-O ≥ 1.26): RunPodSandbox attaches (or, when the
+// CNI path already did, records what NRI adds), StopPodSandbox and RemovePodSandbox release,
+// Synchronize releases what the runtime no longer has. As an external plugin it connects to
+// the runtime's socket and reconnects with backoff; pre-registered, it gets its socket on fd 3.
+import net from 'node:net';
+import { Duplex } from 'node:stream';
+import { KniError } from '../../plugin/core/errors';
+import { log } from '../../plugin/core/log';
+import { NetworkRuntime } from '../../plugin/core/network-runtime';
+import { Mux } from './mux';
+import { decode, encode, EVENT_MASK, NriPod, PLUGIN_SERVICE, RUNTIME_SERVICE } from './nri-proto';
+import { STATUS, TtrpcEndpoint, TtrpcError } from './ttrpc';
+
+const PLUGIN_CONN = 1;
+const RUNTIME_CONN = 2;
+const REGISTER_TIMEOUT_MS = 5000;
+
+export interface NriPluginOptions {
+  socket: string;
+  pluginName: string;
+  pluginIndex: string;
+  /** A sandbox attached this recently may be missing from a Synchronize list: never released by it. */
+  syncGraceSeconds: number;
+  /** An already connected socket (pre-registered plugin, fd 3); no reconnect then. */
+  connected?: Duplex;
+}
+
+export type NriState = 'connecting' | 'registered' | 'disconnected' | 'stopped';
+
+export class NriPlugin {
+  state: NriState = 'connecting';
+  private mux?: Mux;
+  private stopped = false;
+  private backoffMs = 250;
+  private syncPods: string[] = [];
+  private retry?: NodeJS.Timeout;
+
+  constructor(private readonly rt: NetworkRuntime, private readonly opts: NriPluginOptions) {}
+
+  start(): void {
+    if (this.opts.connected) void this.session(this.opts.connected);
+    else this.connect();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.state = 'stopped';
+    if (this.retry) clearTimeout(this.retry);
+    this.mux?.close();
+  }
+
+  private connect(): void {
+    if (this.stopped) return;
+    this.state = 'connecting';
+    const sock = net.connect(this.opts.socket);
+    sock.once('connect', () => void this.session(sock));
+    sock.once('error', (e) => {
+      if (this.state === 'connecting') {
+        log('debug', 'NRI socket not reachable; retrying', { entry: 'nri', socket: this.opts.socket, error: e.message, inMs: this.backoffMs });
+        this.scheduleReconnect();
+      }
+    });
+  }
+
+  private scheduleReconnect(): void {
+    if (this.stopped || this.opts.connected) return;
+    this.retry = setTimeout(() => this.connect(), this.backoffMs);
+    this.backoffMs = Math.min(this.backoffMs * 2, 5000);
+  }
+
+  private async session(sock: Duplex): Promise<void> {
+    const mux = new Mux(sock);
+    this.mux = mux;
+    new TtrpcEndpoint(mux.conn(PLUGIN_CONN), (service, method, payload) => this.handle(service, method, payload));
+    const runtime = new TtrpcEndpoint(mux.conn(RUNTIME_CONN));
+    mux.on('error', () => undefined);
+    mux.once('close', () => {
+      runtime.abort('NRI connection closed');
+      if (this.stopped) return;
+      this.state = 'disconnected';
+      log('warn', 'NRI connection closed; reconnecting', { entry: 'nri' });
+      if (this.opts.connected) {
+        log('error', 'pre-registered NRI plugin lost its socket; exiting so the runtime restarts it', { entry: 'nri' });
+        process.exit(1);
+      }
+      this.scheduleReconnect();
+    });
+    try {
+      await runtime.call(RUNTIME_SERVICE, 'RegisterPlugin', encode('RegisterPluginRequest', { pluginName: this.opts.pluginName, pluginIdx: this.opts.pluginIndex }), REGISTER_TIMEOUT_MS);
+      this.state = 'registered';
+      this.backoffMs = 250;
+      log('info', 'registered with the runtime over NRI', { entry: 'nri', plugin: `${this.opts.pluginIndex}-${this.opts.pluginName}` });
+    } catch (e) {
+      log('error', 'NRI registration failed', { entry: 'nri', error: (e as Error).message });
+      mux.close();
+    }
+  }
+
+  private async handle(service: string, method: string, payload: Buffer): Promise<Buffer> {
+    if (service !== PLUGIN_SERVICE) throw new TtrpcError(STATUS.UNIMPLEMENTED, `${service} is not served by kni`);
+    try {
+      switch (method) {
+        case 'Configure': {
+          const req = decode<{ runtimeName: string; runtimeVersion: string }>('ConfigureRequest', payload);
+          log('info', 'NRI configure', { entry: 'nri', runtime: `${req.runtimeName} ${req.runtimeVersion}` });
+          return encode('ConfigureResponse', { events: EVENT_MASK });
+        }
+        case 'Synchronize': {
+          const req = decode<{ pods: NriPod[]; more: boolean }>('SynchronizeRequest', payload);
+          this.syncPods.push(...req.pods.map((p) => p.id));
+          if (!req.more) {
+            const live = this.syncPods;
+            this.syncPods = [];
+            // Answer at once; releasing may take a while and NRI calls have a 2 s budget.
+            setImmediate(() => void this.reconcile(live));
+          }
+          return encode('SynchronizeResponse', { more: req.more });
+        }
+        case 'Shutdown':
+          return encode('Empty', {});
+        case 'RunPodSandbox':
+          await this.onRun(decode<{ pod: NriPod }>('RunPodSandboxRequest', payload).pod);
+          return encode('RunPodSandboxResponse', {});
+        case 'StopPodSandbox':
+          await this.onStop(decode<{ pod: NriPod }>('StopPodSandboxRequest', payload).pod);
+          return encode('StopPodSandboxResponse', {});
+        case 'RemovePodSandbox':
+          await this.onStop(decode<{ pod: NriPod }>('RemovePodSandboxRequest', payload).pod);
+          return encode('RemovePodSandboxResponse', {});
+        case 'StateChange': {
+          const ev = decode<{ event: string; pod?: NriPod }>('StateChangeEvent', payload);
+          if (ev.pod) {
+            if (ev.event === 'RUN_POD_SANDBOX') await this.onRun(ev.pod);
+            else if (ev.event === 'STOP_POD_SANDBOX' || ev.event === 'REMOVE_POD_SANDBOX') await this.onStop(ev.pod);
+          }
+          return encode('Empty', {});
+        }
+        default:
+          throw new TtrpcError(STATUS.UNIMPLEMENTED, `${method} is not served by kni`);
+      }
+    } catch (e) {
+      if (e instanceof TtrpcError) throw e;
+      if (e instanceof KniError) throw new TtrpcError(STATUS[e.code], e.message);
+      throw e;
+    }
+  }
+
+  private async onRun(pod: NriPod): Promise<void> {
+    const meta = {
+      pod: { name: pod.name, namespace: pod.namespace, uid: pod.uid },
+      labels: pod.labels,
+      annotations: pod.annotations,
+      runtimeHandler: pod.runtimeHandler,
+    };
+    // The CNI path (or the containerd network-plugin entry) came first: just add what NRI knows.
+    if (await this.rt.updateMetadata(pod.id, meta)) return;
+    const netns = pod.linux?.namespaces.find((n) => n.type === 'network')?.path;
+    if (!netns) {
+      log('debug', 'NRI pod without its own netns (host network): nothing to wire', { entry: 'nri', sandbox: pod.id });
+      return;
+    }
+    await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta });
+  }
+
+  private async onStop(pod: NriPod): Promise<void> {
+    await this.rt.detach(pod.id, true);
+  }
+
+  private async reconcile(live: string[]): Promise<void> {
+    try {
+      const r = await this.rt.gc(live, this.opts.syncGraceSeconds * 1000);
+      if (r.releasedSandboxes.length) log('info', 'NRI synchronize: released sandboxes the runtime no longer has', { entry: 'nri', sandboxes: r.releasedSandboxes });
+    } catch (e) {
+      log('error', 'NRI synchronize reconcile failed', { entry: 'nri', error: (e as Error).message });
+    }
+  }
+}
