@@ -98,3 +98,19 @@ describe('range allocator', () => {
     assert.equal(r.reserve('10.98.0.9', 'b'), false);
   });
 });
+
+describe('shipped configs', () => {
+  it('kind-config/kni-config.yaml and the DaemonSet ConfigMap parse with the real parser', async () => {
+    const { loadConfig } = await import('../plugin/core/config');
+    const YAML = (await import('yaml')).default;
+    const fs = await import('node:fs');
+    const path = await import('node:path');
+    const { packageRoot } = await import('../plugin/server/protos');
+    const cfg = loadConfig(path.join(packageRoot(), 'kind-config/kni-config.yaml'));
+    assert.equal(cfg.nri.enabled, true);
+    assert.equal(cfg.cni.confDir, '/etc/cni/net.d');
+    const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), 'utf8')).map((d) => d.toJS());
+    const cm = docs.find((d) => d.kind === 'ConfigMap');
+    assert.equal(parseConfig(YAML.parse(cm.data['config.yaml'])).cri.socket, '/run/containerd/containerd.sock');
+  });
+});
