@@ -56,9 +56,9 @@ program.command('pods').description('list the sandboxes kni has wired').addOptio
 program.command('pod <sandbox-id>').description("one sandbox's network: interfaces, addresses, routes").addOption(output()).action(async (id, o) => {
   const p = await withClient((c) => c.GetPod({ sandbox_id: id }));
   print(o.output, p, () => {
-    let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
+    let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nkind:     ${p.kind}${p.runtime_handler ? ` (handler ${p.runtime_handler})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
     for (const i of p.interfaces) {
-      s += `interface ${i.name}: mac ${i.mac} mtu ${i.mtu} host ${i.host_interface}\n`;
+      s += `interface ${i.name}: mac ${i.mac} mtu ${i.mtu} host ${i.host_interface}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
     }
     s += 'routes:\n';

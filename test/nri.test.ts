@@ -186,6 +186,13 @@ describe('NRI plugin', () => {
     }
   });
 
+  it('warns when a vm sandbox arrives only through NRI (too late for Kata)', async () => {
+    await s.runPodSandbox({ id: 'nri-kata', name: 'k', namespace: 'nri', runtimeHandler: 'kata', netns: d.makePodNetns('nri-kata') });
+    assert.match(d.output, /vm sandbox reached kni only through NRI/);
+    assert.equal((await d.rt().GetPod({ sandbox_id: 'nri-kata' })).kind, 'vm');
+    await s.stopPodSandbox({ id: 'nri-kata' });
+  });
+
   it('keeps encode/decode in step with the proto', () => {
     assert.equal(encode('ConfigureResponse', { events: 7 }).toString('hex'), '1007');
   });

@@ -34,6 +34,8 @@ export interface NriConfig {
   syncGraceSeconds: number;
 }
 
+export type SandboxKind = 'container' | 'vm';
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
@@ -51,6 +53,10 @@ export interface Config {
   cni: CniConfig;
   cri: CriConfig;
   nri: NriConfig;
+  /** Runtime handler (RuntimeClass handler) → sandbox kind. Unlisted handlers are containers. */
+  runtimeHandlers: Record<string, SandboxKind>;
+  /** For vm sandboxes, also create a tap joined to the veth (for VMMs other than Kata). */
+  vmTap: boolean;
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -72,9 +78,11 @@ export const defaultConfig = (): Config => ({
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
   cri: { socket: '', reconcileSeconds: 60 },
   nri: { enabled: false, socket: '/var/run/nri/nri.sock', pluginName: 'kni', pluginIndex: '10', syncGraceSeconds: 60 },
+  runtimeHandlers: { kata: 'vm', 'kata-qemu': 'vm', 'kata-clh': 'vm', 'kata-fc': 'vm', 'kata-dragonball': 'vm', 'kata-stratovirt': 'vm' },
+  vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri', 'nri']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -202,6 +210,23 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else cfg.nri.syncGraceSeconds = n.syncGraceSeconds as number;
       }
     }
+  }
+  if (r.runtimeHandlers !== undefined) {
+    const h = r.runtimeHandlers as Record<string, unknown>;
+    if (typeof h !== 'object' || h === null || Array.isArray(h)) problems.push('runtimeHandlers must map handler names to vm or container');
+    else {
+      const out: Record<string, SandboxKind> = {};
+      for (const [name, kind] of Object.entries(h)) {
+        if (!/^[a-z0-9]([a-z0-9.-]{0,62})$/.test(name)) problems.push(`runtimeHandlers: ${JSON.stringify(name)} is not a runtime handler name`);
+        else if (kind !== 'vm' && kind !== 'container') problems.push(`runtimeHandlers.${name} must be vm or container, not ${JSON.stringify(kind)}`);
+        else out[name] = kind;
+      }
+      cfg.runtimeHandlers = out;
+    }
+  }
+  if (r.vmTap !== undefined) {
+    if (typeof r.vmTap !== 'boolean') problems.push('vmTap must be true or false');
+    else cfg.vmTap = r.vmTap;
   }
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;

@@ -3,7 +3,7 @@
 // is the key for all of them.
 import crypto from 'node:crypto';
 import fs from 'node:fs';
-import { Config } from './config';
+import { Config, SandboxKind } from './config';
 import { KniError, invalid } from './errors';
 import { KeyedMutex } from './keyed-mutex';
 import { log } from './log';
@@ -15,6 +15,7 @@ import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { createPinnedNetns, ensureNetnsDir, isPinnedNetns, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
 import { setupNodeNetwork } from '../node/node-network';
 import { HostVethExistsError, PodInterfaceExistsError, podMac, unwirePod, wirePod } from '../pod/pod-wiring';
+import { tapName, unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
 
@@ -48,6 +49,10 @@ export interface GcResult {
   releasedSandboxes: string[];
   releasedNetns: string[];
 }
+
+/** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */
+export const KIND_ANNOTATION = 'kni.dev/sandbox-kind';
+export const HANDLER_ANNOTATION = 'kni.dev/runtime-handler';
 
 /** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
 export const hostVethName = (sandboxId: string, ifName: string): string =>
@@ -168,6 +173,19 @@ export class NetworkRuntime {
 
   // --- attach / detach ---
 
+  /**
+   * Container or VM: from the runtime handler (CRI, NRI) through cfg.runtimeHandlers, else from
+   * the pod annotations (kni.dev/sandbox-kind, or kni.dev/runtime-handler mapped the same way).
+   */
+  sandboxKind(runtimeHandler: string, annotations: Record<string, string>): SandboxKind {
+    const byHandler = (h: string | undefined) => (h ? this.cfg.runtimeHandlers[h] : undefined);
+    const explicit = annotations[KIND_ANNOTATION];
+    if (explicit !== undefined && explicit !== 'vm' && explicit !== 'container') {
+      throw invalid(`annotation ${KIND_ANNOTATION} must be vm or container, not ${JSON.stringify(explicit)}`);
+    }
+    return byHandler(runtimeHandler) ?? (explicit as SandboxKind | undefined) ?? byHandler(annotations[HANDLER_ANNOTATION]) ?? 'container';
+  }
+
   private podRef(pod: Partial<PodRef> = {}): PodRef {
     return {
       name: validate.objectName(pod.name, 'pod name'),
@@ -184,6 +202,7 @@ export class NetworkRuntime {
     const labels = validate.stringMap(req.labels, 'labels');
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
+    const kind = this.sandboxKind(runtimeHandler, annotations);
 
     return this.locks.run(id, async () => {
       const existing = this.sandboxes.get(id);
@@ -212,6 +231,7 @@ export class NetworkRuntime {
         labels,
         annotations,
         runtimeHandler,
+        kind,
         netnsPath,
         ownedNetns: owned?.name ?? '',
         interfaces: [{
@@ -220,6 +240,8 @@ export class NetworkRuntime {
           mac: podMac(addresses.find((a) => a.family === 4)?.address),
           mtu: this.cfg.mtu,
           addresses,
+          // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
+          ...(kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
         }],
         createdAt: new Date().toISOString(),
       };
@@ -260,6 +282,39 @@ export class NetworkRuntime {
           wirePod(this.host, this.bridgeIndex, fd, itf);
         }
       }
+      const taps = rec.interfaces.filter((i) => i.tap);
+      if (taps.length) {
+        const pod = socketInNetns(fd);
+        try {
+          for (const itf of taps) wireVmTap(pod, fd, itf.name, itf.tap!);
+        } finally {
+          pod.close();
+        }
+      }
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+
+  /** Deletes the taps of a vm sandbox; a netns already gone took them with it. */
+  private unwireTaps(rec: SandboxRecord): void {
+    const taps = rec.interfaces.filter((i) => i.tap);
+    if (!taps.length) return;
+    let fd: number;
+    try {
+      fd = fs.openSync(rec.netnsPath, 'r');
+    } catch {
+      return;
+    }
+    try {
+      const pod = socketInNetns(fd);
+      try {
+        for (const itf of taps) unwireVmTap(pod, itf.tap!);
+      } finally {
+        pod.close();
+      }
+    } catch (e) {
+      if (!(e instanceof NotANetnsError)) throw e;
     } finally {
       fs.closeSync(fd);
     }
@@ -290,6 +345,7 @@ export class NetworkRuntime {
 
   /** Kernel objects first, then the record, then the addresses: never reuse an address still in a netns. */
   private async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+    this.unwireTaps(rec);
     for (const itf of rec.interfaces) await unwirePod(itf);
     const owned = this.netns.get(rec.ownedNetns);
     if (releaseNetns && owned) this.releaseNetns(owned);
@@ -314,6 +370,9 @@ export class NetworkRuntime {
       rec.labels = { ...labels, ...rec.labels };
       rec.annotations = { ...annotations, ...rec.annotations };
       rec.runtimeHandler ||= typeof meta.runtimeHandler === 'string' ? meta.runtimeHandler.slice(0, 253) : '';
+      if ((rec.kind ?? 'container') === 'container' && this.sandboxKind(rec.runtimeHandler, rec.annotations) === 'vm') {
+        log('warn', 'a vm sandbox was wired as a container: the early hook had no runtime handler; annotate the pod with kni.dev/runtime-handler', { sandbox: id, runtimeHandler: rec.runtimeHandler });
+      }
       this.store.sandboxes.put(id, rec);
       return true;
     });

@@ -28,8 +28,8 @@ function returnHome(): void {
 
 export class NotANetnsError extends Error {}
 
-/** Runs fn with the calling thread inside the netns open on fd. */
-function inNetns<T>(fd: number, fn: () => T): T {
+/** Runs fn with the calling thread inside the netns open on fd (fn must not yield). */
+export function inNetns<T>(fd: number, fn: () => T): T {
   home();
   try {
     libc.setns(fd, libc.CLONE_NEWNET);

@@ -13,6 +13,8 @@ export interface InterfaceRecord {
   mac: string;
   mtu: number;
   addresses: AllocatedAddress[];
+  /** vm sandboxes with vmTap: the tap joined to this interface ('' otherwise). */
+  tap?: string;
 }
 
 export interface SandboxRecord {
@@ -23,6 +25,8 @@ export interface SandboxRecord {
   labels: Record<string, string>;
   annotations: Record<string, string>;
   runtimeHandler: string;
+  /** 'vm' sandboxes (Kata, other VMMs) get the VM extra step; records before this field are containers. */
+  kind?: 'container' | 'vm';
   netnsPath: string;
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;

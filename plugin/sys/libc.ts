@@ -32,6 +32,8 @@ const c = {
   unshare: libc.func('int unshare(int flags)'),
   mount: libc.func('int mount(const char *src, const char *target, const char *fstype, unsigned long flags, void *data)'),
   umount2: libc.func('int umount2(const char *target, int flags)'),
+  ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
+  ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
 };
 
 function check(call: string, rc: number | bigint): number {
@@ -116,4 +118,14 @@ export function mount(src: string | null, target: string, fstype: string | null,
 
 export function umount2(target: string, flags: number): void {
   check('umount2', c.umount2(target, flags));
+}
+
+/** ioctl with a pointer argument. */
+export function ioctl(fd: number, req: number, arg: Buffer): void {
+  check('ioctl', c.ioctl(fd, req, arg));
+}
+
+/** ioctl with an integer argument passed by value (e.g. TUNSETPERSIST). */
+export function ioctlInt(fd: number, req: number, value: number): void {
+  check('ioctl', c.ioctlInt(fd, req, value));
 }

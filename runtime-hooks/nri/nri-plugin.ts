@@ -159,6 +159,10 @@ export class NriPlugin {
       log('debug', 'NRI pod without its own netns (host network): nothing to wire', { entry: 'nri', sandbox: pod.id });
       return;
     }
+    if (this.rt.sandboxKind(pod.runtimeHandler, pod.annotations ?? {}) === 'vm') {
+      // Kata scans the netns when the sandbox is created, before NRI's RunPodSandbox: too late.
+      log('warn', 'vm sandbox reached kni only through NRI, after it started: its VMM will not see the network; use the CNI shim or the KNI API', { entry: 'nri', sandbox: pod.id, runtimeHandler: pod.runtimeHandler });
+    }
     await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta });
   }
 

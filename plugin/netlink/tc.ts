@@ -1,0 +1,63 @@
+// Traffic control (RTM_NEWQDISC / RTM_NEWTFILTER, struct tcmsg): the ingress qdisc and a u32
+// "match everything" filter whose mirred action redirects every frame to another device's
+// egress — the pairing Kata's tcfilter model uses between a pod's veth and a VM's tap.
+import { attr, attrNested, attrString } from './attr';
+import { NetlinkRequest, NLM_F_CREATE, NLM_F_EXCL } from './socket';
+
+const RTM_NEWQDISC = 36;
+const RTM_NEWTFILTER = 44;
+const TCA_KIND = 1;
+const TCA_OPTIONS = 2;
+const TC_H_INGRESS = 0xfffffff1;
+const INGRESS_HANDLE = 0xffff0000;
+const ETH_P_ALL_BE = 0x0300; // htons(ETH_P_ALL = 0x0003)
+const TCA_U32_SEL = 5;
+const TCA_U32_ACT = 7;
+const TC_U32_TERMINAL = 1;
+const TCA_ACT_KIND = 1;
+const TCA_ACT_OPTIONS = 2;
+const TCA_MIRRED_PARMS = 2;
+const TC_ACT_STOLEN = 4;
+const TCA_EGRESS_REDIR = 1;
+
+function tcmsg(index: number, handle: number, parent: number, info: number): Buffer {
+  const b = Buffer.alloc(20);
+  b.writeInt32LE(index, 4);
+  b.writeUInt32LE(handle >>> 0, 8);
+  b.writeUInt32LE(parent >>> 0, 12);
+  b.writeUInt32LE(info >>> 0, 16);
+  return b;
+}
+
+export function ingressQdiscAdd(index: number, name: string): NetlinkRequest {
+  return {
+    type: RTM_NEWQDISC,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add ingress qdisc on ${name}`,
+    body: Buffer.concat([tcmsg(index, INGRESS_HANDLE, TC_H_INGRESS, 0), attrString(TCA_KIND, 'ingress')]),
+  };
+}
+
+/** Every frame arriving on `index` leaves through `target` (tc: u32 match u8 0 0 action mirred egress redirect). */
+export function redirectFilterAdd(index: number, name: string, target: number, targetName: string): NetlinkRequest {
+  // struct tc_u32_sel (16 bytes) with one struct tc_u32_key (16 bytes): mask 0, value 0 — matches all.
+  const sel = Buffer.alloc(32);
+  sel.writeUInt8(TC_U32_TERMINAL, 0);
+  sel.writeUInt8(1, 2); // nkeys
+  // struct tc_mirred: index, capab, action, refcnt, bindcnt, eaction, ifindex.
+  const mirred = Buffer.alloc(28);
+  mirred.writeInt32LE(TC_ACT_STOLEN, 8);
+  mirred.writeInt32LE(TCA_EGRESS_REDIR, 20);
+  mirred.writeUInt32LE(target, 24);
+  const action = attrNested(1, [attrString(TCA_ACT_KIND, 'mirred'), attrNested(TCA_ACT_OPTIONS, [attr(TCA_MIRRED_PARMS, mirred)])]);
+  return {
+    type: RTM_NEWTFILTER,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add redirect filter ${name} → ${targetName}`,
+    body: Buffer.concat([
+      tcmsg(index, 0, INGRESS_HANDLE, (1 << 16) | ETH_P_ALL_BE),
+      attrString(TCA_KIND, 'u32'),
+      attrNested(TCA_OPTIONS, [attr(TCA_U32_SEL, sel), attrNested(TCA_U32_ACT, [action])]),
+    ]),
+  };
+}
