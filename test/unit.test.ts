@@ -113,4 +113,29 @@ describe('shipped configs', () => {
     const cm = docs.find((d) => d.kind === 'ConfigMap');
     assert.equal(parseConfig(YAML.parse(cm.data['config.yaml'])).cri.socket, '/run/containerd/containerd.sock');
   });
+  it('the Kata RuntimeClass handler is a vm in the default config and a runtime in every containerd and CRI-O snippet', async () => {
+    const YAML = (await import('yaml')).default;
+    const fs = await import('node:fs');
+    const path = await import('node:path');
+    const { packageRoot } = await import('../plugin/server/protos');
+    const dir = path.join(packageRoot(), 'kind-config');
+    const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(dir, 'runtimeclass-kata.yaml'), 'utf8')).map((d) => d.toJS());
+    const rc = docs.find((d) => d.kind === 'RuntimeClass');
+    assert.equal(parseConfig(undefined).runtimeHandlers[rc.handler], 'vm');
+    const pod = docs.find((d) => d.kind === 'Pod');
+    assert.equal(pod.spec.runtimeClassName, rc.metadata.name);
+    assert.equal(pod.metadata.annotations['kni.dev/runtime-handler'], rc.handler);
+    for (const f of ['containerd-1.6.toml', 'containerd-1.7.toml', 'containerd-2.x.toml']) {
+      const toml = fs.readFileSync(path.join(dir, f), 'utf8');
+      assert.match(toml, new RegExp(`containerd\\.runtimes\\.${rc.handler}\\]\\s*\\n\\s*runtime_type = "io\\.containerd\\.kata\\.v2"`), f);
+    }
+    // The containerd installed here (1.6) reads the v2-format snippets itself.
+    const { execFileSync } = await import('node:child_process');
+    for (const f of ['containerd-1.6.toml', 'containerd-1.7.toml']) {
+      const dump = execFileSync('containerd', ['--config', path.join(dir, f), 'config', 'dump'], { encoding: 'utf8' });
+      const table = dump.split(/\n\s*\[/).find((t) => t.startsWith('plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]'));
+      assert.match(table ?? '', /runtime_type = "io\.containerd\.kata\.v2"/, f);
+    }
+    assert.match(fs.readFileSync(path.join(dir, 'crio/10-kni.conf'), 'utf8'), new RegExp(`\\[crio\\.runtime\\.runtimes\\.${rc.handler}\\][^[]*runtime_type = "vm"`));
+  });
 });
