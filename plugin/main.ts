@@ -6,6 +6,8 @@ import { Config, ConfigError, loadConfig } from './core/config';
 import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
 import { NetworkRuntime } from './core/network-runtime';
+import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
+import { startTracingFromEnv } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
@@ -41,11 +43,13 @@ async function main(): Promise<void> {
     .option('--state-dir <dir>', 'where sandbox records are kept', '/var/lib/kni')
     .option('--config <file>', 'YAML or JSON config (default: the embedded default network)')
     .option('--log-level <level>', 'debug, info, warn or error', process.env.KNI_LOG_LEVEL ?? 'info')
+    .option('--metrics-addr <host:port>', 'serve Prometheus metrics on http://host:port/metrics (off by default)', process.env.KNI_METRICS_ADDR)
     .option('--print-config', 'print the effective config and exit')
     .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
     .parse();
-  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; printConfig?: boolean; uninstall?: boolean }>();
+  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; metricsAddr?: string; printConfig?: boolean; uninstall?: boolean }>();
   setLogLevel(opts.logLevel);
+  if (opts.metricsAddr) parseMetricsAddr(opts.metricsAddr); // a typo fails before anything starts
   const cfg = loadConfig(opts.config);
   if (opts.printConfig) {
     process.stdout.write(`${JSON.stringify({ ...cfg, ranges: cfg.ranges.map((c) => c.text) }, null, 2)}\n`);
@@ -59,8 +63,11 @@ async function main(): Promise<void> {
 
   // Before touching anything: a second daemon must not set up (or change) the node network.
   await clearStaleSocket(opts.socket);
+  const stopTracing = startTracingFromEnv();
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();
+  registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });
+  const metrics = opts.metricsAddr ? await serveMetrics(opts.metricsAddr) : undefined;
   if (cfg.cri.socket) {
     // Before serving: no attach can be in flight, so the runtime's list is complete.
     await reconcileWithCri(rt, cfg.cri.socket, 0);
@@ -84,9 +91,10 @@ async function main(): Promise<void> {
     log('info', 'shutting down; pods stay as they are', { signal });
     nri?.stop();
     cniServer.close();
+    metrics?.close();
     server.tryShutdown(() => {
       rt.stop();
-      process.exit(0);
+      void Promise.resolve(stopTracing?.()).catch(() => undefined).finally(() => process.exit(0));
     });
     setTimeout(() => process.exit(0), 3000).unref();
   };

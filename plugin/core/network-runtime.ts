@@ -18,6 +18,8 @@ import { HostVethExistsError, PodInterfaceExistsError, podMac, unwirePod, wirePo
 import { tapName, unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
+import { attachSeconds, detachSeconds, EntryPoint, errorsTotal, gcReleasedTotal } from '../observe/metrics';
+import { withSpan } from '../observe/tracing';
 
 export interface AttachRequest {
   sandboxId: string;
@@ -27,6 +29,8 @@ export interface AttachRequest {
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
   runtimeHandler?: string;
+  /** Who asked (metrics, spans, logs); default kni. */
+  entryPoint?: EntryPoint;
 }
 
 export interface RouteInfo {
@@ -194,7 +198,35 @@ export class NetworkRuntime {
     };
   }
 
+  /** Attaches a sandbox: one span, one log line, one histogram sample, whatever the entry point. */
   async attach(req: AttachRequest): Promise<SandboxRecord> {
+    const entryPoint = req.entryPoint ?? 'kni';
+    const started = process.hrtime.bigint();
+    const fields = {
+      sandbox: String(req.sandboxId ?? '').slice(0, 128),
+      pod: req.pod?.name ? `${String(req.pod.namespace ?? '').slice(0, 63)}/${String(req.pod.name).slice(0, 253)}` : '',
+      entry: entryPoint,
+    };
+    const attrs = { 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint };
+    try {
+      const rec = await withSpan('kni.attach', attrs, () => this.attachSandbox(req));
+      const s = Number(process.hrtime.bigint() - started) / 1e9;
+      attachSeconds.observe({ entry_point: entryPoint }, s);
+      log('info', 'attach', { ...fields, kind: rec.kind, ms: s * 1e3 });
+      return rec;
+    } catch (e) {
+      this.failed('attach', entryPoint, e, fields, started);
+      throw e;
+    }
+  }
+
+  private failed(operation: string, entryPoint: EntryPoint, e: unknown, fields: Record<string, unknown>, started: bigint): void {
+    const code = e instanceof KniError ? e.code : 'INTERNAL';
+    errorsTotal.inc({ entry_point: entryPoint, operation, code });
+    log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: Number(process.hrtime.bigint() - started) / 1e6 });
+  }
+
+  private async attachSandbox(req: AttachRequest): Promise<SandboxRecord> {
     const id = validate.sandboxId(req.sandboxId);
     const ifName = validate.interfaceName(req.interfaceName || 'eth0');
     const netnsPath = validate.netnsPath(req.netnsPath, this.cfg.allowedNetnsRoots);
@@ -222,7 +254,7 @@ export class NetworkRuntime {
           throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
         }
       }
-      const addresses = this.ipam.allocate(id);
+      const addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
       const owned = [...this.netns.values()].find((n) => n.path === netnsPath);
       const rec: SandboxRecord = {
         id,
@@ -246,7 +278,7 @@ export class NetworkRuntime {
         createdAt: new Date().toISOString(),
       };
       try {
-        this.store.sandboxes.put(id, rec); // the addresses are on disk before anyone sees them
+        withSpan('store.record', {}, () => this.store.sandboxes.put(id, rec)); // the addresses are on disk before anyone sees them
       } catch (e) {
         this.ipam.release(id, addresses);
         throw new KniError('INTERNAL', `cannot record sandbox ${id}: ${(e as Error).message}`);
@@ -259,17 +291,19 @@ export class NetworkRuntime {
         throw this.kernelError(e, rec);
       }
       rec.phase = 'attached';
-      this.store.sandboxes.put(id, rec);
-      if (owned) {
-        owned.sandboxId = id;
-        this.store.netns.put(owned.name, owned);
-      }
+      withSpan('store.commit', {}, () => {
+        this.store.sandboxes.put(id, rec);
+        if (owned) {
+          owned.sandboxId = id;
+          this.store.netns.put(owned.name, owned);
+        }
+      });
       return rec;
     });
   }
 
   private async wire(rec: SandboxRecord): Promise<void> {
-    const fd = fs.openSync(rec.netnsPath, 'r');
+    const fd = withSpan('netns.open', { 'kni.netns.path': rec.netnsPath }, () => fs.openSync(rec.netnsPath, 'r'));
     try {
       for (const itf of rec.interfaces) {
         try {
@@ -286,7 +320,7 @@ export class NetworkRuntime {
       if (taps.length) {
         const pod = socketInNetns(fd);
         try {
-          for (const itf of taps) wireVmTap(pod, fd, itf.name, itf.tap!);
+          for (const itf of taps) withSpan('vm.tap', { 'kni.tap': itf.tap! }, () => wireVmTap(pod, fd, itf.name, itf.tap!));
         } finally {
           pod.close();
         }
@@ -333,14 +367,28 @@ export class NetworkRuntime {
    * Releases everything attach took. Unknown or already-released ids succeed (false).
    * releaseNetns also unpins the netns kni created for the sandbox.
    */
-  async detach(sandboxId: string, releaseNetns = true): Promise<boolean> {
-    const id = validate.sandboxId(sandboxId);
-    return this.locks.run(id, async () => {
-      const rec = this.sandboxes.get(id);
-      if (!rec) return false;
-      await this.release(rec, releaseNetns);
-      return true;
-    });
+  async detach(sandboxId: string, releaseNetns = true, entryPoint: EntryPoint = 'kni'): Promise<boolean> {
+    const started = process.hrtime.bigint();
+    const fields = { sandbox: String(sandboxId ?? '').slice(0, 128), entry: entryPoint };
+    try {
+      const id = validate.sandboxId(sandboxId);
+      const released = await withSpan('kni.detach', { 'kni.sandbox.id': id, 'kni.entry_point': entryPoint }, () =>
+        this.locks.run(id, async () => {
+          const rec = this.sandboxes.get(id);
+          if (!rec) return undefined;
+          await this.release(rec, releaseNetns);
+          return rec;
+        }),
+      );
+      const s = Number(process.hrtime.bigint() - started) / 1e9;
+      detachSeconds.observe({ entry_point: entryPoint }, s);
+      const pod = released?.pod.name ? `${released.pod.namespace}/${released.pod.name}` : '';
+      log(released ? 'info' : 'debug', released ? 'detach' : 'detach: nothing to release', { ...fields, pod, ms: s * 1e3 });
+      return released !== undefined;
+    } catch (e) {
+      this.failed('detach', entryPoint, e, fields, started);
+      throw e;
+    }
   }
 
   /** Kernel objects first, then the record, then the addresses: never reuse an address still in a netns. */
@@ -389,6 +437,10 @@ export class NetworkRuntime {
     const rec = this.sandboxes.get(id);
     if (!rec || rec.phase !== 'attached') throw new KniError('NOT_FOUND', `sandbox ${id} is not attached`);
     return rec;
+  }
+
+  podCount(): number {
+    return this.list().length;
   }
 
   list(): SandboxRecord[] {
@@ -483,9 +535,11 @@ export class NetworkRuntime {
     const cutoff = Date.now() - graceMs;
     for (const [id, rec] of [...this.sandboxes.entries()]) {
       if (liveSet.has(id) || Date.parse(rec.createdAt) > cutoff) continue;
-      if (await this.detach(id, true)) releasedSandboxes.push(id);
+      if (await this.detach(id, true, 'gc')) releasedSandboxes.push(id);
     }
     const releasedNetns = this.sweepUnclaimedNetns(liveSet);
+    gcReleasedTotal.inc({ object: 'sandbox' }, releasedSandboxes.length);
+
     if (releasedSandboxes.length || releasedNetns.length) log('info', 'garbage collected', { sandboxes: releasedSandboxes, netns: releasedNetns });
     return { releasedSandboxes, releasedNetns };
   }
@@ -502,6 +556,7 @@ export class NetworkRuntime {
       this.releaseNetns(n);
       released.push(n.path);
     }
+    gcReleasedTotal.inc({ object: 'netns' }, released.length);
     return released;
   }
 }

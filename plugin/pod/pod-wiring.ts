@@ -7,6 +7,7 @@ import { linkByName, linkDel, linkSetHairpin, linkSetUp, vethAdd } from '../netl
 import { defaultRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { socketInNetns } from '../netns/netns';
+import { withSpan } from '../observe/tracing';
 import { InterfaceRecord } from '../store/records';
 
 /**
@@ -28,28 +29,35 @@ export class PodInterfaceExistsError extends Error {
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord): void {
   const pod = socketInNetns(netnsFd);
   try {
-    try {
-      host.request(
-        vethAdd({ name: itf.hostVeth, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }),
-      );
-    } catch (e) {
-      if (e instanceof NetlinkError && e.code === 'EEXIST') {
-        if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
-        throw new PodInterfaceExistsError(itf.name);
+    const podEnd = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
+      try {
+        host.request(
+          vethAdd({ name: itf.hostVeth, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }),
+        );
+      } catch (e) {
+        if (e instanceof NetlinkError && e.code === 'EEXIST') {
+          if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
+          throw new PodInterfaceExistsError(itf.name);
+        }
+        throw e;
       }
-      throw e;
-    }
-    const hostEnd = linkByName(host, itf.hostVeth);
-    if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
-    host.request(linkSetHairpin(hostEnd.index, itf.hostVeth));
-    const podEnd = linkByName(pod, itf.name);
-    if (!podEnd) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
-    pod.exec([
-      linkSetUp('lo'),
-      linkSetUp(itf.name),
-      ...itf.addresses.map((a) => addrAdd(podEnd.index, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
-      ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podEnd.index, itf.name)),
-    ]);
+      const hostEnd = linkByName(host, itf.hostVeth);
+      if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
+      host.request(linkSetHairpin(hostEnd.index, itf.hostVeth));
+      const link = linkByName(pod, itf.name);
+      if (!link) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
+      return link;
+    });
+    withSpan('pod.addresses', { 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }, () =>
+      pod.exec([
+        linkSetUp('lo'),
+        linkSetUp(itf.name),
+        ...itf.addresses.map((a) => addrAdd(podEnd.index, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
+      ]),
+    );
+    withSpan('pod.routes', {}, () =>
+      pod.exec(itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podEnd.index, itf.name))),
+    );
   } finally {
     pod.close();
   }

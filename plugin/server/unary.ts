@@ -3,6 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
+import { withSpan } from '../observe/tracing';
 
 export function unary<Req, Res>(
   service: string,
@@ -14,7 +15,7 @@ export function unary<Req, Res>(
     const req = call.request as Record<string, unknown>;
     const sandbox = (req?.sandbox_id ?? req?.id ?? '') as string;
     Promise.resolve()
-      .then(() => fn(call.request))
+      .then(() => withSpan(`${service}/${method}`, { 'rpc.system': 'grpc', 'rpc.service': service, 'rpc.method': method }, () => fn(call.request)))
       .then(
         (res) => {
           log('debug', 'rpc', { service, method, sandbox, ms: Number(process.hrtime.bigint() - started) / 1e6 });

@@ -54,12 +54,13 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
           interfaceName: env.get('CNI_IFNAME') || 'eth0',
           pod: { name: args.K8S_POD_NAME, namespace: args.K8S_POD_NAMESPACE, uid: args.K8S_POD_UID },
           annotations: typeof podAnnotations === 'object' && podAnnotations !== null ? podAnnotations : undefined,
+          entryPoint: 'cni',
         });
         return ok(cniResult(version, rec));
       }
       case 'DEL':
         // Succeeds when the sandbox is unknown or already released (spec: DEL is idempotent).
-        await rt.detach(containerId, true);
+        await rt.detach(containerId, true, 'cni');
         return ok(undefined);
       case 'CHECK': {
         const problems = rt.check(containerId);

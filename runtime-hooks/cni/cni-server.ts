@@ -5,6 +5,7 @@ import path from 'node:path';
 import { log } from '../../plugin/core/log';
 import { NetworkRuntime } from '../../plugin/core/network-runtime';
 import { handleCni } from './cni-handler';
+import { withSpan } from '../../plugin/observe/tracing';
 import { cniError, CNI_ERR } from './cni-result';
 import { decodeRequest, encodeResponse, MAX_REQUEST } from './cni-wire';
 
@@ -35,7 +36,8 @@ export async function serveCni(rt: NetworkRuntime, socketPath: string): Promise<
       }
       done = true;
       const started = process.hrtime.bigint();
-      handleCni(rt, env).then((r) => {
+      const command = env.get('CNI_COMMAND') ?? '';
+      withSpan(`cni ${command.slice(0, 16)}`, { 'kni.entry_point': 'cni', 'kni.sandbox.id': (env.get('CNI_CONTAINERID') ?? '').slice(0, 128) }, () => handleCni(rt, env)).then((r) => {
         const ms = Number(process.hrtime.bigint() - started) / 1e6;
         const fields = { entry: 'cni', command: env.get('CNI_COMMAND'), sandbox: env.get('CNI_CONTAINERID'), ms };
         if (r.exitCode === 0) log('debug', 'cni', fields);

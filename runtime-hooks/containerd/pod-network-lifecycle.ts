@@ -46,11 +46,12 @@ export function podNetworkLifecycleHandlers(rt: NetworkRuntime): grpc.UntypedSer
         pod: { name: req.pod_name, namespace: req.pod_namespace, uid: req.pod_uid },
         labels: req.labels,
         annotations: req.annotations,
+        entryPoint: 'containerd',
       });
       return setupResponse(rt, rec, req.dns_config);
     }),
     TeardownPodNetwork: u('TeardownPodNetwork', async (req: { sandbox_id: string }) => {
-      await rt.detach(req.sandbox_id, true);
+      await rt.detach(req.sandbox_id, true, 'containerd');
       return {};
     }),
     CheckHealth: u('CheckHealth', () => {

@@ -2,6 +2,8 @@
 // CNI path already did, records what NRI adds), StopPodSandbox and RemovePodSandbox release,
 // Synchronize releases what the runtime no longer has. As an external plugin it connects to
 // the runtime's socket and reconnects with backoff; pre-registered, it gets its socket on fd 3.
+import { nriConnected } from '../../plugin/observe/metrics';
+import { withSpan } from '../../plugin/observe/tracing';
 import net from 'node:net';
 import { Duplex } from 'node:stream';
 import { KniError } from '../../plugin/core/errors';
@@ -44,14 +46,14 @@ export class NriPlugin {
 
   stop(): void {
     this.stopped = true;
-    this.state = 'stopped';
+    this.setState('stopped');
     if (this.retry) clearTimeout(this.retry);
     this.mux?.close();
   }
 
   private connect(): void {
     if (this.stopped) return;
-    this.state = 'connecting';
+    this.setState('connecting');
     const sock = net.connect(this.opts.socket);
     sock.once('connect', () => void this.session(sock));
     sock.once('error', (e) => {
@@ -60,6 +62,11 @@ export class NriPlugin {
         this.scheduleReconnect();
       }
     });
+  }
+
+  private setState(state: NriState): void {
+    this.state = state;
+    nriConnected.set(state === 'registered' ? 1 : 0);
   }
 
   private scheduleReconnect(): void {
@@ -71,13 +78,14 @@ export class NriPlugin {
   private async session(sock: Duplex): Promise<void> {
     const mux = new Mux(sock);
     this.mux = mux;
-    new TtrpcEndpoint(mux.conn(PLUGIN_CONN), (service, method, payload) => this.handle(service, method, payload));
+    new TtrpcEndpoint(mux.conn(PLUGIN_CONN), (service, method, payload) =>
+      withSpan(`nri ${method.slice(0, 64)}`, { 'kni.entry_point': 'nri' }, () => this.handle(service, method, payload)));
     const runtime = new TtrpcEndpoint(mux.conn(RUNTIME_CONN));
     mux.on('error', () => undefined);
     mux.once('close', () => {
       runtime.abort('NRI connection closed');
       if (this.stopped) return;
-      this.state = 'disconnected';
+      this.setState('disconnected');
       log('warn', 'NRI connection closed; reconnecting', { entry: 'nri' });
       if (this.opts.connected) {
         log('error', 'pre-registered NRI plugin lost its socket; exiting so the runtime restarts it', { entry: 'nri' });
@@ -87,7 +95,7 @@ export class NriPlugin {
     });
     try {
       await runtime.call(RUNTIME_SERVICE, 'RegisterPlugin', encode('RegisterPluginRequest', { pluginName: this.opts.pluginName, pluginIdx: this.opts.pluginIndex }), REGISTER_TIMEOUT_MS);
-      this.state = 'registered';
+      this.setState('registered');
       this.backoffMs = 250;
       log('info', 'registered with the runtime over NRI', { entry: 'nri', plugin: `${this.opts.pluginIndex}-${this.opts.pluginName}` });
     } catch (e) {
@@ -163,11 +171,11 @@ export class NriPlugin {
       // Kata scans the netns when the sandbox is created, before NRI's RunPodSandbox: too late.
       log('warn', 'vm sandbox reached kni only through NRI, after it started: its VMM will not see the network; use the CNI shim or the KNI API', { entry: 'nri', sandbox: pod.id, runtimeHandler: pod.runtimeHandler });
     }
-    await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta });
+    await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta, entryPoint: 'nri' });
   }
 
   private async onStop(pod: NriPod): Promise<void> {
-    await this.rt.detach(pod.id, true);
+    await this.rt.detach(pod.id, true, 'nri');
   }
 
   private async reconcile(live: string[]): Promise<void> {

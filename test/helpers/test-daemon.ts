@@ -10,6 +10,15 @@ import { RUN, sh, trySh } from './sh';
 
 let counter = 0;
 
+export interface LaunchOptions {
+  /** Extra kni-runtime flags. */
+  args?: string[];
+  /** Extra environment. */
+  env?: Record<string, string>;
+  /** A script to run instead of dist/plugin/main.js (it must end up running main). */
+  script?: string;
+}
+
 export class TestDaemon {
   readonly nodeNetns: string;
   readonly nodeNetnsName: string;
@@ -23,7 +32,7 @@ export class TestDaemon {
   output = '';
   private clients: Client[] = [];
 
-  private constructor(config: Record<string, unknown>) {
+  private constructor(config: Record<string, unknown>, readonly launchOptions: LaunchOptions) {
     const n = ++counter;
     this.nodeNetnsName = `${RUN}-node${n}`;
     this.nodeNetns = `/run/netns/${this.nodeNetnsName}`;
@@ -40,8 +49,8 @@ export class TestDaemon {
     sh('ip', ['-n', this.nodeNetnsName, 'link', 'set', 'lo', 'up']);
   }
 
-  static async start(config: Record<string, unknown> = {}): Promise<TestDaemon> {
-    const d = new TestDaemon(config);
+  static async start(config: Record<string, unknown> = {}, launchOptions: LaunchOptions = {}): Promise<TestDaemon> {
+    const d = new TestDaemon(config, launchOptions);
     try {
       await d.launch();
     } catch (e) {
@@ -52,9 +61,11 @@ export class TestDaemon {
   }
 
   async launch(): Promise<void> {
-    const main = path.join(packageRoot(), 'dist/plugin/main.js');
-    const proc = spawn('nsenter', [`--net=${this.nodeNetns}`, process.execPath, main, '--socket', this.socket, '--state-dir', this.stateDir, '--config', this.configFile], {
+    const main = this.launchOptions.script ?? path.join(packageRoot(), 'dist/plugin/main.js');
+    const args = [`--net=${this.nodeNetns}`, process.execPath, main, '--socket', this.socket, '--state-dir', this.stateDir, '--config', this.configFile, ...(this.launchOptions.args ?? [])];
+    const proc = spawn('nsenter', args, {
       stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, ...this.launchOptions.env },
     });
     this.proc = proc;
     proc.stdout!.on('data', (b) => (this.output += b));

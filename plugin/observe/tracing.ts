@@ -1,0 +1,72 @@
+// OpenTelemetry spans: one per RPC, children for each attach step. Off unless the standard
+// OTEL_* variables ask for an exporter; when off, withSpan is a plain call and the SDK is not
+// even loaded.
+import { Attributes, SpanStatusCode, trace, TracerProvider } from '@opentelemetry/api';
+import { KniError } from '../core/errors';
+import { log } from '../core/log';
+
+let enabled = false;
+let tracer = trace.getTracer('kni');
+
+/** Turns spans on with a provider already set up (an embedding program, or a test). */
+export function enableTracing(provider?: TracerProvider): void {
+  if (provider) trace.setGlobalTracerProvider(provider);
+  tracer = trace.getTracer('kni');
+  enabled = true;
+}
+
+export const tracingEnabled = (): boolean => enabled;
+
+/** True when the environment names a trace exporter the way every OTel SDK reads it. */
+export function tracingRequested(env: NodeJS.ProcessEnv = process.env): boolean {
+  const exporter = env.OTEL_TRACES_EXPORTER?.trim();
+  if (exporter) return exporter !== 'none';
+  return Boolean(env.OTEL_EXPORTER_OTLP_ENDPOINT || env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT);
+}
+
+/** Starts the Node SDK (exporter, sampler, resource from OTEL_*) if asked; returns its shutdown. */
+export function startTracingFromEnv(): (() => Promise<void>) | undefined {
+  if (!tracingRequested()) return undefined;
+  process.env.OTEL_SERVICE_NAME ||= 'kni-runtime';
+  // Metrics and logs go their own way (prom-client, JSON on stdout): traces only.
+  process.env.OTEL_METRICS_EXPORTER ||= 'none';
+  process.env.OTEL_LOGS_EXPORTER ||= 'none';
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const { NodeSDK } = require('@opentelemetry/sdk-node') as typeof import('@opentelemetry/sdk-node');
+  const sdk = new NodeSDK({ instrumentations: [] });
+  sdk.start();
+  enableTracing();
+  log('info', 'tracing on', { exporter: process.env.OTEL_TRACES_EXPORTER ?? 'otlp' });
+  return () => sdk.shutdown();
+}
+
+/** Runs fn inside a span named name (a child of the active one); sync or async alike. */
+export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): T {
+  if (!enabled) return fn();
+  return tracer.startActiveSpan(name, { attributes }, (span) => {
+    const fail = (e: unknown) => {
+      span.recordException(e as Error);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: (e as Error)?.message });
+      if (e instanceof KniError) span.setAttribute('kni.error.code', e.code);
+      span.end();
+    };
+    let out: T;
+    try {
+      out = fn();
+    } catch (e) {
+      fail(e);
+      throw e;
+    }
+    if (out instanceof Promise) {
+      return out.then((v) => {
+        span.end();
+        return v;
+      }, (e) => {
+        fail(e);
+        throw e;
+      }) as T;
+    }
+    span.end();
+    return out;
+  });
+}
