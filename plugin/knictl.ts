@@ -15,6 +15,11 @@ const output = () => new Option('-o, --output <format>', 'table or json').choice
 async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
   const socket = program.opts<{ socket: string }>().socket;
   if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket} (start it with kni-runtime, or pass --socket)`);
+  try {
+    fs.accessSync(socket, fs.constants.R_OK | fs.constants.W_OK);
+  } catch {
+    fail(`permission denied on ${socket}: the kni socket is root-only (0600); run knictl as root`);
+  }
   const c = runtimeClient(socket);
   try {
     return await fn(c);
@@ -86,6 +91,11 @@ program.command('check <sandbox-id>').description("compare a sandbox's record wi
   const r = await withClient((c) => c.Check({ sandbox_id: id }));
   print(o.output, r, () => (r.ok ? 'ok\n' : r.problems.map((p: string) => `problem: ${p}\n`).join('')));
   if (!r.ok) process.exitCode = 2;
+});
+
+program.command('reconcile').description('compare every record with the kernel now: repair, release, remove stale veths').addOption(output()).action(async (o) => {
+  const r = await withClient((c) => c.Reconcile({}));
+  print(o.output, r, () => (r.findings.length ? r.findings.map((f: string) => `${f}\n`).join('') : 'kernel and records agree\n'));
 });
 
 program.parseAsync().catch((e) => fail((e as Error).message));

@@ -94,17 +94,19 @@ describe('CNI shim (kni-cni)', () => {
     assert.equal(cni('STATUS', {}, { ...conf, cniVersion: '1.1.0' }).code, 0);
   });
 
-  it('GC releases every attachment not in cni.dev/valid-attachments', async () => {
+  it('GC releases every CNI attachment not in cni.dev/valid-attachments, and leaves what other entry points attached', async () => {
     const keep = d.makePodNetns('gc-keep');
     const drop = d.makePodNetns('gc-drop');
+    await d.rt().Attach({ sandbox_id: 'gc-api', netns_path: d.makePodNetns('gc-api') });
     cni('ADD', env('gc-keep', keep), conf);
     const dropped = cni('ADD', env('gc-drop', drop), conf);
     const r = cni('GC', {}, { ...conf, cniVersion: '1.1.0', 'cni.dev/valid-attachments': [{ containerID: 'gc-keep', ifname: 'eth0' }] });
     assert.equal(r.code, 0, r.raw);
     const ids = (await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id);
-    assert.deepEqual(ids, ['gc-keep']);
+    assert.deepEqual(ids.sort(), ['gc-api', 'gc-keep']);
     assert.ok(!d.nodeLinks().includes(dropped.out.interfaces[0].name));
     cni('DEL', env('gc-keep', keep), conf);
+    await d.rt().Detach({ sandbox_id: 'gc-api' });
   });
 
   it('answers CNI errors with precise codes', () => {

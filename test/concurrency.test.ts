@@ -42,7 +42,7 @@ describe('concurrency', () => {
       assert.equal(r.released, true);
     });
     assert.equal((await rt.ListPods()).pods.length, 0);
-    assert.equal(d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l)).length, 0);
+    assert.equal((await d.kniVethsSettled(0)).length, 0);
     assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '0');
   });
 });

@@ -9,7 +9,12 @@ export function setLogLevel(level: string): void {
   threshold = order[level as Level];
 }
 
+// Callers quote what they were sent; a hostile megabyte must not become a megabyte of log.
+const MAX_FIELD = 1024;
+const cut = (_key: string, v: unknown): unknown =>
+  typeof v === 'string' && v.length > MAX_FIELD ? `${v.slice(0, MAX_FIELD)}… (${v.length} chars)` : v;
+
 export function log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
   if (order[level] < threshold) return;
-  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields })}\n`);
+  process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, cut)}\n`);
 }

@@ -3,6 +3,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { invalid, KniError } from './errors';
 
+/** A value quoted in an error message, cut short: callers may send megabytes. */
+const q = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
+
 const SANDBOX_ID = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
 export const MAX_ID = 128;
 
@@ -10,7 +13,7 @@ export function sandboxId(id: unknown, field = 'sandbox id'): string {
   if (typeof id !== 'string' || id.length === 0) throw invalid(`${field} is empty`);
   if (id.length > MAX_ID) throw invalid(`${field} is ${id.length} characters long (at most ${MAX_ID})`);
   if (!SANDBOX_ID.test(id)) {
-    throw invalid(`${field} ${JSON.stringify(id)} has characters other than letters, digits, '_', '.', '-' or does not start with a letter or digit`);
+    throw invalid(`${field} ${q(id)} has characters other than letters, digits, '_', '.', '-' or does not start with a letter or digit`);
   }
   return id;
 }
@@ -19,9 +22,9 @@ export function sandboxId(id: unknown, field = 'sandbox id'): string {
 export function interfaceName(name: unknown, field = 'interface name'): string {
   if (typeof name !== 'string' || name.length === 0) throw invalid(`${field} is empty`);
   const bytes = Buffer.byteLength(name);
-  if (bytes > 15) throw invalid(`${field} ${JSON.stringify(name)} is ${bytes} bytes long (at most 15)`);
+  if (bytes > 15) throw invalid(`${field} ${q(name)} is ${bytes} bytes long (at most 15)`);
   if (name === '.' || name === '..' || /[\/:\s\x00-\x1f\x7f]/.test(name)) {
-    throw invalid(`${field} ${JSON.stringify(name)} is not a valid interface name (no '/', ':', white space or control characters)`);
+    throw invalid(`${field} ${q(name)} is not a valid interface name (no '/', ':', white space or control characters)`);
   }
   return name;
 }
@@ -35,7 +38,7 @@ export function objectName(value: unknown, field: string, required = false): str
   if (typeof value !== 'string') throw invalid(`${field} is not a string`);
   if (value.length > 253) throw invalid(`${field} is ${value.length} characters long (at most 253)`);
   if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(value)) {
-    throw invalid(`${field} ${JSON.stringify(value)} is not a valid Kubernetes name (lower case letters, digits, '-', '.')`);
+    throw invalid(`${field} ${q(value)} is not a valid Kubernetes name (lower case letters, digits, '-', '.')`);
   }
   return value;
 }
@@ -49,7 +52,7 @@ export function stringMap(m: unknown, field: string): Record<string, string> {
   let bytes = 0;
   const out: Record<string, string> = {};
   for (const [k, v] of Object.entries(m as Record<string, unknown>)) {
-    if (typeof v !== 'string') throw invalid(`${field}[${JSON.stringify(k)}] is not a string`);
+    if (typeof v !== 'string') throw invalid(`${field}[${q(k)}] is not a string`);
     bytes += Buffer.byteLength(k) + Buffer.byteLength(v);
     if (bytes > MAX_MAP_BYTES) throw invalid(`${field} is larger than ${MAX_MAP_BYTES} bytes`);
     out[k] = v;
@@ -66,8 +69,8 @@ const PROC_NETNS = /^\/proc\/[1-9][0-9]*\/(task\/[1-9][0-9]*\/)?ns\/net$/;
 export function netnsPath(p: unknown, allowedRoots: string[], field = 'netns path'): string {
   if (typeof p !== 'string' || p.length === 0) throw invalid(`${field} is empty`);
   if (p.length > 4096 || p.includes('\0')) throw invalid(`${field} is not a valid path`);
-  if (!path.isAbsolute(p)) throw invalid(`${field} ${JSON.stringify(p)} is not absolute`);
-  if (path.normalize(p) !== p || p.endsWith('/')) throw invalid(`${field} ${JSON.stringify(p)} is not normalised (no '..', '.', '//' or trailing '/')`);
+  if (!path.isAbsolute(p)) throw invalid(`${field} ${q(p)} is not absolute`);
+  if (path.normalize(p) !== p || p.endsWith('/')) throw invalid(`${field} ${q(p)} is not normalised (no '..', '.', '//' or trailing '/')`);
   if (PROC_NETNS.test(p)) {
     if (!fs.existsSync(p)) throw new KniError('NOT_FOUND', `${field} ${p} does not exist (no such process)`);
     return p;

@@ -1,5 +1,5 @@
 // IPAM across the node's pod ranges: one address per range per sandbox, all or nothing.
-import { Cidr, Family, formatIp } from './ip';
+import { Cidr, cidrContains, Family, formatIp, parseIp } from './ip';
 import { RangeAllocator } from './range-allocator';
 
 export interface AllocatedAddress {
@@ -43,6 +43,13 @@ export class Ipam {
   /** Restores a sandbox's addresses from the state store; returns the ones that could not be. */
   restore(owner: string, addresses: AllocatedAddress[]): AllocatedAddress[] {
     return addresses.filter((a) => !this.ranges.find((r) => r.cidr.text === a.range)?.reserve(a.address, owner));
+  }
+
+  /** An address found in the kernel, described as allocate() would have (undefined: not ours). */
+  describe(address: string): AllocatedAddress | undefined {
+    const { family, value } = parseIp(address);
+    const r = this.ranges.find((x) => cidrContains(x.cidr, family, value));
+    return r && { family, address, prefixLength: r.cidr.prefixLength, gateway: r.format(r.gateway), range: r.cidr.text };
   }
 
   release(owner: string, addresses: AllocatedAddress[]): void {

@@ -28,6 +28,17 @@ function returnHome(): void {
 
 export class NotANetnsError extends Error {}
 
+/** True when path names the daemon's own (node) netns: pods must never be wired there. */
+export function isNodeNetns(target: string): boolean {
+  try {
+    const a = fs.statSync(target);
+    const b = fs.fstatSync(home());
+    return a.dev === b.dev && a.ino === b.ino;
+  } catch {
+    return false;
+  }
+}
+
 /** Runs fn with the calling thread inside the netns open on fd (fn must not yield). */
 export function inNetns<T>(fd: number, fn: () => T): T {
   home();

@@ -3,7 +3,7 @@
 // hairpinned bridge port. All over netlink from this process: no spawn, no iptables.
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
-import { linkByName, linkDel, linkSetHairpin, linkSetUp, vethAdd } from '../netlink/link';
+import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
 import { defaultRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { socketInNetns } from '../netns/netns';
@@ -14,6 +14,9 @@ import { InterfaceRecord } from '../store/records';
  * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
  * and HostVethExistsError when a stale host end with that name is in the way.
  */
+/** Host veths carry "kni:<sandbox id>" as their alias: lost records are rebuilt from it. */
+export const VETH_ALIAS_PREFIX = 'kni:';
+
 export class HostVethExistsError extends Error {
   constructor(readonly hostVeth: string) {
     super(`host veth ${hostVeth} already exists`);
@@ -26,7 +29,7 @@ export class PodInterfaceExistsError extends Error {
   }
 }
 
-export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord): void {
+export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
   const pod = socketInNetns(netnsFd);
   try {
     const podEnd = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
@@ -43,13 +46,21 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
       }
       const hostEnd = linkByName(host, itf.hostVeth);
       if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
-      host.request(linkSetHairpin(hostEnd.index, itf.hostVeth));
+      // The alias lets a lost record be rebuilt from the kernel alone (the kernel takes
+      // IFLA_IFALIAS only on an existing link, not in the create request).
+      host.exec([
+        linkSetNoLinkLocal(hostEnd.index, itf.hostVeth),
+        linkSetHairpin(hostEnd.index, itf.hostVeth),
+        linkSetAlias(hostEnd.index, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
+        linkSetUpByIndex(hostEnd.index, itf.hostVeth),
+      ]);
       const link = linkByName(pod, itf.name);
       if (!link) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
       return link;
     });
     withSpan('pod.addresses', { 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }, () =>
       pod.exec([
+        linkSetNoLinkLocal(podEnd.index, itf.name),
         linkSetUp('lo'),
         linkSetUp(itf.name),
         ...itf.addresses.map((a) => addrAdd(podEnd.index, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),

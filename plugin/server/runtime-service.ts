@@ -59,6 +59,10 @@ export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplemen
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
       return { ranges, exhausted: ranges.some((r) => r.exhausted) };
     }),
+    Reconcile: u('Reconcile', async () => {
+      const r = await rt.reconcile();
+      return { repaired_sandbox_ids: r.repaired, released_sandbox_ids: r.released, removed_veths: r.removedVeths, findings: r.findings };
+    }),
     GarbageCollect: u('GarbageCollect', async (req: { live_sandbox_ids: string[] }) => {
       const r = await rt.gc(req.live_sandbox_ids ?? []);
       return { released_sandbox_ids: r.releasedSandboxes, released_netns_paths: r.releasedNetns };

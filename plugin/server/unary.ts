@@ -26,7 +26,7 @@ export function unary<Req, Res>(
           log(err.code === 'INTERNAL' ? 'error' : 'warn', 'rpc failed', {
             service, method, sandbox, code: err.code, error: err.message, ms: Number(process.hrtime.bigint() - started) / 1e6,
           });
-          callback({ code: grpc.status[err.code], details: err.message });
+          callback({ code: grpc.status[err.code], details: err.message.length > 1000 ? `${err.message.slice(0, 1000)}…` : err.message });
         },
       );
   };

@@ -27,6 +27,8 @@ export interface SandboxRecord {
   runtimeHandler: string;
   /** 'vm' sandboxes (Kata, other VMMs) get the VM extra step; records before this field are containers. */
   kind?: 'container' | 'vm';
+  /** The entry point that attached it (kni, cni, nri, containerd): CNI GC only judges its own. */
+  entryPoint?: string;
   netnsPath: string;
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;

@@ -77,7 +77,7 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
       case 'GC': {
         const valid = conf['cni.dev/valid-attachments'] ?? conf['cni.dev/attachments'] ?? [];
         if (!Array.isArray(valid)) throw new CniFailure(CNI_ERR.INVALID_CONFIG, 'cni.dev/valid-attachments is not a list');
-        await rt.gc(valid.map((a: { containerID?: unknown }) => String(a?.containerID ?? '')));
+        await rt.gc(valid.map((a: { containerID?: unknown }) => String(a?.containerID ?? '')), 0, 'cni');
         return ok(undefined);
       }
       default:

@@ -122,6 +122,22 @@ export class TestDaemon {
       .map((l) => l.split(':')[1].trim().split('@')[0]);
   }
 
+  /**
+   * The kni host veths once they number n: the veth of a netns kni unpinned goes when the
+   * kernel finishes tearing that netns down, moments after the detach answered.
+   */
+  async kniVethsSettled(n: number): Promise<string[]> {
+    const now = () => this.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
+    for (let i = 0; i < 100 && now().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
+    return now();
+  }
+
+  /** True once the node has no link of that name (waiting up to 5 s, as for kniVethsSettled). */
+  async linkGone(name: string): Promise<boolean> {
+    for (let i = 0; i < 100 && this.nodeLinks().includes(name); i++) await new Promise((r) => setTimeout(r, 50));
+    return !this.nodeLinks().includes(name);
+  }
+
   /** A netns for a pod that kni did not create (the runtime-created case), removed by cleanup. */
   makePodNetns(name: string): string {
     const full = `${RUN}-${name}`;

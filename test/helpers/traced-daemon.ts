@@ -18,6 +18,7 @@ process.on('SIGUSR2', () => {
     parentSpanId: s.parentSpanContext?.spanId ?? '',
     attributes: s.attributes,
     status: s.status.code,
+    ms: s.duration[0] * 1e3 + s.duration[1] / 1e6,
   }));
   fs.writeFileSync(process.env.KNI_TEST_SPANS_FILE!, JSON.stringify(spans));
 });

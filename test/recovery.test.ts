@@ -1,0 +1,234 @@
+// Nothing leaks: crashes at random points, the seed traps (late DEL, crashlooping sandboxes),
+// the kernel drifting behind kni's back, and load.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import path from 'node:path';
+import { inNetns, ping, sh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+const kniVeths = (d: TestDaemon) => d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
+
+/** The veths of unpinned netns go when the kernel finishes tearing those down: wait for it. */
+async function settledVeths(d: TestDaemon, want: string[]): Promise<string[]> {
+  let now = kniVeths(d).sort();
+  for (let i = 0; i < 100 && JSON.stringify(now) !== JSON.stringify([...want].sort()); i++) {
+    await new Promise((r) => setTimeout(r, 50));
+    now = kniVeths(d).sort();
+  }
+  return now;
+}
+const addrsOf = (p: any): string[] => p.interfaces[0].addresses.map((a: any) => a.address);
+
+/** Runs fn(i) for i < n with `width` in flight; rejects on the first failure. */
+async function pool<T>(n: number, width: number, fn: (i: number) => Promise<T>): Promise<T[]> {
+  const out: T[] = new Array(n);
+  let next = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    for (let i = next++; i < n; i = next++) out[i] = await fn(i);
+  }));
+  return out;
+}
+
+describe('crash anywhere', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.61.0.0/22', 'fd00:61::/64'], unclaimedNetnsGraceSeconds: 1 });
+  });
+  after(() => d?.cleanup());
+
+  it('100 rounds of kill -9 during concurrent attach/detach: after restart and one GC nothing leaks and every live pod keeps its addresses', async () => {
+    const live = new Map<string, { addrs: string[]; netns: string }>();
+    let seq = 0;
+    let answered = 0;
+    let seed = 0x2545f491;
+    const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+    for (let round = 0; round < 100; round++) {
+      const kni = d.kni();
+      const rt = d.rt();
+      await Promise.all([kni.QueryNodeNetworks({}), rt.GetNode({})]); // connected before the clock starts
+      const ops: Promise<unknown>[] = [];
+      for (let k = 0; k < 4; k++) {
+        const id = `c${seq++}`;
+        ops.push(kni.CreateNetwork({}).then((n: any) =>
+          rt.Attach({ sandbox_id: id, netns_path: n.netns_path }).then((p: any) => { answered++; live.set(id, { addrs: addrsOf(p), netns: n.netns_path }); })).catch(() => undefined));
+      }
+      for (const id of [...live.keys()].filter(() => rand() < 0.15).slice(0, 3)) {
+        live.delete(id); // whether or not the detach lands, the runtime no longer wants it
+        ops.push(rt.Detach({ sandbox_id: id }).catch(() => undefined));
+      }
+      await new Promise((r) => setTimeout(r, Math.floor(rand() * 150)));
+      await d.stop('SIGKILL');
+      await Promise.all(ops);
+      await d.restart();
+    }
+    await new Promise((r) => setTimeout(r, 1100)); // past unclaimedNetnsGraceSeconds
+    const rt = d.rt();
+    await rt.GarbageCollect({ live_sandbox_ids: [...live.keys()] });
+
+    const pods = (await rt.ListPods({})).pods as any[];
+    assert.deepEqual(pods.map((p) => p.sandbox_id).sort(), [...live.keys()].sort(), 'the pods kni holds are not the live ones');
+    for (const p of pods) assert.deepEqual(addrsOf(p), live.get(p.sandbox_id)!.addrs, `${p.sandbox_id} changed addresses`);
+    const all = pods.flatMap(addrsOf);
+    assert.equal(new Set(all).size, all.length, 'an address is held twice');
+    const want = pods.map((p) => p.interfaces[0].host_interface);
+    assert.deepEqual(await settledVeths(d, want), want.sort(), 'veths leaked or lost');
+    assert.deepEqual(fs.readdirSync(d.netnsDir).sort(), [...live.values()].map((v) => path.basename(v.netns)).sort(), 'netns pins leaked or lost');
+    const ipam = await rt.GetIPAMStatus({});
+    for (const r of ipam.ranges) assert.equal(Number(r.used), live.size, `${r.cidr} used`);
+    const nat = inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S']).out + inNetns(d.nodeNetns, 'ip6tables', ['-t', 'nat', '-S']).out;
+    assert.equal(nat.split('\n').filter((l) => l.includes('MASQUERADE') && l.includes('kni:')).length, 2, nat);
+    // The kernel agrees with the records for a sample of the survivors.
+    for (const p of pods.slice(0, 10)) {
+      const out = inNetns(p.netns_path, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out;
+      for (const a of addrsOf(p)) assert.ok(out.includes(`${a}/`), `${p.sandbox_id}: ${a} missing in its netns`);
+    }
+    assert.ok(answered >= 50 && live.size >= 10, `${answered} attaches answered, ${live.size} pods live: the kills came too early to test anything`);
+  });
+});
+
+describe('seed traps', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.62.0.0/22', 'fd00:62::/64'] });
+  });
+  after(() => d?.cleanup());
+
+  it('A1 crashes, A2 of the same pod starts, the late DEL of A1 leaves A2 its network', async () => {
+    const rt = d.rt();
+    const pod = { name: 'web', namespace: 'shop', uid: 'u-1' };
+    const n1 = d.makePodNetns('a1');
+    const a1 = await rt.Attach({ sandbox_id: 'a1', netns_path: n1, pod });
+    sh('ip', ['netns', 'del', path.basename(n1)]); // A1's sandbox died; no DEL yet
+    const n2 = d.makePodNetns('a2');
+    const a2 = await rt.Attach({ sandbox_id: 'a2', netns_path: n2, pod });
+    assert.notDeepEqual(addrsOf(a2), addrsOf(a1));
+    assert.equal((await rt.Detach({ sandbox_id: 'a1' })).released, true);
+    assert.deepEqual(addrsOf(await rt.GetPod({ sandbox_id: 'a2' })), addrsOf(a2));
+    assert.ok(kniVeths(d).includes(a2.interfaces[0].host_interface));
+    assert.ok(ping(n2, '10.62.0.1'), 'A2 lost its network');
+    assert.ok(ping(n2, 'fd00:62::1'), 'A2 lost IPv6');
+    assert.deepEqual((await rt.Check({ sandbox_id: 'a2' })).problems, []);
+    await rt.Detach({ sandbox_id: 'a2' });
+  });
+
+  it('1000 sandboxes attached 16 at once and never detached: no error, no duplicate; GC reclaims all and the range is usable again', async function () {
+    this.timeout(300_000);
+    const kni = d.kni();
+    const rt = d.rt();
+    const attachAll = (prefix: string) => pool(1000, 16, async (i) => {
+      const n = await kni.CreateNetwork({});
+      return addrsOf(await rt.Attach({ sandbox_id: `${prefix}${i}`, netns_path: n.netns_path }));
+    });
+    const first = await attachAll('crashloop-');
+    const v4 = first.map((a) => a[0]);
+    assert.equal(new Set(v4).size, 1000, 'duplicate IPv4 address');
+    assert.equal(new Set(first.map((a) => a[1])).size, 1000, 'duplicate IPv6 address');
+    const gc = await rt.GarbageCollect({ live_sandbox_ids: [] });
+    assert.equal(gc.released_sandbox_ids.length, 1000);
+    assert.equal(gc.released_netns_paths.length, 1000);
+    assert.equal(Number((await rt.GetIPAMStatus({})).ranges[0].used), 0);
+    assert.deepEqual(fs.readdirSync(d.netnsDir), []);
+    assert.deepEqual(await settledVeths(d, []), []);
+    // Usable again: the same thousand fit once more, then a 16-way detach empties the node.
+    const second = await attachAll('again-');
+    assert.equal(new Set(second.map((a) => a[0])).size, 1000);
+    await pool(1000, 16, (i) => rt.Detach({ sandbox_id: `again-${i}` }));
+    assert.equal(Number((await rt.GetIPAMStatus({})).ranges[0].used), 0);
+    assert.deepEqual(fs.readdirSync(d.netnsDir), []);
+    assert.deepEqual(await settledVeths(d, []), []);
+  });
+});
+
+describe('kernel drift', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.63.0.0/24', 'fd00:63::/64'] });
+  });
+  after(() => d?.cleanup());
+
+  it('a deleted veth is wired again, a vanished netns is released, a stale kni veth is removed; reconcile reports each', async () => {
+    const rt = d.rt();
+    const nA = d.makePodNetns('drift-a');
+    const a = await rt.Attach({ sandbox_id: 'drift-a', netns_path: nA });
+    const nB = d.makePodNetns('drift-b');
+    const b = await rt.Attach({ sandbox_id: 'drift-b', netns_path: nB });
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', a.interfaces[0].host_interface]);
+    sh('ip', ['netns', 'del', path.basename(nB)]);
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', 'kni0123456789ab', 'type', 'veth', 'peer', 'name', 'strayp']);
+    assert.match((await rt.Check({ sandbox_id: 'drift-a' })).problems.join(), /host veth .* is missing/);
+
+    const r = await rt.Reconcile({});
+    assert.deepEqual(r.repaired_sandbox_ids, ['drift-a']);
+    assert.deepEqual(r.released_sandbox_ids, ['drift-b']);
+    assert.deepEqual(r.removed_veths, ['kni0123456789ab']);
+    assert.equal(r.findings.length, 3);
+    assert.match(r.findings.join('\n'), /drift-a: host veth .* is missing.*wired again/);
+
+    assert.deepEqual((await rt.Check({ sandbox_id: 'drift-a' })).problems, []);
+    assert.deepEqual(addrsOf(await rt.GetPod({ sandbox_id: 'drift-a' })), addrsOf(a));
+    assert.ok(ping(nA, '10.63.0.1'), 'the repaired pod has no network');
+    assert.equal(Number((await rt.GetIPAMStatus({})).ranges[0].used), 1, "drift-b's addresses are not free");
+    assert.ok(!d.nodeLinks().includes('kni0123456789ab') && !d.nodeLinks().includes('strayp'));
+    assert.ok(await d.linkGone(b.interfaces[0].host_interface));
+    assert.deepEqual((await rt.Reconcile({})).findings, [], 'a second reconcile still finds something');
+    assert.match(d.output, /"level":"warn","msg":"reconcile: sandbox drift-b: netns .* is gone/);
+    await rt.Detach({ sandbox_id: 'drift-a' });
+  });
+
+  it('a restart reconciles before serving: a veth deleted while kni was down is back', async () => {
+    const rt = d.rt();
+    const n = d.makePodNetns('drift-c');
+    const c = await rt.Attach({ sandbox_id: 'drift-c', netns_path: n });
+    await d.stop('SIGKILL');
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', c.interfaces[0].host_interface]);
+    await d.restart();
+    assert.deepEqual((await d.rt().Check({ sandbox_id: 'drift-c' })).problems, []);
+    assert.ok(ping(n, '10.63.0.1'));
+    await d.rt().Detach({ sandbox_id: 'drift-c' });
+  });
+});
+
+describe('corrupt state', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.66.0.0/24', 'fd00:66::/64'] });
+  });
+  after(() => d?.cleanup());
+
+  it('truncated and garbage records: the daemon starts, says so, rebuilds from the kernel and never hands out an address in use', async () => {
+    const rt = d.rt();
+    const nA = d.makePodNetns('lost-a');
+    const a = await rt.Attach({ sandbox_id: 'lost-a', netns_path: nA });
+    const nB = (await d.kni().CreateNetwork({})).netns_path;
+    const b = await rt.Attach({ sandbox_id: 'lost-b', netns_path: nB });
+    const c = await rt.Attach({ sandbox_id: 'intact-c', netns_path: d.makePodNetns('intact-c') });
+    await d.stop('SIGKILL');
+    const rec = (dir: string, name: string) => path.join(d.stateDir, dir, `${name}.json`);
+    fs.truncateSync(rec('sandboxes', 'lost-a'), 17);
+    fs.writeFileSync(rec('sandboxes', 'lost-b'), '\u0000\u0001garbage{{{');
+    fs.writeFileSync(rec('netns', path.basename(nB)), 'not json');
+    await d.restart();
+
+    assert.match(d.output, /"msg":"state records unreadable: set aside; rebuilding what the kernel still has".*lost-a\.json.*lost-b\.json/);
+    assert.match(d.output, /"msg":"sandbox record rebuilt from the kernel","sandbox":"lost-a"/);
+    const rt2 = d.rt();
+    for (const [id, before, netns] of [['lost-a', a, nA], ['lost-b', b, nB], ['intact-c', c, c.netns_path]] as const) {
+      const now = await rt2.GetPod({ sandbox_id: id });
+      assert.deepEqual(addrsOf(now), addrsOf(before), `${id} addresses`);
+      assert.equal(now.netns_path, netns);
+      assert.deepEqual((await rt2.Check({ sandbox_id: id })).problems, [], id);
+    }
+    assert.ok(fs.readdirSync(path.join(d.stateDir, 'sandboxes')).some((f) => f.endsWith('.corrupt')), 'the unreadable record was not kept aside');
+    const taken = new Set([a, b, c].flatMap(addrsOf));
+    for (let i = 0; i < 8; i++) {
+      const p = await rt2.Attach({ sandbox_id: `new-${i}`, netns_path: d.makePodNetns(`new-${i}`) });
+      for (const x of addrsOf(p)) assert.ok(!taken.has(x), `${x} handed out twice`);
+    }
+    assert.deepEqual((await rt2.Reconcile({})).findings, []);
+    // The rebuilt netns record lets GC release the kni-made pin too.
+    const gc = await rt2.GarbageCollect({ live_sandbox_ids: [] });
+    assert.ok(gc.released_netns_paths.includes(nB), 'the pin of lost-b was not released');
+    assert.deepEqual(fs.readdirSync(d.netnsDir), []);
+    assert.deepEqual(await settledVeths(d, []), []);
+  });
+});
