@@ -11,7 +11,7 @@ fi
 
 need=()
 # containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods
-for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps; do
+for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
