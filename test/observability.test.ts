@@ -86,6 +86,7 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_attach_duration_seconds_count{entry_point="kni"}'), 1);
     assert.equal(sample(m, 'kni_attach_duration_seconds_count{entry_point="cni"}'), 1);
     assert.equal(sample(m, 'kni_errors_total{entry_point="kni",operation="attach",code="INVALID_ARGUMENT"}'), 1);
+    assert.equal(sample(m, 'kni_rpc_errors_total{service="kni.runtime.v1.NetworkRuntime",method="Attach",code="INVALID_ARGUMENT"}'), 1);
     assert.equal(sample(m, 'kni_pods_attached'), 2);
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="used"}'), 2);
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="free"}'), 251);

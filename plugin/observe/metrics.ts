@@ -35,6 +35,13 @@ export const errorsTotal = new prom.Counter({
   registers: [registry],
 });
 
+export const rpcErrorsTotal = new prom.Counter({
+  name: 'kni_rpc_errors_total',
+  help: 'Failed gRPC calls on the kni socket, by service, method and gRPC code',
+  labelNames: ['service', 'method', 'code'] as const,
+  registers: [registry],
+});
+
 export const gcReleasedTotal = new prom.Counter({
   name: 'kni_gc_released_total',
   help: 'Objects released by garbage collection (sandbox or netns)',

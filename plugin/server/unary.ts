@@ -3,6 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
+import { rpcErrorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 
 export function unary<Req, Res>(
@@ -23,6 +24,7 @@ export function unary<Req, Res>(
         },
         (e: unknown) => {
           const err = e instanceof KniError ? e : new KniError('INTERNAL', `${method}: ${(e as Error)?.message ?? String(e)}`);
+          rpcErrorsTotal.inc({ service, method, code: err.code });
           log(err.code === 'INTERNAL' ? 'error' : 'warn', 'rpc failed', {
             service, method, sandbox, code: err.code, error: err.message, ms: Number(process.hrtime.bigint() - started) / 1e6,
           });
