@@ -13,7 +13,7 @@ import { Client, runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
 import { latencyChart } from './latency-chart';
-import { percentile } from './stats';
+import { percentile, rssMb } from './stats';
 
 const ROOT = packageRoot();
 const CNI_BIN = '/usr/lib/cni';
@@ -57,11 +57,6 @@ function execPlugin(binary: string, env: Record<string, string>, conf: string): 
     p.stdin.end(conf);
   });
 }
-
-const rssMb = (pid: number): number => {
-  const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
-  return m ? Number(m[1]) / 1024 : NaN;
-};
 
 /** One way of attaching and detaching a pod whose netns the runtime already made. */
 interface Path {

@@ -6,6 +6,7 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { packageRoot } from '../plugin/server/protos';
 import { TestDaemon } from '../test/helpers/test-daemon';
+import { rssMb } from './stats';
 
 async function main(): Promise<void> {
   const o = new Command().option('--cycles <n>', 'attach+detach cycles', '10000').parse().opts<{ cycles: string }>();
@@ -16,7 +17,7 @@ async function main(): Promise<void> {
   try {
     const kni = d.kni();
     const rt = d.rt();
-    const rss = () => Number(/VmRSS:\s+(\d+)/.exec(fs.readFileSync(`/proc/${d.proc!.pid}/status`, 'utf8'))![1]) / 1024;
+    const rss = () => rssMb(d.proc!.pid!);
     const samples: { cycles: number; rssMb: number; seconds: number }[] = [{ cycles: 0, rssMb: rss(), seconds: 0 }];
     const t0 = performance.now();
     let done = 0;

@@ -1,13 +1,9 @@
 // Many sandboxes at once: 16 concurrent attaches of 200 sandboxes get 200 distinct addresses.
 import assert from 'node:assert/strict';
+import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
 
-async function pool<T>(n: number, items: T[], fn: (item: T) => Promise<void>): Promise<void> {
-  let next = 0;
-  await Promise.all(Array.from({ length: n }, async () => {
-    while (next < items.length) await fn(items[next++]);
-  }));
-}
+const pool = <T>(width: number, items: T[], fn: (item: T) => Promise<void>) => inParallel(width, items.length, (i) => fn(items[i]));
 
 describe('concurrency', () => {
   let d: TestDaemon;

@@ -4,30 +4,10 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inNetns, ping, sh } from './helpers/sh';
+import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
 
-const kniVeths = (d: TestDaemon) => d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
-
-/** The veths of unpinned netns go when the kernel finishes tearing those down: wait for it. */
-async function settledVeths(d: TestDaemon, want: string[]): Promise<string[]> {
-  let now = kniVeths(d).sort();
-  for (let i = 0; i < 100 && JSON.stringify(now) !== JSON.stringify([...want].sort()); i++) {
-    await new Promise((r) => setTimeout(r, 50));
-    now = kniVeths(d).sort();
-  }
-  return now;
-}
 const addrsOf = (p: any): string[] => p.interfaces[0].addresses.map((a: any) => a.address);
-
-/** Runs fn(i) for i < n with `width` in flight; rejects on the first failure. */
-async function pool<T>(n: number, width: number, fn: (i: number) => Promise<T>): Promise<T[]> {
-  const out: T[] = new Array(n);
-  let next = 0;
-  await Promise.all(Array.from({ length: width }, async () => {
-    for (let i = next++; i < n; i = next++) out[i] = await fn(i);
-  }));
-  return out;
-}
 
 describe('crash anywhere', () => {
   let d: TestDaemon;
@@ -71,7 +51,7 @@ describe('crash anywhere', () => {
     const all = pods.flatMap(addrsOf);
     assert.equal(new Set(all).size, all.length, 'an address is held twice');
     const want = pods.map((p) => p.interfaces[0].host_interface);
-    assert.deepEqual(await settledVeths(d, want), want.sort(), 'veths leaked or lost');
+    assert.deepEqual((await d.kniVethsSettled(want.length)).sort(), want.sort(), 'veths leaked or lost');
     assert.deepEqual(fs.readdirSync(d.netnsDir).sort(), [...live.values()].map((v) => path.basename(v.netns)).sort(), 'netns pins leaked or lost');
     const ipam = await rt.GetIPAMStatus({});
     for (const r of ipam.ranges) assert.equal(Number(r.used), live.size, `${r.cidr} used`);
@@ -104,7 +84,7 @@ describe('seed traps', () => {
     assert.notDeepEqual(addrsOf(a2), addrsOf(a1));
     assert.equal((await rt.Detach({ sandbox_id: 'a1' })).released, true);
     assert.deepEqual(addrsOf(await rt.GetPod({ sandbox_id: 'a2' })), addrsOf(a2));
-    assert.ok(kniVeths(d).includes(a2.interfaces[0].host_interface));
+    assert.ok(d.kniVeths().includes(a2.interfaces[0].host_interface));
     assert.ok(ping(n2, '10.62.0.1'), 'A2 lost its network');
     assert.ok(ping(n2, 'fd00:62::1'), 'A2 lost IPv6');
     assert.deepEqual((await rt.Check({ sandbox_id: 'a2' })).problems, []);
@@ -115,7 +95,7 @@ describe('seed traps', () => {
     this.timeout(300_000);
     const kni = d.kni();
     const rt = d.rt();
-    const attachAll = (prefix: string) => pool(1000, 16, async (i) => {
+    const attachAll = (prefix: string) => inParallel(16, 1000, async (i) => {
       const n = await kni.CreateNetwork({});
       return addrsOf(await rt.Attach({ sandbox_id: `${prefix}${i}`, netns_path: n.netns_path }));
     });
@@ -128,14 +108,14 @@ describe('seed traps', () => {
     assert.equal(gc.released_netns_paths.length, 1000);
     assert.equal(Number((await rt.GetIPAMStatus({})).ranges[0].used), 0);
     assert.deepEqual(fs.readdirSync(d.netnsDir), []);
-    assert.deepEqual(await settledVeths(d, []), []);
+    assert.deepEqual(await d.kniVethsSettled(0), []);
     // Usable again: the same thousand fit once more, then a 16-way detach empties the node.
     const second = await attachAll('again-');
     assert.equal(new Set(second.map((a) => a[0])).size, 1000);
-    await pool(1000, 16, (i) => rt.Detach({ sandbox_id: `again-${i}` }));
+    await inParallel(16, 1000, (i) => rt.Detach({ sandbox_id: `again-${i}` }));
     assert.equal(Number((await rt.GetIPAMStatus({})).ranges[0].used), 0);
     assert.deepEqual(fs.readdirSync(d.netnsDir), []);
-    assert.deepEqual(await settledVeths(d, []), []);
+    assert.deepEqual(await d.kniVethsSettled(0), []);
   });
 });
 
@@ -229,6 +209,6 @@ describe('corrupt state', () => {
     const gc = await rt2.GarbageCollect({ live_sandbox_ids: [] });
     assert.ok(gc.released_netns_paths.includes(nB), 'the pin of lost-b was not released');
     assert.deepEqual(fs.readdirSync(d.netnsDir), []);
-    assert.deepEqual(await settledVeths(d, []), []);
+    assert.deepEqual(await d.kniVethsSettled(0), []);
   });
 });

@@ -10,7 +10,7 @@ import { log } from './log';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { addrList } from '../netlink/addr';
-import { IFF_UP, linkByName, linkList } from '../netlink/link';
+import { IFF_UP, Link, linkByName, linkList } from '../netlink/link';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { createPinnedNetns, ensureNetnsDir, isNodeNetns, isPinnedNetns, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
 import { setupNodeNetwork } from '../node/node-network';
@@ -72,6 +72,8 @@ const ATTACHED = 'attached';
 
 export const hostVethName = (sandboxId: string, ifName: string): string =>
   `kni${crypto.createHash('sha256').update(`${sandboxId}/${ifName}`).digest('hex').slice(0, 12)}`;
+
+export const isHostVethName = (name: string): boolean => /^kni[0-9a-f]{12}$/.test(name);
 
 export class NetworkRuntime {
   private readonly sandboxes = new Map<string, SandboxRecord>();
@@ -356,6 +358,12 @@ export class NetworkRuntime {
     }
   }
 
+  /** Deletes what wire() made: taps, then the veths (the kernel removes the pod ends with them). */
+  private async unwire(rec: SandboxRecord): Promise<void> {
+    this.unwireTaps(rec);
+    for (const itf of rec.interfaces) await unwirePod(itf);
+  }
+
   /** Deletes the taps of a vm sandbox; a netns already gone took them with it. */
   private unwireTaps(rec: SandboxRecord): void {
     const taps = rec.interfaces.filter((i) => i.tap);
@@ -425,12 +433,8 @@ export class NetworkRuntime {
    */
   private async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
     const owned = this.netns.get(rec.ownedNetns);
-    if (releaseNetns && owned) {
-      this.releaseNetns(owned);
-    } else {
-      this.unwireTaps(rec);
-      for (const itf of rec.interfaces) await unwirePod(itf);
-    }
+    if (releaseNetns && owned) this.releaseNetns(owned);
+    else await this.unwire(rec);
     this.store.sandboxes.delete(rec.id, [ATTACHED]);
     this.sandboxes.delete(rec.id);
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
@@ -568,11 +572,8 @@ export class NetworkRuntime {
    * kni netns pins without a record get theirs back. Runs at start, before reconcile.
    */
   private rebuildFromKernel(): void {
-    const ownedVeths = new Set([...this.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
-    const orphans = linkList(this.host).filter((l) => l.kind === 'veth' && /^kni[0-9a-f]{12}$/.test(l.name) && !ownedVeths.has(l.name) && l.alias.startsWith(VETH_ALIAS_PREFIX));
-    const pinned = this.unrecordedPins();
-    if (!orphans.length && !pinned.length) return;
-    const byNsid = this.netnsByNsid();
+    const orphans = this.unownedHostVeths().filter((l) => l.alias.startsWith(VETH_ALIAS_PREFIX));
+    const byNsid = orphans.length ? this.netnsByNsid() : new Map<number, string>();
     for (const l of orphans) {
       const id = l.alias.slice(VETH_ALIAS_PREFIX.length);
       const netnsPath = byNsid.get(l.peerNetnsId);
@@ -594,7 +595,7 @@ export class NetworkRuntime {
         log('error', 'a kni veth has no record and cannot be rebuilt; reconcile will delete it', { veth: l.name, sandbox: id, error: (e as Error).message });
       }
     }
-    for (const name of pinned) {
+    for (const name of this.unrecordedPins()) {
       const path = `${this.cfg.netnsDir}/${name}`;
       const owner = [...this.sandboxes.values()].find((r) => r.netnsPath === path);
       const n: NetnsRecord = { name, path, pod: owner?.pod ?? { name: '', namespace: '', uid: '' }, sandboxId: owner?.id ?? '', createdAt: new Date().toISOString() };
@@ -606,6 +607,16 @@ export class NetworkRuntime {
       }
       log('warn', 'netns record rebuilt from its pin', { netns: path, sandbox: n.sandboxId });
     }
+  }
+
+  /**
+   * kni host veths on the node that no record names. Listed before the owners are collected:
+   * an attach records its veth before it creates it, so a veth listed here has no attach in flight.
+   */
+  private unownedHostVeths(): Link[] {
+    const onNode = linkList(this.host).filter((l) => l.kind === 'veth' && isHostVethName(l.name));
+    const owned = new Set([...this.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
+    return onNode.filter((l) => !owned.has(l.name));
   }
 
   /** kni-made netns pins (kni-<16 hex>) under netnsDir that have no record. */
@@ -699,7 +710,7 @@ export class NetworkRuntime {
       await this.locks.run(id, async () => {
         const rec = this.sandboxes.get(id);
         if (!rec || rec.phase !== 'attached') return;
-        if (!fs.existsSync(rec.netnsPath) || !this.isNetns(rec.netnsPath)) {
+        if (!isPinnedNetns(rec.netnsPath)) {
           await this.release(rec, true);
           report.released.push(id);
           found(`sandbox ${id}: netns ${rec.netnsPath} is gone; released its addresses and veth`, { sandbox: id });
@@ -708,8 +719,7 @@ export class NetworkRuntime {
         const problems = this.checkRecord(rec);
         if (!problems.length) return;
         try {
-          this.unwireTaps(rec);
-          for (const itf of rec.interfaces) await unwirePod(itf);
+          await this.unwire(rec);
           await this.wire(rec);
           report.repaired.push(id);
           found(`sandbox ${id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: id });
@@ -720,13 +730,9 @@ export class NetworkRuntime {
         }
       });
     }
-    // Listed before the owners are collected: an attach records its veth before creating it.
-    const vethsOnNode = linkList(this.host).filter((l) => l.kind === 'veth' && /^kni[0-9a-f]{12}$/.test(l.name));
-    const owned = new Set([...this.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
-    for (const l of vethsOnNode) {
-      if (owned.has(l.name)) continue;
+    for (const l of this.unownedHostVeths()) {
       try {
-        await unwirePod({ hostVeth: l.name } as InterfaceRecord);
+        await unwirePod({ hostVeth: l.name });
         report.removedVeths.push(l.name);
         found(`veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
       } catch (e) {
@@ -734,14 +740,6 @@ export class NetworkRuntime {
       }
     }
     return report;
-  }
-
-  private isNetns(p: string): boolean {
-    try {
-      return isPinnedNetns(p);
-    } catch {
-      return false;
-    }
   }
 
   // --- garbage collection ---

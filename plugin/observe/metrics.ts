@@ -12,21 +12,11 @@ export const registry = new prom.Registry();
 // kni's attach is ~1 ms; containerd-side calls reach 100 ms and more.
 const buckets = [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
-export const attachSeconds = new prom.Histogram({
-  name: 'kni_attach_duration_seconds',
-  help: 'Time to attach a sandbox (IPAM, record, netns, veth, addresses, routes), by entry point',
-  labelNames: ['entry_point'] as const,
-  buckets,
-  registers: [registry],
-});
+const byEntryPoint = (name: string, help: string) =>
+  new prom.Histogram({ name, help, labelNames: ['entry_point'] as const, buckets, registers: [registry] });
 
-export const detachSeconds = new prom.Histogram({
-  name: 'kni_detach_duration_seconds',
-  help: 'Time to detach a sandbox, by entry point',
-  labelNames: ['entry_point'] as const,
-  buckets,
-  registers: [registry],
-});
+export const attachSeconds = byEntryPoint('kni_attach_duration_seconds', 'Time to attach a sandbox (IPAM, record, netns, veth, addresses, routes), by entry point');
+export const detachSeconds = byEntryPoint('kni_detach_duration_seconds', 'Time to detach a sandbox, by entry point');
 
 export const errorsTotal = new prom.Counter({
   name: 'kni_errors_total',

@@ -75,7 +75,7 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
 }
 
 /** Deletes the host end (the kernel removes the pod end with it). Already gone is fine. */
-export async function unwirePod(itf: InterfaceRecord): Promise<void> {
+export async function unwirePod(itf: Pick<InterfaceRecord, 'hostVeth'>): Promise<void> {
   // A socket of its own: the delete runs on a worker thread (~20 ms in the kernel) and must
   // not share a socket with concurrent requests.
   const sock = new NetlinkSocket();

@@ -127,9 +127,13 @@ export class TestDaemon {
    * kernel finishes tearing that netns down, moments after the detach answered.
    */
   async kniVethsSettled(n: number): Promise<string[]> {
-    const now = () => this.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
-    for (let i = 0; i < 100 && now().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
-    return now();
+    for (let i = 0; i < 100 && this.kniVeths().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
+    return this.kniVeths();
+  }
+
+  /** The pods' host veths on the node (kni + 12 hex digits). */
+  kniVeths(): string[] {
+    return this.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
   }
 
   /** True once the node has no link of that name (waiting up to 5 s, as for kniVethsSettled). */
