@@ -2,25 +2,29 @@
 // calls these methods. It owns the IPAM, the state store and the netlink sockets; a sandbox id
 // is the key for all of them.
 import crypto from 'node:crypto';
-import fs from 'node:fs';
 import { Config, SandboxKind } from './config';
 import { KniError, invalid } from './errors';
+import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
 import { log } from './log';
+import { rebuildFromKernel, reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { addrList } from '../netlink/addr';
-import { IFF_UP, Link, linkByName, linkList } from '../netlink/link';
+import { IFF_UP, linkByName } from '../netlink/link';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { createPinnedNetns, ensureNetnsDir, isNodeNetns, isPinnedNetns, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
+import { createPinnedNetns, ensureNetnsDir, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
+import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
 import { setupNodeNetwork } from '../node/node-network';
-import { HostVethExistsError, PodInterfaceExistsError, podMac, unwirePod, VETH_ALIAS_PREFIX, wirePod } from '../pod/pod-wiring';
-import { nsidOf } from '../netlink/nsid';
+import { HostVethExistsError, PodInterfaceExistsError, podMac, unwirePod, wirePod } from '../pod/pod-wiring';
 import { tapName, unwireVmTap, wireVmTap } from '../pod/vm-wiring';
-import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord } from '../store/records';
+import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
-import { attachSeconds, detachSeconds, EntryPoint, errorsTotal, gcReleasedTotal } from '../observe/metrics';
+import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
+
+export type { GcResult } from './garbage-collection';
+export type { ReconcileReport } from './recovery';
 
 export interface AttachRequest {
   sandboxId: string;
@@ -50,39 +54,29 @@ export interface NodeStatus {
   gateways: string[];
 }
 
-export interface ReconcileReport {
-  repaired: string[];
-  released: string[];
-  removedVeths: string[];
-  findings: string[];
-}
-
-export interface GcResult {
-  releasedSandboxes: string[];
-  releasedNetns: string[];
-}
-
 /** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */
 export const KIND_ANNOTATION = 'kni.dev/sandbox-kind';
 export const HANDLER_ANNOTATION = 'kni.dev/runtime-handler';
 
-/** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
-/** The state store's mark for a sandbox whose attach finished. */
-const ATTACHED = 'attached';
+/** The state store's marks: the attach finished; a release began (the kernel may be half undone). */
+export const ATTACHED = 'attached';
+export const DETACHING = 'detaching';
 
+/** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
 export const hostVethName = (sandboxId: string, ifName: string): string =>
   `kni${crypto.createHash('sha256').update(`${sandboxId}/${ifName}`).digest('hex').slice(0, 12)}`;
 
 export const isHostVethName = (name: string): boolean => /^kni[0-9a-f]{12}$/.test(name);
 
 export class NetworkRuntime {
-  private readonly sandboxes = new Map<string, SandboxRecord>();
-  private readonly netns = new Map<string, NetnsRecord>();
-  private readonly locks = new KeyedMutex();
-  private readonly store: StateStore;
+  // Core state, shared with recovery.ts and garbage-collection.ts (not for entry points).
+  readonly sandboxes = new Map<string, SandboxRecord>();
+  readonly netns = new Map<string, NetnsRecord>();
+  readonly locks = new KeyedMutex();
+  readonly store: StateStore;
   readonly ipam: Ipam;
-  private host!: NetlinkSocket;
-  private bridgeIndex = 0;
+  host!: NetlinkSocket;
+  bridgeIndex = 0;
   private nodeReady = false;
   private nodeReason = 'node network not set up yet';
   private sweeper?: NodeJS.Timeout;
@@ -101,7 +95,7 @@ export class NetworkRuntime {
     const sandboxState = this.store.sandboxes.loadAll();
     const corrupt = [...netnsState.corrupt.map((f) => `netns/${f}`), ...sandboxState.corrupt.map((f) => `sandboxes/${f}`)];
     for (const n of netnsState.records) {
-      if (isPinnedNetns(n.path)) {
+      if (isNetnsPin(n.path)) {
         this.netns.set(n.name, n);
       } else {
         removePinnedNetns(n.path); // the crash came before the pin: at most an empty file
@@ -113,18 +107,20 @@ export class NetworkRuntime {
       const addresses = rec.interfaces.flatMap((i) => i.addresses);
       const lost = this.ipam.restore(rec.id, addresses);
       if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
-      if (this.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';
+      if (this.store.sandboxes.marked(rec.id, DETACHING)) rec.phase = 'detaching';
+      else if (this.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';
       this.sandboxes.set(rec.id, rec);
       if (rec.phase !== 'attached') interrupted.push(rec);
       const owned = this.netns.get(rec.ownedNetns);
       if (owned) owned.sandboxId = rec.id;
     }
     for (const rec of interrupted) {
-      log('warn', 'rolling back an attach interrupted by a restart', { sandbox: rec.id });
-      await this.release(rec, false);
+      const what = rec.phase === 'detaching' ? 'a detach' : 'an attach';
+      log('warn', `rolling back ${what} interrupted by a restart`, { sandbox: rec.id });
+      await this.release(rec, rec.phase === 'detaching').catch((e) => log('error', `cannot roll back ${what}; reconcile retries`, { sandbox: rec.id, error: (e as Error).message }));
     }
     if (corrupt.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { files: corrupt });
-    this.rebuildFromKernel();
+    rebuildFromKernel(this);
     try {
       await this.setupNode();
     } catch (e) {
@@ -132,7 +128,7 @@ export class NetworkRuntime {
     }
     await this.reconcile().catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
     this.sweeper = setInterval(() => {
-      this.sweepUnclaimedNetns();
+      sweepUnclaimedNetns(this);
       void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, 60_000);
     this.sweeper.unref();
@@ -192,12 +188,16 @@ export class NetworkRuntime {
       await this.detach(sandboxId, true);
     }
     if (netnsPath && (typeof netnsPath !== 'string' || netnsPath.length > 4096)) throw invalid('netns path is not a valid path');
+    // Only a path given: what was attached in that netns is released now, not at the next reconcile.
+    if (netnsPath) {
+      for (const rec of [...this.sandboxes.values()]) if (rec.netnsPath === netnsPath) await this.detach(rec.id, true);
+    }
     for (const n of [...this.netns.values()]) {
       if ((sandboxId && n.sandboxId === sandboxId) || (netnsPath && n.path === netnsPath)) this.releaseNetns(n);
     }
   }
 
-  private releaseNetns(n: NetnsRecord): void {
+  releaseNetns(n: NetnsRecord): void {
     removePinnedNetns(n.path);
     this.store.netns.delete(n.name);
     this.netns.delete(n.name);
@@ -258,124 +258,143 @@ export class NetworkRuntime {
   private async attachSandbox(req: AttachRequest): Promise<SandboxRecord> {
     const id = validate.sandboxId(req.sandboxId);
     const ifName = validate.interfaceName(req.interfaceName || 'eth0');
-    const netnsPath = validate.netnsPath(req.netnsPath, this.cfg.allowedNetnsRoots);
-    if (isNodeNetns(netnsPath)) throw invalid(`netns path ${netnsPath} is the node's own network namespace, not a pod's`);
+    const netnsPath = validate.netnsPath(req.netnsPath);
     const pod = this.podRef(req.pod);
     const labels = validate.stringMap(req.labels, 'labels');
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
     const kind = this.sandboxKind(runtimeHandler, annotations);
+    // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
+    const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
+    try {
+      return await this.locks.run(id, () => this.attachLocked(id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni' }));
+    } finally {
+      ns.close();
+    }
+  }
 
-    return this.locks.run(id, async () => {
-      const existing = this.sandboxes.get(id);
-      if (existing) {
-        if (existing.netnsPath !== netnsPath) {
-          throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached in netns ${existing.netnsPath}, not ${netnsPath}`);
-        }
-        if (!existing.interfaces.some((i) => i.name === ifName)) {
-          throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached with interface ${existing.interfaces[0]?.name}`);
-        }
-        return existing;
+  private async attachLocked(
+    id: string,
+    ifName: string,
+    ns: NetnsHandle,
+    meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
+  ): Promise<SandboxRecord> {
+    let existing = this.sandboxes.get(id);
+    if (existing && existing.phase !== 'attached') {
+      // An earlier release (or rolled-back attach) that could not finish: finish it first.
+      await this.release(existing, false);
+      existing = undefined;
+    }
+    if (existing) {
+      if (existing.netnsPath !== ns.path) {
+        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached in netns ${existing.netnsPath}, not ${ns.path}`);
       }
-      if (!this.nodeReady) {
-        try {
-          await this.setupNode();
-        } catch (e) {
-          throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
-        }
+      if (existing.netnsInode !== undefined && existing.netnsInode !== ns.inode) {
+        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is attached in another network namespace than the one now at ${ns.path}`);
       }
-      const addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
-      const owned = [...this.netns.values()].find((n) => n.path === netnsPath);
-      const rec: SandboxRecord = {
-        id,
-        phase: 'attaching',
-        pod,
-        labels,
-        annotations,
-        runtimeHandler,
-        kind,
-        entryPoint: req.entryPoint ?? 'kni',
-        netnsPath,
-        ownedNetns: owned?.name ?? '',
-        interfaces: [{
-          name: ifName,
-          hostVeth: hostVethName(id, ifName),
-          mac: podMac(addresses.find((a) => a.family === 4)?.address),
-          mtu: this.cfg.mtu,
-          addresses,
-          // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
-          ...(kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
-        }],
-        createdAt: new Date().toISOString(),
-      };
+      if (!existing.interfaces.some((i) => i.name === ifName)) {
+        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached with interface ${existing.interfaces[0]?.name}`);
+      }
+      return existing;
+    }
+    if (!this.nodeReady) {
       try {
-        withSpan('store.record', {}, () => this.store.sandboxes.put(id, rec)); // the addresses are on disk before anyone sees them
+        await this.setupNode();
       } catch (e) {
-        this.ipam.release(id, addresses);
-        throw new KniError('INTERNAL', `cannot record sandbox ${id}: ${(e as Error).message}`);
+        throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
       }
-      this.sandboxes.set(id, rec);
-      try {
-        await this.wire(rec);
-      } catch (e) {
-        await this.release(rec, false).catch((err) => log('error', 'rollback of a failed attach failed', { sandbox: id, error: String(err) }));
-        throw this.kernelError(e, rec);
-      }
-      rec.phase = 'attached';
+    }
+    const addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
+    const owned = [...this.netns.values()].find((n) => n.path === ns.path);
+    const rec: SandboxRecord = {
+      id,
+      phase: 'attaching',
+      ...meta,
+      netnsPath: ns.path,
+      netnsInode: ns.inode,
+      ownedNetns: owned?.name ?? '',
+      interfaces: [{
+        name: ifName,
+        hostVeth: hostVethName(id, ifName),
+        mac: podMac(addresses.find((a) => a.family === 4)?.address),
+        mtu: this.cfg.mtu,
+        addresses,
+        // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
+        ...(meta.kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
+      }],
+      createdAt: new Date().toISOString(),
+    };
+    try {
+      withSpan('store.record', {}, () => this.store.sandboxes.put(id, rec)); // the addresses are on disk before anyone sees them
+    } catch (e) {
+      this.ipam.release(id, addresses);
+      throw new KniError('UNAVAILABLE', `cannot record sandbox ${id} in the state dir: ${(e as Error).message}`);
+    }
+    this.sandboxes.set(id, rec);
+    try {
+      await this.wire(rec, ns);
+    } catch (e) {
+      await this.rollback(rec);
+      throw this.kernelError(e, rec);
+    }
+    try {
       // The record on disk keeps phase "attaching"; the mark says the kernel work is done.
       // The netns record is not rewritten: its owner is found from the sandbox records at start.
       withSpan('store.commit', {}, () => this.store.sandboxes.mark(id, ATTACHED));
-      if (owned) owned.sandboxId = id;
-      return rec;
-    });
+    } catch (e) {
+      // Not committed means rolled back at the next start: undo it now, so no caller sees a
+      // pod that a restart would take away.
+      await this.rollback(rec);
+      throw new KniError('UNAVAILABLE', `cannot commit sandbox ${id} in the state dir (${(e as Error).message}); the attach was undone`);
+    }
+    rec.phase = 'attached';
+    if (owned) owned.sandboxId = id;
+    return rec;
   }
 
-  private async wire(rec: SandboxRecord): Promise<void> {
-    const fd = withSpan('netns.open', { 'kni.netns.path': rec.netnsPath }, () => fs.openSync(rec.netnsPath, 'r'));
-    try {
-      for (const itf of rec.interfaces) {
-        try {
-          wirePod(this.host, this.bridgeIndex, fd, itf, rec.id);
-        } catch (e) {
-          if (!(e instanceof HostVethExistsError)) throw e;
-          // A leftover of an earlier attach of this very sandbox (the name is its hash).
-          log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
-          await unwirePod(itf);
-          wirePod(this.host, this.bridgeIndex, fd, itf, rec.id);
-        }
+  /** Undoes an attach that did not commit; what cannot be undone now stays for reconcile. */
+  private async rollback(rec: SandboxRecord): Promise<void> {
+    await this.release(rec, false).catch((err) => log('error', 'rollback of a failed attach failed; reconcile retries', { sandbox: rec.id, error: String(err) }));
+  }
+
+  /** Wires every interface of a record into the netns open on ns. */
+  async wire(rec: SandboxRecord, ns: NetnsHandle): Promise<void> {
+    for (const itf of rec.interfaces) {
+      try {
+        wirePod(this.host, this.bridgeIndex, ns.fd, itf, rec.id);
+      } catch (e) {
+        if (!(e instanceof HostVethExistsError)) throw e;
+        // A leftover of an earlier attach of this very sandbox (the name is its hash).
+        log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
+        await unwirePod(itf);
+        wirePod(this.host, this.bridgeIndex, ns.fd, itf, rec.id);
       }
-      const taps = rec.interfaces.filter((i) => i.tap);
-      if (taps.length) {
-        const pod = socketInNetns(fd);
-        try {
-          for (const itf of taps) withSpan('vm.tap', { 'kni.tap': itf.tap! }, () => wireVmTap(pod, fd, itf.name, itf.tap!));
-        } finally {
-          pod.close();
-        }
+    }
+    const taps = rec.interfaces.filter((i) => i.tap);
+    if (taps.length) {
+      const pod = socketInNetns(ns.fd);
+      try {
+        for (const itf of taps) withSpan('vm.tap', { 'kni.tap': itf.tap! }, () => wireVmTap(pod, ns.fd, itf.name, itf.tap!));
+      } finally {
+        pod.close();
       }
-    } finally {
-      fs.closeSync(fd);
     }
   }
 
   /** Deletes what wire() made: taps, then the veths (the kernel removes the pod ends with them). */
-  private async unwire(rec: SandboxRecord): Promise<void> {
+  async unwire(rec: SandboxRecord): Promise<void> {
     this.unwireTaps(rec);
     for (const itf of rec.interfaces) await unwirePod(itf);
   }
 
-  /** Deletes the taps of a vm sandbox; a netns already gone took them with it. */
+  /** Deletes the taps of a vm sandbox, only in the netns it was wired in; one gone took them along. */
   private unwireTaps(rec: SandboxRecord): void {
     const taps = rec.interfaces.filter((i) => i.tap);
     if (!taps.length) return;
-    let fd: number;
+    const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+    if (ns.state !== 'same') return;
     try {
-      fd = fs.openSync(rec.netnsPath, 'r');
-    } catch {
-      return;
-    }
-    try {
-      const pod = socketInNetns(fd);
+      const pod = socketInNetns(ns.handle.fd);
       try {
         for (const itf of taps) unwireVmTap(pod, itf.tap!);
       } finally {
@@ -384,7 +403,7 @@ export class NetworkRuntime {
     } catch (e) {
       if (!(e instanceof NotANetnsError)) throw e;
     } finally {
-      fs.closeSync(fd);
+      ns.handle.close();
     }
   }
 
@@ -426,16 +445,28 @@ export class NetworkRuntime {
   }
 
   /**
-   * Kernel objects first, then the record, then the addresses (which the allocator does not
-   * hand out again at once). A netns kni made is simply unpinned: the kernel then tears down
-   * the netns with the pod end, tap and veth in one batch (≈ 1.4 ms here against ≈ 20 ms for
-   * deleting a veth, see docs/architecture.md); the host end disappears with it shortly after.
+   * A committed sandbox is first marked "detaching" (no kernel change before that is on disk:
+   * a read-only or full state dir fails the call with nothing undone, and a crash part way is
+   * finished at the next start instead of being re-wired). Then the kernel objects, the record,
+   * and last the addresses (which the allocator does not hand out again at once). What cannot
+   * be finished stays in memory, not attached, and reconcile retries it.
+   * A netns kni made is simply unpinned: the kernel then tears down the netns with the pod end,
+   * tap and veth in one batch (≈ 1.4 ms here against ≈ 20 ms for deleting a veth, see
+   * docs/architecture.md); the host end disappears with it shortly after.
    */
-  private async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+  async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+    if (rec.phase === 'attached') {
+      try {
+        this.store.sandboxes.mark(rec.id, DETACHING);
+      } catch (e) {
+        throw new KniError('UNAVAILABLE', `cannot record the detach of sandbox ${rec.id} in the state dir (${(e as Error).message}); nothing was changed`);
+      }
+      rec.phase = 'detaching';
+    }
     const owned = this.netns.get(rec.ownedNetns);
     if (releaseNetns && owned) this.releaseNetns(owned);
     else await this.unwire(rec);
-    this.store.sandboxes.delete(rec.id, [ATTACHED]);
+    this.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
     this.sandboxes.delete(rec.id);
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
   }
@@ -496,24 +527,31 @@ export class NetworkRuntime {
 
   /** Compares a sandbox's record with the kernel; returns what does not match. */
   check(sandboxId: string): string[] {
-    return this.checkRecord(this.get(sandboxId));
+    const rec = this.get(sandboxId);
+    const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+    if (ns.state !== 'same') return [...this.hostProblems(rec), ns.reason];
+    try {
+      return this.checkRecord(rec, ns.handle);
+    } finally {
+      ns.handle.close();
+    }
   }
 
-  private checkRecord(rec: SandboxRecord): string[] {
+  private hostProblems(rec: SandboxRecord): string[] {
     const problems: string[] = [];
     for (const itf of rec.interfaces) {
       const hostEnd = linkByName(this.host, itf.hostVeth);
       if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
       else if (hostEnd.master !== this.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${this.cfg.bridge}`);
     }
-    let fd: number;
+    return problems;
+  }
+
+  /** What does not match between a record and the kernel, in the netns open on ns (the record's). */
+  checkRecord(rec: SandboxRecord, ns: NetnsHandle): string[] {
+    const problems = this.hostProblems(rec);
     try {
-      fd = fs.openSync(rec.netnsPath, 'r');
-    } catch {
-      return [...problems, `netns ${rec.netnsPath} is missing`];
-    }
-    try {
-      const pod = socketInNetns(fd);
+      const pod = socketInNetns(ns.fd);
       try {
         const addrs = addrList(pod);
         for (const itf of rec.interfaces) {
@@ -532,8 +570,6 @@ export class NetworkRuntime {
       }
     } catch (e) {
       problems.push(`cannot enter netns ${rec.netnsPath}: ${(e as Error).message}`);
-    } finally {
-      fs.closeSync(fd);
     }
     return problems;
   }
@@ -563,228 +599,13 @@ export class NetworkRuntime {
     return this.ipam.status();
   }
 
-  // --- rebuild: records lost (unreadable state), kernel objects still there ---
-
-  /**
-   * For every kni veth on the node that no record owns, finds the pod netns its peer lives in
-   * (by nsid, among the netns pins kni may use and every process's netns), reads the pod end's
-   * addresses and writes the sandbox record again: no address in use is ever handed out twice.
-   * kni netns pins without a record get theirs back. Runs at start, before reconcile.
-   */
-  private rebuildFromKernel(): void {
-    const orphans = this.unownedHostVeths().filter((l) => l.alias.startsWith(VETH_ALIAS_PREFIX));
-    const byNsid = orphans.length ? this.netnsByNsid() : new Map<number, string>();
-    for (const l of orphans) {
-      const id = l.alias.slice(VETH_ALIAS_PREFIX.length);
-      const netnsPath = byNsid.get(l.peerNetnsId);
-      try {
-        validate.sandboxId(id);
-        if (!netnsPath) throw new Error(`the netns of its peer (nsid ${l.peerNetnsId}) is not among the pins or any process's netns`);
-        if (this.sandboxes.has(id)) throw new Error(`sandbox ${id} already has a record with another veth`);
-        const itf = this.readPodEnd(netnsPath, l.peerIndex, l.name);
-        const lost = this.ipam.restore(id, itf.addresses);
-        if (lost.length) throw new Error(`its addresses ${lost.map((a) => a.address).join(', ')} are held by another sandbox`);
-        const rec: SandboxRecord = {
-          id, phase: 'attached', pod: { name: '', namespace: '', uid: '' }, labels: {}, annotations: {}, runtimeHandler: '', kind: 'container',
-          netnsPath, ownedNetns: '', interfaces: [itf], createdAt: new Date().toISOString(),
-        };
-        this.store.sandboxes.put(id, rec);
-        this.sandboxes.set(id, rec);
-        log('warn', 'sandbox record rebuilt from the kernel', { sandbox: id, netns: netnsPath, addresses: itf.addresses.map((a) => a.address) });
-      } catch (e) {
-        log('error', 'a kni veth has no record and cannot be rebuilt; reconcile will delete it', { veth: l.name, sandbox: id, error: (e as Error).message });
-      }
-    }
-    for (const name of this.unrecordedPins()) {
-      const path = `${this.cfg.netnsDir}/${name}`;
-      const owner = [...this.sandboxes.values()].find((r) => r.netnsPath === path);
-      const n: NetnsRecord = { name, path, pod: owner?.pod ?? { name: '', namespace: '', uid: '' }, sandboxId: owner?.id ?? '', createdAt: new Date().toISOString() };
-      this.store.netns.put(name, n);
-      this.netns.set(name, n);
-      if (owner) {
-        owner.ownedNetns = name;
-        this.store.sandboxes.put(owner.id, owner);
-      }
-      log('warn', 'netns record rebuilt from its pin', { netns: path, sandbox: n.sandboxId });
-    }
+  /** Compares every record with the kernel and repairs, releases or removes what drifted. */
+  reconcile(): Promise<ReconcileReport> {
+    return reconcile(this);
   }
 
-  /**
-   * kni host veths on the node that no record names. Listed before the owners are collected:
-   * an attach records its veth before it creates it, so a veth listed here has no attach in flight.
-   */
-  private unownedHostVeths(): Link[] {
-    const onNode = linkList(this.host).filter((l) => l.kind === 'veth' && isHostVethName(l.name));
-    const owned = new Set([...this.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
-    return onNode.filter((l) => !owned.has(l.name));
-  }
-
-  /** kni-made netns pins (kni-<16 hex>) under netnsDir that have no record. */
-  private unrecordedPins(): string[] {
-    let names: string[];
-    try {
-      names = fs.readdirSync(this.cfg.netnsDir);
-    } catch {
-      return [];
-    }
-    return names.filter((n) => {
-      if (!/^kni-[0-9a-f]{16}$/.test(n) || this.netns.has(n)) return false;
-      const p = `${this.cfg.netnsDir}/${n}`;
-      if (isPinnedNetns(p)) return true;
-      removePinnedNetns(p); // an empty file a crash left between creating it and the pin
-      return false;
-    });
-  }
-
-  /** nsid → a path to that netns: pins under the allowed roots first, then /proc/<pid>/ns/net. */
-  private netnsByNsid(): Map<number, string> {
-    const out = new Map<number, string>();
-    const candidates: string[] = [];
-    for (const root of new Set([this.cfg.netnsDir, ...this.cfg.allowedNetnsRoots])) {
-      try {
-        for (const f of fs.readdirSync(root)) candidates.push(`${root}/${f}`);
-      } catch {
-        // a root that does not exist on this node
-      }
-    }
-    for (const pid of fs.readdirSync('/proc').filter((p) => /^[1-9][0-9]*$/.test(p))) candidates.push(`/proc/${pid}/ns/net`);
-    for (const p of candidates) {
-      let fd = -1;
-      try {
-        fd = fs.openSync(p, 'r');
-        const nsid = nsidOf(this.host, fd);
-        if (nsid >= 0 && !out.has(nsid)) out.set(nsid, p);
-      } catch {
-        // not a netns, or gone meanwhile
-      } finally {
-        if (fd >= 0) fs.closeSync(fd);
-      }
-    }
-    return out;
-  }
-
-  /** The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it. */
-  private readPodEnd(netnsPath: string, index: number, hostVeth: string): InterfaceRecord {
-    const fd = fs.openSync(netnsPath, 'r');
-    try {
-      const pod = socketInNetns(fd);
-      try {
-        const link = linkList(pod).find((x) => x.index === index);
-        if (!link) throw new Error(`no interface ${index} in ${netnsPath}`);
-        const addresses = addrList(pod)
-          .filter((a) => a.index === index)
-          .map((a) => this.ipam.describe(a.address))
-          .filter((a): a is NonNullable<typeof a> => a !== undefined);
-        if (!addresses.length) throw new Error(`${link.name} in ${netnsPath} has no address in the pod ranges`);
-        return { name: link.name, hostVeth, mac: link.mac, mtu: link.mtu, addresses };
-      } finally {
-        pod.close();
-      }
-    } finally {
-      fs.closeSync(fd);
-    }
-  }
-
-  // --- reconcile: the kernel drifted behind kni's back ---
-
-  /**
-   * Compares every record with the kernel. A sandbox whose netns is gone is released; one whose
-   * veth (or an address on it) is gone is wired again from its record (same addresses); a kni
-   * veth on the bridge that no record owns is deleted. Each finding is logged and reported.
-   */
-  async reconcile(): Promise<ReconcileReport> {
-    if (this.reconciling) return this.reconciling;
-    this.reconciling = this.reconcileNow().finally(() => (this.reconciling = undefined));
-    return this.reconciling;
-  }
-
-  private reconciling?: Promise<ReconcileReport>;
-
-  private async reconcileNow(): Promise<ReconcileReport> {
-    const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };
-    const found = (msg: string, fields: Record<string, unknown>) => {
-      report.findings.push(msg);
-      log('warn', `reconcile: ${msg}`, fields);
-    };
-    for (const id of [...this.sandboxes.keys()]) {
-      await this.locks.run(id, async () => {
-        const rec = this.sandboxes.get(id);
-        if (!rec || rec.phase !== 'attached') return;
-        if (!isPinnedNetns(rec.netnsPath)) {
-          await this.release(rec, true);
-          report.released.push(id);
-          found(`sandbox ${id}: netns ${rec.netnsPath} is gone; released its addresses and veth`, { sandbox: id });
-          return;
-        }
-        const problems = this.checkRecord(rec);
-        if (!problems.length) return;
-        try {
-          await this.unwire(rec);
-          await this.wire(rec);
-          report.repaired.push(id);
-          found(`sandbox ${id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: id });
-        } catch (e) {
-          await this.release(rec, true).catch(() => undefined);
-          report.released.push(id);
-          found(`sandbox ${id}: ${problems.join('; ')}; cannot wire it again (${(e as Error).message}); released`, { sandbox: id });
-        }
-      });
-    }
-    for (const l of this.unownedHostVeths()) {
-      try {
-        await unwirePod({ hostVeth: l.name });
-        report.removedVeths.push(l.name);
-        found(`veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
-      } catch (e) {
-        found(`veth ${l.name} belongs to no sandbox; cannot delete it: ${(e as Error).message}`, { veth: l.name });
-      }
-    }
-    return report;
-  }
-
-  // --- garbage collection ---
-
-  /**
-   * Releases every sandbox not in the live set, and the netns kni made that nothing claims.
-   * graceMs spares sandboxes attached more recently than that: a runtime lists a sandbox only
-   * once its network is up, so a fresh one can be missing from a list taken at the same time.
-   */
-  async gc(live: string[], graceMs = 0, only?: EntryPoint): Promise<GcResult> {
-    const liveSet = new Set(live.map((id) => validate.sandboxId(id, 'live sandbox id')));
-    const releasedSandboxes: string[] = [];
-    const releasedOwned: string[] = [];
-    const cutoff = Date.now() - graceMs;
-    for (const [id, rec] of [...this.sandboxes.entries()]) {
-      if (liveSet.has(id) || Date.parse(rec.createdAt) > cutoff) continue;
-      // A CNI GC lists the attachments the runtime made through CNI; others are not its to judge.
-      if (only && (rec.entryPoint ?? 'kni') !== only) continue;
-      const ownedPath = this.netns.get(rec.ownedNetns)?.path;
-      if (await this.detach(id, true, 'gc')) {
-        releasedSandboxes.push(id);
-        if (ownedPath) releasedOwned.push(ownedPath);
-      }
-    }
-    gcReleasedTotal.inc({ object: 'netns' }, releasedOwned.length);
-    const releasedNetns = [...releasedOwned, ...this.sweepUnclaimedNetns(liveSet)];
-    gcReleasedTotal.inc({ object: 'sandbox' }, releasedSandboxes.length);
-
-    if (releasedSandboxes.length || releasedNetns.length) log('info', 'garbage collected', { sandboxes: releasedSandboxes, netns: releasedNetns });
-    return { releasedSandboxes, releasedNetns };
-  }
-
-  /** Netns kni created whose sandbox is gone, or that no attach claimed within the grace time. */
-  private sweepUnclaimedNetns(live?: Set<string>): string[] {
-    const released: string[] = [];
-    const cutoff = Date.now() - this.cfg.unclaimedNetnsGraceSeconds * 1000;
-    for (const n of [...this.netns.values()]) {
-      const orphan = n.sandboxId
-        ? live !== undefined && !live.has(n.sandboxId) && !this.sandboxes.has(n.sandboxId)
-        : Date.parse(n.createdAt) < cutoff;
-      if (!orphan) continue;
-      this.releaseNetns(n);
-      released.push(n.path);
-    }
-    gcReleasedTotal.inc({ object: 'netns' }, released.length);
-    return released;
+  /** Releases every sandbox not in the live set (see garbage-collection.ts). */
+  gc(live: string[], graceMs = 0, only?: EntryPoint): Promise<GcResult> {
+    return collectGarbage(this, live, graceMs, only);
   }
 }

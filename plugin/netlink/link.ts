@@ -149,8 +149,12 @@ export function linkSetAlias(index: number, name: string, alias: string): Netlin
   return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFALIAS, alias)]) };
 }
 
-export function linkDel(name: string): NetlinkRequest {
-  return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name)]) };
+/**
+ * Deletes a link by name, or by index when one is given (the kernel then ignores the name):
+ * ifindexes are not reused, so a link made since under the same name is never hit.
+ */
+export function linkDel(name: string, index = 0): NetlinkRequest {
+  return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFNAME, name)]) };
 }
 
 function parseLink(body: Buffer): Link {

@@ -28,15 +28,11 @@ function returnHome(): void {
 
 export class NotANetnsError extends Error {}
 
-/** True when path names the daemon's own (node) netns: pods must never be wired there. */
-export function isNodeNetns(target: string): boolean {
-  try {
-    const a = fs.statSync(target);
-    const b = fs.fstatSync(home());
-    return a.dev === b.dev && a.ino === b.ino;
-  } catch {
-    return false;
-  }
+let homeInode = -1;
+/** The nsfs inode of the daemon's own (node) netns: pods must never be wired there. */
+export function homeNetnsInode(): number {
+  if (homeInode < 0) homeInode = fs.fstatSync(home()).ino;
+  return homeInode;
 }
 
 /** Runs fn with the calling thread inside the netns open on fd (fn must not yield). */
@@ -100,18 +96,4 @@ export function removePinnedNetns(target: string): void {
     if (!(e instanceof libc.Errno && (e.code === 'EINVAL' || e.code === 'ENOENT'))) throw e;
   }
   fs.rmSync(target, { force: true });
-}
-
-export function isPinnedNetns(target: string): boolean {
-  try {
-    const fd = fs.openSync(target, 'r');
-    try {
-      inNetns(fd, () => undefined);
-      return true;
-    } finally {
-      fs.closeSync(fd);
-    }
-  } catch {
-    return false;
-  }
 }

@@ -74,13 +74,16 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
   }
 }
 
-/** Deletes the host end (the kernel removes the pod end with it). Already gone is fine. */
-export async function unwirePod(itf: Pick<InterfaceRecord, 'hostVeth'>): Promise<void> {
+/**
+ * Deletes the host end (the kernel removes the pod end with it). Already gone is fine. With an
+ * index, only the link of that index (not one made since under the same name).
+ */
+export async function unwirePod(itf: Pick<InterfaceRecord, 'hostVeth'> & { index?: number }): Promise<void> {
   // A socket of its own: the delete runs on a worker thread (~20 ms in the kernel) and must
   // not share a socket with concurrent requests.
   const sock = new NetlinkSocket();
   try {
-    await sock.requestAsync(linkDel(itf.hostVeth));
+    await sock.requestAsync(linkDel(itf.hostVeth, itf.index));
   } catch (e) {
     if (!(e instanceof NetlinkError && e.code === 'ENODEV')) throw e;
   } finally {

@@ -19,8 +19,11 @@ export interface InterfaceRecord {
 
 export interface SandboxRecord {
   id: string;
-  /** 'attaching' is written before the first kernel call; a record left so is rolled back. */
-  phase: 'attaching' | 'attached';
+  /**
+   * 'attaching' is written before the first kernel call; a record left so is rolled back. On
+   * disk the phase stays 'attaching': the store's marks (attached, detaching) say the rest.
+   */
+  phase: 'attaching' | 'attached' | 'detaching';
   pod: PodRef;
   labels: Record<string, string>;
   annotations: Record<string, string>;
@@ -30,6 +33,8 @@ export interface SandboxRecord {
   /** The entry point that attached it (kni, cni, nri, containerd): CNI GC only judges its own. */
   entryPoint?: string;
   netnsPath: string;
+  /** The netns's nsfs inode at attach: a path that later names another netns is never entered. */
+  netnsInode?: number;
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;
   interfaces: InterfaceRecord[];

@@ -125,7 +125,7 @@ export function ioctl(fd: number, req: number, arg: Buffer): void {
   check('ioctl', c.ioctl(fd, req, arg));
 }
 
-/** ioctl with an integer argument passed by value (e.g. TUNSETPERSIST). */
-export function ioctlInt(fd: number, req: number, value: number): void {
-  check('ioctl', c.ioctlInt(fd, req, value));
+/** ioctl with an integer argument passed by value (e.g. TUNSETPERSIST); returns what it returns. */
+export function ioctlInt(fd: number, req: number, value: number): number {
+  return check('ioctl', c.ioctlInt(fd, req, value));
 }

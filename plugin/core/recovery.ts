@@ -1,0 +1,257 @@
+// Recovery: the kernel and kni's records disagree. Rebuild (records lost, kernel objects still
+// there) runs once at start; reconcile (the kernel drifted behind kni's back) at start, every
+// minute and on demand. Neither ever enters a netns other than the one a record was wired in.
+import fs from 'node:fs';
+import { log } from './log';
+import type { NetworkRuntime } from './network-runtime';
+import { isHostVethName } from './network-runtime';
+import * as validate from './validate';
+import { addrList } from '../netlink/addr';
+import { Link, linkList } from '../netlink/link';
+import { nsidOf } from '../netlink/nsid';
+import { socketInNetns } from '../netns/netns';
+import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
+import { unwirePod, VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
+import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
+
+export interface ReconcileReport {
+  repaired: string[];
+  released: string[];
+  removedVeths: string[];
+  findings: string[];
+}
+
+/**
+ * For every kni veth on the node that no record owns, finds the pod netns its peer lives in
+ * (by nsid, among the netns pins kni may use and every process's netns), reads the pod end's
+ * addresses and writes the sandbox record again: no address in use is ever handed out twice.
+ * kni netns pins without a record get theirs back. Runs at start, before reconcile.
+ */
+export function rebuildFromKernel(rt: NetworkRuntime): void {
+  const orphans = unownedHostVeths(rt).filter((l) => l.alias.startsWith(VETH_ALIAS_PREFIX));
+  const byNsid = orphans.length ? netnsByNsid(rt) : new Map<number, NetnsHandle>();
+  try {
+    for (const l of orphans) {
+      const id = l.alias.slice(VETH_ALIAS_PREFIX.length);
+      const ns = byNsid.get(l.peerNetnsId);
+      try {
+        validate.sandboxId(id);
+        if (!ns) throw new Error(`the netns of its peer (nsid ${l.peerNetnsId}) is not among the pins or any process's netns`);
+        if (rt.sandboxes.has(id)) throw new Error(`sandbox ${id} already has a record with another veth`);
+        const itf = readPodEnd(rt, ns, l.peerIndex, l.name);
+        const lost = rt.ipam.restore(id, itf.addresses);
+        if (lost.length) throw new Error(`its addresses ${lost.map((a) => a.address).join(', ')} are held by another sandbox`);
+        const rec: SandboxRecord = {
+          id, phase: 'attached', pod: { name: '', namespace: '', uid: '' }, labels: {}, annotations: {}, runtimeHandler: '', kind: 'container',
+          netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: '', interfaces: [itf], createdAt: new Date().toISOString(),
+        };
+        rt.store.sandboxes.put(id, rec);
+        rt.store.sandboxes.mark(id, 'attached');
+        rt.sandboxes.set(id, rec);
+        log('warn', 'sandbox record rebuilt from the kernel', { sandbox: id, netns: ns.path, addresses: itf.addresses.map((a) => a.address) });
+      } catch (e) {
+        log('error', 'a kni veth has no record and cannot be rebuilt; reconcile will delete it', { veth: l.name, sandbox: id, error: (e as Error).message });
+      }
+    }
+  } finally {
+    for (const h of byNsid.values()) h.close();
+  }
+  for (const name of unrecordedPins(rt)) {
+    const path = `${rt.cfg.netnsDir}/${name}`;
+    const owner = [...rt.sandboxes.values()].find((r) => r.netnsPath === path);
+    const n: NetnsRecord = { name, path, pod: owner?.pod ?? { name: '', namespace: '', uid: '' }, sandboxId: owner?.id ?? '', createdAt: new Date().toISOString() };
+    rt.store.netns.put(name, n);
+    rt.netns.set(name, n);
+    if (owner) {
+      owner.ownedNetns = name;
+      rt.store.sandboxes.put(owner.id, owner);
+    }
+    log('warn', 'netns record rebuilt from its pin', { netns: path, sandbox: n.sandboxId });
+  }
+}
+
+const ownedVeths = (rt: NetworkRuntime): Set<string> => new Set([...rt.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
+
+/**
+ * kni host veths on the node that no record names. Listed before the owners are collected:
+ * an attach records its veth before it creates it, so a veth listed here has no attach in flight.
+ */
+function unownedHostVeths(rt: NetworkRuntime): Link[] {
+  const onNode = linkList(rt.host).filter((l) => l.kind === 'veth' && isHostVethName(l.name));
+  const owned = ownedVeths(rt);
+  return onNode.filter((l) => !owned.has(l.name));
+}
+
+/** kni-made netns pins (kni-<16 hex>) under netnsDir that have no record. */
+function unrecordedPins(rt: NetworkRuntime): string[] {
+  let names: string[];
+  try {
+    names = fs.readdirSync(rt.cfg.netnsDir);
+  } catch {
+    return [];
+  }
+  return names.filter((n) => {
+    if (!/^kni-[0-9a-f]{16}$/.test(n) || rt.netns.has(n)) return false;
+    const p = `${rt.cfg.netnsDir}/${n}`;
+    if (isNetnsPin(p)) return true;
+    fs.rmSync(p, { force: true }); // an empty file a crash left between creating it and the pin
+    return false;
+  });
+}
+
+/**
+ * nsid → an open netns: pins under the allowed roots first, then /proc/<pid>/ns/net. Every
+ * candidate is opened as an untrusted path is (a FIFO or any other file there is skipped, never
+ * waited on); the caller closes the handles.
+ */
+function netnsByNsid(rt: NetworkRuntime): Map<number, NetnsHandle> {
+  const out = new Map<number, NetnsHandle>();
+  const candidates: string[] = [];
+  for (const root of new Set([rt.cfg.netnsDir, ...rt.cfg.allowedNetnsRoots])) {
+    try {
+      for (const f of fs.readdirSync(root)) candidates.push(`${root}/${f}`);
+    } catch {
+      // a root that does not exist on this node
+    }
+  }
+  for (const pid of fs.readdirSync('/proc').filter((p) => /^[1-9][0-9]*$/.test(p))) candidates.push(`/proc/${pid}/ns/net`);
+  for (const p of candidates) {
+    let h: NetnsHandle;
+    try {
+      h = openNetns(p, { allowedRoots: 'any' });
+    } catch {
+      continue; // not a netns, the node's own, or gone meanwhile
+    }
+    let nsid = -1;
+    try {
+      nsid = nsidOf(rt.host, h.fd);
+    } catch {
+      // no nsid for it
+    }
+    if (nsid >= 0 && !out.has(nsid)) out.set(nsid, h);
+    else h.close();
+  }
+  return out;
+}
+
+/** The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it. */
+function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth: string): InterfaceRecord {
+  const pod = socketInNetns(ns.fd);
+  try {
+    const link = linkList(pod).find((x) => x.index === index);
+    if (!link) throw new Error(`no interface ${index} in ${ns.path}`);
+    const addresses = addrList(pod)
+      .filter((a) => a.index === index)
+      .map((a) => rt.ipam.describe(a.address))
+      .filter((a): a is NonNullable<typeof a> => a !== undefined);
+    if (!addresses.length) throw new Error(`${link.name} in ${ns.path} has no address in the pod ranges`);
+    return { name: link.name, hostVeth, mac: link.mac, mtu: link.mtu, addresses };
+  } finally {
+    pod.close();
+  }
+}
+
+const inFlight = new WeakMap<NetworkRuntime, Promise<ReconcileReport>>();
+
+/**
+ * Compares every record with the kernel. A sandbox whose netns is gone, or whose path now
+ * names another netns, is released (kni never enters that other netns); one whose veth (or an
+ * address on it) is gone is wired again from its record (same addresses); a release that could
+ * not finish earlier is finished; a kni veth that no record owns is deleted. Each finding is
+ * logged and reported. One reconcile at a time: a second caller shares the running one.
+ */
+export function reconcile(rt: NetworkRuntime): Promise<ReconcileReport> {
+  let running = inFlight.get(rt);
+  if (!running) {
+    running = reconcileNow(rt).finally(() => inFlight.delete(rt));
+    inFlight.set(rt, running);
+  }
+  return running;
+}
+
+async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
+  const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };
+  const found = (msg: string, fields: Record<string, unknown>) => {
+    report.findings.push(msg);
+    log('warn', `reconcile: ${msg}`, fields);
+  };
+  const release = async (rec: SandboxRecord, why: string, releaseNetns = true) => {
+    try {
+      await rt.release(rec, releaseNetns);
+      report.released.push(rec.id);
+      found(`sandbox ${rec.id}: ${why}; released its addresses and veth`, { sandbox: rec.id });
+    } catch (e) {
+      found(`sandbox ${rec.id}: ${why}; cannot release it yet: ${(e as Error).message}`, { sandbox: rec.id });
+    }
+  };
+  for (const id of [...rt.sandboxes.keys()]) {
+    await rt.locks.run(id, async () => {
+      const rec = rt.sandboxes.get(id);
+      if (!rec) return;
+      if (rec.phase !== 'attached') return release(rec, `an earlier ${rec.phase === 'detaching' ? 'detach' : 'rolled-back attach'} did not finish`, rec.phase === 'detaching');
+      const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+      if (ns.state === 'gone') return release(rec, `netns ${rec.netnsPath} is gone`);
+      if (ns.state === 'other') {
+        // The path is not ours any more: drop kni's record of it without unpinning what is there.
+        const owned = rt.netns.get(rec.ownedNetns);
+        if (owned) {
+          rt.store.netns.delete(owned.name);
+          rt.netns.delete(owned.name);
+        }
+        return release(rec, ns.reason, false);
+      }
+      try {
+        await repair(rt, rec, ns.handle, report, found);
+      } finally {
+        ns.handle.close();
+      }
+    });
+  }
+  for (const l of unownedHostVeths(rt)) await removeStrayVeth(rt, l, report, found);
+  return report;
+}
+
+async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
+  if (rec.netnsInode === undefined) {
+    rec.netnsInode = ns.inode; // a record from before kni kept the inode: remember it from now on
+    rt.store.sandboxes.put(rec.id, rec);
+  }
+  const problems = rt.checkRecord(rec, ns);
+  if (!problems.length) return;
+  try {
+    await rt.unwire(rec);
+    await rt.wire(rec, ns);
+    report.repaired.push(rec.id);
+    found(`sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
+  } catch (e) {
+    await rt.release(rec, true).catch(() => undefined);
+    report.released.push(rec.id);
+    found(`sandbox ${rec.id}: ${problems.join('; ')}; cannot wire it again (${(e as Error).message}); released`, { sandbox: rec.id });
+  }
+}
+
+/**
+ * Deletes a kni veth no record owned when the list was taken. Ownership is checked again under
+ * the sandbox's lock (an attach of it may have begun since), and the delete names the link's
+ * index, so a veth an attach made meanwhile under the same name is never the one deleted.
+ */
+async function removeStrayVeth(rt: NetworkRuntime, l: Link, report: ReconcileReport, found: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
+  const id = l.alias.startsWith(VETH_ALIAS_PREFIX) ? l.alias.slice(VETH_ALIAS_PREFIX.length) : '';
+  const remove = async () => {
+    if (ownedVeths(rt).has(l.name)) return;
+    try {
+      await unwirePod({ hostVeth: l.name, index: l.index });
+      report.removedVeths.push(l.name);
+      found(`veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
+    } catch (e) {
+      found(`veth ${l.name} belongs to no sandbox; cannot delete it: ${(e as Error).message}`, { veth: l.name });
+    }
+  };
+  let lockable = false;
+  try {
+    lockable = validate.sandboxId(id) === id;
+  } catch {
+    // an alias that is not a sandbox id: nothing to lock
+  }
+  await (lockable ? rt.locks.run(id, remove) : remove());
+}
