@@ -366,7 +366,7 @@ export class NetworkRuntime {
         if (!(e instanceof HostVethExistsError)) throw e;
         // A leftover of an earlier attach of this very sandbox (the name is its hash).
         log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
-        await unwirePod(itf);
+        unwirePod(itf);
         wirePod(this.host, this.bridgeIndex, ns.fd, itf, rec.id);
       }
     }
@@ -384,7 +384,7 @@ export class NetworkRuntime {
   /** Deletes what wire() made: taps, then the veths (the kernel removes the pod ends with them). */
   async unwire(rec: SandboxRecord): Promise<void> {
     this.unwireTaps(rec);
-    for (const itf of rec.interfaces) await unwirePod(itf);
+    for (const itf of rec.interfaces) unwirePod(itf);
   }
 
   /** Deletes the taps of a vm sandbox, only in the netns it was wired in; one gone took them along. */

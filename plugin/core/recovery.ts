@@ -240,7 +240,7 @@ async function removeStrayVeth(rt: NetworkRuntime, l: Link, report: ReconcileRep
   const remove = async () => {
     if (ownedVeths(rt).has(l.name)) return;
     try {
-      await unwirePod({ hostVeth: l.name, index: l.index });
+      unwirePod({ hostVeth: l.name, index: l.index });
       report.removedVeths.push(l.name);
       found(`veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
     } catch (e) {

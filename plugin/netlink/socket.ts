@@ -118,21 +118,6 @@ export class NetlinkSocket {
     this.exec([req]);
   }
 
-  /** Like request(), with send and receive on a libuv worker: for slow kernel work (veth delete). */
-  async requestAsync(req: NetlinkRequest): Promise<void> {
-    const seq = this.nextSeq();
-    await libc.sendAsync(this.fd, this.frame(req, seq));
-    for (;;) {
-      const n = await libc.recvAsync(this.fd, this.buf);
-      for (const m of split(this.buf, n)) {
-        if (m.type !== NLMSG_ERROR || m.seq !== seq) continue;
-        const err = ackError(m, req.what);
-        if (err) throw err;
-        return;
-      }
-    }
-  }
-
   /** A request the kernel answers with messages and then the ack (a GET by name). */
   query(req: NetlinkRequest): NetlinkMessage[] {
     const seq = this.nextSeq();

@@ -68,7 +68,14 @@ export function openNetns(p: string, policy: NetnsPolicy): NetnsHandle {
     if (st.ino === homeNetnsInode()) throw invalid(`${field} ${p} is the node's own network namespace, not a pod's`);
     const owned = fd;
     fd = -1; // the handle owns it now
-    return { fd: owned, path: p, inode: st.ino, close: () => fs.closeSync(owned) };
+    let open = true;
+    // Closing twice would close whatever the number was reused for (libuv's own fds included).
+    const close = () => {
+      if (!open) return;
+      open = false;
+      fs.closeSync(owned);
+    };
+    return { fd: owned, path: p, inode: st.ino, close };
   } finally {
     fs.closeSync(pathFd);
     if (fd >= 0) fs.closeSync(fd);

@@ -66,32 +66,8 @@ export function send(fd: number, buf: Buffer): number {
   return check('send', c.send(fd, buf, buf.length, 0));
 }
 
-/** send on a libuv worker thread: for requests the kernel is slow to answer (veth delete). */
-export function sendAsync(fd: number, buf: Buffer): Promise<number> {
-  return new Promise((resolve, reject) => {
-    c.send.async(fd, buf, buf.length, 0, (err: unknown, rc: number | bigint) => {
-      if (err) return reject(err);
-      const n = Number(rc);
-      // errno is thread-local and lost here; the netlink ack carries the real error.
-      if (n < 0) return reject(new Errno('send', 0));
-      resolve(n);
-    });
-  });
-}
-
 export function recv(fd: number, buf: Buffer): number {
   return check('recv', c.recv(fd, buf, buf.length, 0));
-}
-
-export function recvAsync(fd: number, buf: Buffer): Promise<number> {
-  return new Promise((resolve, reject) => {
-    c.recv.async(fd, buf, buf.length, 0, (err: unknown, rc: number | bigint) => {
-      if (err) return reject(err);
-      const n = Number(rc);
-      if (n < 0) return reject(new Errno('recv', 0));
-      resolve(n);
-    });
-  });
 }
 
 export function close(fd: number): void {

@@ -3,6 +3,7 @@
 // exists as soon as either side writes to it (opening sends nothing).
 import { EventEmitter } from 'node:events';
 import { Duplex } from 'node:stream';
+import { ByteQueue } from '../wire/byte-queue';
 
 const HEADER = 8;
 /** Frames written are at most 4096 bytes, header included. */
@@ -18,9 +19,15 @@ export class MuxConn extends EventEmitter {
   }
 }
 
+/**
+ * Only the conns this side opened with conn() receive data: frames for any other id are read
+ * and dropped, so a peer cannot make us keep state per id it invents.
+ */
 export class Mux extends EventEmitter {
   private readonly conns = new Map<number, MuxConn>();
-  private buf: Buffer = Buffer.alloc(0);
+  private readonly queue = new ByteQueue();
+  /** Frames dropped because their conn id was not opened here. */
+  dropped = 0;
 
   constructor(private readonly sock: Duplex) {
     super();
@@ -55,20 +62,33 @@ export class Mux extends EventEmitter {
   }
 
   private onData(chunk: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
-    while (this.buf.length >= HEADER) {
-      const id = this.buf.readUInt32BE(0);
-      const len = this.buf.readUInt32BE(4);
+    this.queue.push(chunk);
+    while (this.queue.length >= HEADER) {
+      const h = this.queue.peek(HEADER);
+      const id = h.readUInt32BE(0);
+      const len = h.readUInt32BE(4);
       if (len > MAX_READ_PAYLOAD) {
-        this.emit('error', new Error(`multiplexer frame of ${len} bytes is too large`));
+        this.queue.clear();
+        this.emit('error', new Error(`multiplexer frame of ${len} bytes is larger than ${MAX_READ_PAYLOAD}`));
         this.sock.destroy();
         return;
       }
-      if (this.buf.length < HEADER + len) return;
-      const payload = this.buf.subarray(HEADER, HEADER + len);
-      this.buf = this.buf.subarray(HEADER + len);
-      if (id === 0) continue;
-      this.conn(id).emit('data', Buffer.from(payload));
+      if (this.queue.length < HEADER + len) return;
+      const payload = this.queue.take(HEADER + len).subarray(HEADER);
+      const conn = this.conns.get(id);
+      if (!conn) {
+        this.dropped++;
+        continue;
+      }
+      try {
+        conn.emit('data', payload);
+      } catch (e) {
+        // What a conn's reader cannot take costs this connection, never the process.
+        this.queue.clear();
+        this.emit('error', e);
+        this.sock.destroy();
+        return;
+      }
     }
   }
 }

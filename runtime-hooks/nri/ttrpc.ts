@@ -4,9 +4,12 @@
 import protobuf from 'protobufjs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
+import { ByteQueue } from '../wire/byte-queue';
 
 const HEADER = 10;
 const MAX_MESSAGE = 4 << 20;
+/** Requests a peer may have us serve at once on one connection; more are refused at once. */
+export const MAX_IN_FLIGHT = 64;
 const TYPE_REQUEST = 1;
 const TYPE_RESPONSE = 2;
 
@@ -29,12 +32,23 @@ export interface ByteStream {
 
 export type Handler = (service: string, method: string, payload: Buffer) => Promise<Buffer>;
 
+/**
+ * Every byte from the peer is untrusted: a frame or message that does not decode is a
+ * protocol error, reported once through onProtocolError (the owner closes the connection);
+ * it is never thrown to the caller of write() or to the event loop.
+ */
 export class TtrpcEndpoint {
-  private buf: Buffer = Buffer.alloc(0);
+  private readonly queue = new ByteQueue();
   private nextStream = 1;
+  private serving = 0;
+  private broken = false;
   private readonly pending = new Map<number, { resolve: (b: Buffer) => void; reject: (e: Error) => void; timer: NodeJS.Timeout }>();
 
-  constructor(private readonly stream: ByteStream, private readonly handler?: Handler) {
+  constructor(
+    private readonly stream: ByteStream,
+    private readonly handler?: Handler,
+    private readonly onProtocolError: (e: Error) => void = () => undefined,
+  ) {
     stream.on('data', (b) => this.onData(b));
   }
 
@@ -70,40 +84,76 @@ export class TtrpcEndpoint {
   }
 
   private onData(chunk: Buffer): void {
-    this.buf = this.buf.length ? Buffer.concat([this.buf, chunk]) : chunk;
-    while (this.buf.length >= HEADER) {
-      const len = this.buf.readUInt32BE(0);
-      if (len > MAX_MESSAGE) throw new TtrpcError(STATUS.RESOURCE_EXHAUSTED, `ttrpc message of ${len} bytes is too large`);
-      if (this.buf.length < HEADER + len) return;
-      const streamId = this.buf.readUInt32BE(4);
-      const type = this.buf.readUInt8(8);
-      const body = Buffer.from(this.buf.subarray(HEADER, HEADER + len));
-      this.buf = this.buf.subarray(HEADER + len);
-      if (type === TYPE_REQUEST) void this.serve(streamId, body);
-      else if (type === TYPE_RESPONSE) this.settle(streamId, body);
+    if (this.broken) return;
+    this.queue.push(chunk);
+    try {
+      while (this.queue.length >= HEADER) {
+        const h = this.queue.peek(HEADER);
+        const len = h.readUInt32BE(0);
+        if (len > MAX_MESSAGE) throw new TtrpcError(STATUS.RESOURCE_EXHAUSTED, `ttrpc message of ${len} bytes is larger than ${MAX_MESSAGE}`);
+        if (this.queue.length < HEADER + len) return;
+        const streamId = h.readUInt32BE(4);
+        const type = h.readUInt8(8);
+        const body = this.queue.take(HEADER + len).subarray(HEADER);
+        if (type === TYPE_REQUEST) this.accept(streamId, body);
+        else if (type === TYPE_RESPONSE) this.settle(streamId, body);
+      }
+    } catch (e) {
+      this.broken = true;
+      this.queue.clear();
+      const err = e instanceof Error ? e : new Error(String(e));
+      this.abort(`ttrpc protocol error: ${err.message}`);
+      this.onProtocolError(err);
     }
   }
 
+  private accept(streamId: number, body: Buffer): void {
+    if (this.serving >= MAX_IN_FLIGHT) {
+      this.answer(streamId, { code: STATUS.RESOURCE_EXHAUSTED, message: `more than ${MAX_IN_FLIGHT} requests in flight on this connection` }, Buffer.alloc(0));
+      return;
+    }
+    this.serving++;
+    void this.serve(streamId, body).finally(() => this.serving--);
+  }
+
+  /** A response that does not decode fails its call and the connection (the peer is broken). */
   private settle(streamId: number, body: Buffer): void {
     const p = this.pending.get(streamId);
     if (!p) return;
     this.pending.delete(streamId);
     clearTimeout(p.timer);
-    const res = ResponseT.toObject(ResponseT.decode(body), { defaults: true }) as { status?: { code: number; message: string }; payload: Uint8Array };
+    let res: { status?: { code: number; message: string }; payload: Uint8Array };
+    try {
+      res = ResponseT.toObject(ResponseT.decode(body), { defaults: true }) as typeof res;
+    } catch (e) {
+      const err = new TtrpcError(STATUS.INTERNAL, `malformed ttrpc response: ${(e as Error).message}`);
+      p.reject(err);
+      throw err;
+    }
     if (res.status && res.status.code !== STATUS.OK) p.reject(new TtrpcError(res.status.code, res.status.message));
     else p.resolve(Buffer.from(res.payload));
   }
 
   private async serve(streamId: number, body: Buffer): Promise<void> {
-    let status: { code: number; message: string } = { code: STATUS.OK, message: "" };
+    let status: { code: number; message: string } = { code: STATUS.OK, message: '' };
     let payload: Buffer = Buffer.alloc(0);
     try {
-      const req = RequestT.toObject(RequestT.decode(body), { defaults: true }) as { service: string; method: string; payload: Uint8Array };
+      let req: { service: string; method: string; payload: Uint8Array };
+      try {
+        req = RequestT.toObject(RequestT.decode(body), { defaults: true }) as typeof req;
+      } catch (e) {
+        throw new TtrpcError(STATUS.INVALID_ARGUMENT, `malformed ttrpc request: ${(e as Error).message}`);
+      }
       if (!this.handler) throw new TtrpcError(STATUS.UNIMPLEMENTED, `${req.service}/${req.method} is not served here`);
       payload = await this.handler(req.service, req.method, Buffer.from(req.payload));
     } catch (e) {
-      status = e instanceof TtrpcError ? { code: e.code, message: e.message } : { code: STATUS.INTERNAL, message: (e as Error).message ?? String(e) };
+      status = e instanceof TtrpcError ? { code: e.code, message: e.message } : { code: STATUS.INTERNAL, message: (e as Error)?.message ?? String(e) };
     }
+    this.answer(streamId, status, payload);
+  }
+
+  private answer(streamId: number, status: { code: number; message: string }, payload: Buffer): void {
+    if (this.broken) return;
     const res = ResponseT.encode(ResponseT.create(status.code === STATUS.OK ? { payload } : { status })).finish();
     this.send(streamId, TYPE_RESPONSE, Buffer.from(res));
   }
