@@ -3,7 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Command, Option } from 'commander';
 import fs from 'node:fs';
-import { Client, runtimeClient } from './client/clients';
+import { Client, listAllPods, runtimeClient } from './client/clients';
 
 const program = new Command()
   .name('knictl')
@@ -52,9 +52,9 @@ const shortId = (id: string): string => (/^[0-9a-f]{64}$/.test(id) ? id.slice(0,
 const podName = (p: any): string => (p.pod?.name ? `${p.pod.namespace}/${p.pod.name}` : '-');
 
 program.command('pods').description('list the sandboxes kni has wired').addOption(output()).action(async (o) => {
-  const res = await withClient((c) => c.ListPods());
-  print(o.output, res.pods, () =>
-    table([['SANDBOX', 'POD', 'IPS', 'NETNS'], ...res.pods.map((p: any) => [shortId(p.sandbox_id), podName(p), ips(p), p.netns_path])]),
+  const pods = await withClient((c) => listAllPods(c));
+  print(o.output, pods, () =>
+    table([['SANDBOX', 'POD', 'IPS', 'NETNS'], ...pods.map((p: any) => [shortId(p.sandbox_id), podName(p), ips(p), p.netns_path])]),
   );
 });
 

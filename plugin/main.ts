@@ -9,6 +9,7 @@ import { NetworkRuntime } from './core/network-runtime';
 import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
 import { startTracingFromEnv } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
+import { lockStateDir, StateDirInUseError } from './store/state-lock';
 import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
@@ -61,8 +62,11 @@ async function main(): Promise<void> {
   }
   if (process.getuid?.() !== 0) throw new Error('kni-runtime must run as root (it creates network namespaces and links)');
 
-  // Before touching anything: a second daemon must not set up (or change) the node network.
+  // Before touching anything: a second daemon must not set up (or change) the node network,
+  // whichever socket it was given.
+  lockStateDir(opts.stateDir);
   await clearStaleSocket(opts.socket);
+  await clearStaleSocket(cfg.cni.socket);
   const stopTracing = startTracingFromEnv();
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();
@@ -92,7 +96,7 @@ async function main(): Promise<void> {
     nri?.stop();
     cniServer.close();
     metrics?.close();
-    server.tryShutdown(() => {
+    server.shutdown(() => {
       rt.stop();
       void Promise.resolve(stopTracing?.()).catch(() => undefined).finally(() => process.exit(0));
     });
@@ -103,8 +107,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((e) => {
-  const msg = e instanceof ConfigError ? e.message : (e as Error).stack ?? String(e);
+  const expected = e instanceof ConfigError || e instanceof StateDirInUseError;
+  const msg = expected ? (e as Error).message : (e as Error).stack ?? String(e);
   log('error', 'kni-runtime failed to start', { error: msg });
-  process.stderr.write(`kni-runtime: ${e instanceof ConfigError ? msg : (e as Error).message}\n`);
+  process.stderr.write(`kni-runtime: ${expected ? msg : (e as Error).message}\n`);
   process.exit(1);
 });

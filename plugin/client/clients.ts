@@ -29,3 +29,15 @@ export function kniClient(socketPath: string): Client {
   const Ctor = kniService();
   return wrap(new Ctor(`unix://${socketPath}`, grpc.credentials.createInsecure()), methodsOf(Ctor));
 }
+
+/** Every pod, following ListPods pages. */
+export async function listAllPods(c: Client): Promise<any[]> {
+  const pods: any[] = [];
+  let token = '';
+  do {
+    const page = await c.ListPods({ page_token: token });
+    pods.push(...page.pods);
+    token = page.next_page_token;
+  } while (token);
+  return pods;
+}

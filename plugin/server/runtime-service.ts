@@ -3,6 +3,8 @@ import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
 import { SandboxRecord } from '../store/records';
 import { unary } from './unary';
+import { invalid } from '../core/errors';
+import * as validate from '../core/validate';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -28,6 +30,29 @@ export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<strin
   };
 }
 
+/** A page of what a ListPods response may carry: 3 MiB, a margin under gRPC's 4 MiB default. */
+export const LIST_PAGE_BYTES = 3 << 20;
+
+/** Pods after page_token (a sandbox id) in id order, up to pageSize or LIST_PAGE_BYTES. */
+export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: string): { pods: unknown[]; next_page_token: string } {
+  if (!Number.isInteger(pageSize) || pageSize < 0) throw invalid(`page_size ${pageSize} is negative`);
+  if (pageToken) validate.sandboxId(pageToken, 'page_token');
+  const recs = rt.list().filter((r) => r.id > pageToken).sort((a, b) => (a.id < b.id ? -1 : 1));
+  const pods: unknown[] = [];
+  let bytes = 0;
+  for (const r of recs) {
+    const p = podNetwork(rt, r);
+    // JSON is longer than the protobuf encoding of the same pod: a safe bound for the page.
+    const size = Buffer.byteLength(JSON.stringify(p));
+    if (pods.length && (bytes + size > LIST_PAGE_BYTES || (pageSize && pods.length >= pageSize))) {
+      return { pods, next_page_token: recs[pods.length - 1].id };
+    }
+    pods.push(p);
+    bytes += size;
+  }
+  return { pods, next_page_token: '' };
+}
+
 export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplementation {
   const u = <Req>(method: string, fn: (req: Req) => Promise<unknown> | unknown) =>
     unary<Req, unknown>('kni.runtime.v1.NetworkRuntime', method, fn);
@@ -50,7 +75,7 @@ export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplemen
       return { ok: problems.length === 0, problems };
     }),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
-    ListPods: u('ListPods', () => ({ pods: rt.list().map((r) => podNetwork(rt, r)) })),
+    ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.nodeStatus();
       return { ready: s.ready, networks: [s] };

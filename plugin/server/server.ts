@@ -1,12 +1,30 @@
 // The gRPC server on a unix socket (mode 0600): the KNI POC service and kni's own, side by side.
+// The socket is ours (a net.Server handing connections to grpc-js), so that it is bounded:
+// connections at once, time to start speaking HTTP/2, idle and endless connections.
 import * as grpc from '@grpc/grpc-js';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
+import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
+import { withMessageCaps } from './message-caps';
 import { kniService, runtimeService } from './protos';
 import { runtimeHandlers } from './runtime-service';
+
+export const GRPC_LIMITS = {
+  /** Connections at once; each holds a file descriptor (the hard limit here is 20 000). */
+  maxConnections: 1024,
+  /** A connection must have sent the 24-byte HTTP/2 preface within this time. */
+  handshakeMs: 10_000,
+  /** A connection with no call in flight this long is closed (clients reconnect on their own). */
+  idleMs: 5 * 60_000,
+  /** Every connection is asked to go away after this (GOAWAY), then closed after the grace:
+   *  what bounds a connection holding a half-sent call open for ever. */
+  maxAgeMs: 30 * 60_000,
+  maxAgeGraceMs: 60_000,
+};
+const HTTP2_PREFACE_BYTES = 24;
 
 /** A socket file nobody answers on is stale (a crashed daemon's); a live one means a second daemon. */
 export async function clearStaleSocket(socketPath: string): Promise<void> {
@@ -26,21 +44,51 @@ export interface ExtraService {
   handlers: grpc.UntypedServiceImplementation;
 }
 
+export interface KniServer {
+  /** Stops accepting, lets calls in flight finish, then calls done. */
+  shutdown(done: () => void): void;
+}
+
 /** Serves the KNI services, plus the runtime hooks' services, on one socket. */
-export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = []): Promise<grpc.Server> {
-  const server = new grpc.Server();
-  server.addService(kniService().service, kniPocHandlers(rt));
-  server.addService(runtimeService().service, runtimeHandlers(rt));
-  for (const s of extra) server.addService(s.definition, s.handlers);
+export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = []): Promise<KniServer> {
+  const server = new grpc.Server({
+    'grpc.max_connection_idle_ms': GRPC_LIMITS.idleMs,
+    'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
+    'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,
+  });
+  server.addService(withMessageCaps(kniService().service), kniPocHandlers(rt));
+  server.addService(withMessageCaps(runtimeService().service), runtimeHandlers(rt));
+  for (const s of extra) server.addService(withMessageCaps(s.definition), s.handlers);
+  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+  let lastRefusalLog = 0;
+  const listener = net.createServer((sock) => {
+    const handshake = setTimeout(() => {
+      if (sock.bytesRead < HTTP2_PREFACE_BYTES) sock.destroy();
+    }, GRPC_LIMITS.handshakeMs);
+    sock.once('close', () => clearTimeout(handshake));
+    injector.injectConnection(sock);
+  });
+  listener.maxConnections = GRPC_LIMITS.maxConnections;
+  listener.on('drop', () => {
+    if (Date.now() - lastRefusalLog < 1000) return; // a flood must not become a flood of log lines
+    lastRefusalLog = Date.now();
+    log('warn', 'gRPC socket: connection refused, too many at once', { socket: socketPath, max: GRPC_LIMITS.maxConnections });
+  });
   // The socket is born 0600: no window in which another user could connect.
   const oldMask = process.umask(0o177);
   try {
-    await new Promise<number>((resolve, reject) =>
-      server.bindAsync(`unix://${socketPath}`, grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))),
-    );
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject);
+      listener.listen(socketPath, () => resolve());
+    });
   } finally {
     process.umask(oldMask);
   }
   fs.chmodSync(socketPath, 0o600);
-  return server;
+  return {
+    shutdown(done) {
+      listener.close();
+      server.tryShutdown(() => done());
+    },
+  };
 }

@@ -2,6 +2,7 @@
 // with the message kept, and logs one line per call outcome.
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
+import { tooLarge } from './message-caps';
 import { log } from '../core/log';
 import { rpcErrorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
@@ -14,8 +15,12 @@ export function unary<Req, Res>(
   return (call, callback) => {
     const started = process.hrtime.bigint();
     const req = call.request as Record<string, unknown>;
-    const sandbox = (req?.sandbox_id ?? req?.id ?? '') as string;
+    const big = tooLarge(req);
+    const sandbox = big ? '' : String(req?.sandbox_id ?? req?.id ?? '').slice(0, 128);
     Promise.resolve()
+      .then(() => {
+        if (big) throw new KniError('RESOURCE_EXHAUSTED', `${method} request of ${big.bytes} bytes is larger than ${big.cap} bytes, the limit for this method`);
+      })
       .then(() => withSpan(`${service}/${method}`, { 'rpc.system': 'grpc', 'rpc.service': service, 'rpc.method': method }, () => fn(call.request)))
       .then(
         (res) => {

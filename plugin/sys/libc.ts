@@ -32,6 +32,7 @@ const c = {
   unshare: libc.func('int unshare(int flags)'),
   mount: libc.func('int mount(const char *src, const char *target, const char *fstype, unsigned long flags, void *data)'),
   umount2: libc.func('int umount2(const char *target, int flags)'),
+  flock: libc.func('int flock(int fd, int op)'),
   ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
 };
@@ -51,6 +52,8 @@ export const MS_REC = 16384;
 export const MS_SHARED = 1 << 20;
 export const MNT_DETACH = 2;
 export const SOL_NETLINK = 270;
+export const LOCK_EX = 2;
+export const LOCK_NB = 4;
 export const NETLINK_EXT_ACK = 11;
 export const NETLINK_GET_STRICT_CHK = 12;
 
@@ -90,6 +93,10 @@ export function unshare(flags: number): void {
 
 export function mount(src: string | null, target: string, fstype: string | null, flags: number): void {
   check('mount', c.mount(src, target, fstype, flags, null));
+}
+
+export function flock(fd: number, op: number): void {
+  check('flock', c.flock(fd, op));
 }
 
 export function umount2(target: string, flags: number): void {

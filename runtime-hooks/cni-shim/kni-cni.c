@@ -10,19 +10,32 @@
  *
  * The socket path is the "socket" string of the network config, else $KNI_CNI_SOCKET,
  * else /run/kni/cni.sock.
+ *
+ * Deadlines: connecting gives up after CONNECT_TIMEOUT_S (a stopped or wedged daemon whose
+ * listen backlog is full), and the whole call after CALL_TIMEOUT_S, inside the 2 minutes the
+ * kubelet gives RunPodSandbox (runtime-request-timeout) so the runtime sees kni's error, not
+ * its own timeout. A runtime with a shorter CNI timeout sets KNI_CNI_TIMEOUT_SECONDS in its
+ * environment (plugins inherit it). Either way the answer is a CNI error object naming what
+ * timed out.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
-#define MAX_STDIN (4u << 20)
+/* Keep equal to the daemon's cap (runtime-hooks/cni/cni-wire.ts MAX_REQUEST, less 64 KiB of env). */
+#define MAX_STDIN (1u << 20)
 #define MAX_REPLY (4u << 20)
+#define CONNECT_TIMEOUT_S 5
+#define CALL_TIMEOUT_S 55
 #define DEFAULT_SOCKET "/run/kni/cni.sock"
 
 static const char *fields[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
@@ -60,6 +73,45 @@ static void fail(const char *msg, const char *detail) {
     int code = cmd && strcmp(cmd, "STATUS") == 0 ? 50 : 11;
     printf("{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"%s\"}\n", version, code, msg, detail);
     exit(1);
+}
+
+/* Prepared before the alarm is armed: the handler may only write() and _exit(). */
+static char timeout_msg[512];
+static size_t timeout_len;
+
+static void on_alarm(int sig) {
+    (void)sig;
+    if (write(1, timeout_msg, timeout_len) < 0) _exit(1);
+    _exit(1);
+}
+
+static void arm_deadline(const char *what, unsigned seconds, const char *path) {
+    char version[32] = "1.0.0";
+    json_string("cniVersion", version, sizeof version);
+    const char *cmd = getenv("CNI_COMMAND");
+    int code = cmd && strcmp(cmd, "STATUS") == 0 ? 50 : 11;
+    int n = snprintf(timeout_msg, sizeof timeout_msg,
+                     "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"no answer from %s within %u s\"}\n",
+                     version, code, what, path, seconds);
+    timeout_len = n > 0 && (size_t)n < sizeof timeout_msg ? (size_t)n : 0;
+    signal(SIGALRM, on_alarm);
+    alarm(seconds);
+}
+
+/* Connects, retrying while the daemon's backlog is full (AF_UNIX answers EAGAIN at once). */
+static int connect_unix(const char *path) {
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    while (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+        if (errno != EAGAIN && errno != EINTR) return -1;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL); /* the connect alarm ends this loop */
+    }
+    int fl = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    return fd;
 }
 
 static void put32(char **p, uint32_t v) {
@@ -103,7 +155,7 @@ int main(void) {
     in = malloc(cap + 1);
     for (;;) {
         if (in_len == cap) {
-            if (cap >= MAX_STDIN) fail("network config on stdin is too large", "more than 4 MiB");
+            if (cap >= MAX_STDIN) fail("network config on stdin is too large", "more than 1 MiB");
             cap *= 2;
             in = realloc(in, cap + 1);
         }
@@ -136,16 +188,16 @@ int main(void) {
     put32(&p, 5); memcpy(p, "STDIN", 5); p += 5;
     put32(&p, in_len); memcpy(p, in, in_len); p += in_len;
 
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+    arm_deadline("kni-runtime is not reachable: connecting timed out", CONNECT_TIMEOUT_S, path);
+    int fd = connect_unix(path);
+    if (fd < 0) {
         char detail[256];
         snprintf(detail, sizeof detail, "connect %s: %s", path, strerror(errno));
         fail("kni-runtime is not reachable", detail);
     }
-    struct timeval tv = {.tv_sec = 120};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    const char *t = getenv("KNI_CNI_TIMEOUT_SECONDS");
+    unsigned call_timeout = t && atoi(t) > 0 ? (unsigned)atoi(t) : CALL_TIMEOUT_S;
+    arm_deadline("kni-runtime did not answer in time", call_timeout, path);
     if (write_all(fd, req, p - req) < 0) fail("cannot send the request to kni-runtime", strerror(errno));
 
     unsigned char head[8];

@@ -77,7 +77,12 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
       case 'GC': {
         const valid = conf['cni.dev/valid-attachments'] ?? conf['cni.dev/attachments'] ?? [];
         if (!Array.isArray(valid)) throw new CniFailure(CNI_ERR.INVALID_CONFIG, 'cni.dev/valid-attachments is not a list');
-        await rt.gc(valid.map((a: { containerID?: unknown }) => String(a?.containerID ?? '')), 0, 'cni');
+        const live = valid.map((a: unknown, i: number) => {
+          const id = (a as { containerID?: unknown } | null)?.containerID;
+          if (typeof id !== 'string') throw new CniFailure(CNI_ERR.INVALID_CONFIG, `cni.dev/valid-attachments[${i}].containerID is not a string`);
+          return id;
+        });
+        await rt.gc(live, 0, 'cni');
         return ok(undefined);
       }
       default:

@@ -1,7 +1,13 @@
 // The framing between kni-cni (runtime-hooks/cni-shim/kni-cni.c) and the daemon: a request is
 // a list of key/value fields, the answer an exit code and the bytes for stdout.
 
-export const MAX_REQUEST = 8 << 20;
+/**
+ * The largest request kni-cni may send: its stdin cap (1 MiB, kni-cni.c MAX_STDIN) plus the
+ * environment fields. The largest network config Kubernetes can produce is far smaller: all of
+ * a pod's annotations (passed in runtimeConfig) are capped at 256 KiB, and a conflist of a few
+ * plugins is a few KiB.
+ */
+export const MAX_REQUEST = (1 << 20) + (64 << 10);
 
 /** Parses one request (after its 4-byte length); throws on malformed input. */
 export function decodeRequest(b: Buffer): Map<string, string> {
