@@ -15,7 +15,7 @@ import { runtimeHandlers } from './runtime-service';
 export const GRPC_LIMITS = {
   /** Connections at once; each holds a file descriptor (the hard limit here is 20 000). */
   maxConnections: 1024,
-  /** A connection must have sent the 24-byte HTTP/2 preface within this time. */
+  /** A connection must have started speaking (the HTTP/2 preface) within this time. */
   handshakeMs: 10_000,
   /** A connection with no call in flight this long is closed (clients reconnect on their own). */
   idleMs: 5 * 60_000,
@@ -24,7 +24,6 @@ export const GRPC_LIMITS = {
   maxAgeMs: 30 * 60_000,
   maxAgeGraceMs: 60_000,
 };
-const HTTP2_PREFACE_BYTES = 24;
 
 /** A socket file nobody answers on is stale (a crashed daemon's); a live one means a second daemon. */
 export async function clearStaleSocket(socketPath: string): Promise<void> {
@@ -62,11 +61,15 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   let lastRefusalLog = 0;
   const listener = net.createServer((sock) => {
-    const handshake = setTimeout(() => {
-      if (sock.bytesRead < HTTP2_PREFACE_BYTES) sock.destroy();
-    }, GRPC_LIMITS.handshakeMs);
+    // Handed to grpc-js only once the peer has spoken: after that the HTTP/2 session owns the
+    // socket and destroy() no longer reaches it. Node's HTTP/2 takes the bytes already read.
+    const handshake = setTimeout(() => sock.destroy(), GRPC_LIMITS.handshakeMs);
+    sock.on('error', () => undefined);
     sock.once('close', () => clearTimeout(handshake));
-    injector.injectConnection(sock);
+    sock.once('readable', () => {
+      clearTimeout(handshake);
+      injector.injectConnection(sock);
+    });
   });
   listener.maxConnections = GRPC_LIMITS.maxConnections;
   listener.on('drop', () => {
