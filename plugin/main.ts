@@ -64,9 +64,9 @@ async function main(): Promise<void> {
 
   // Before touching anything: a second daemon must not set up (or change) the node network,
   // whichever socket it was given.
-  lockStateDir(opts.stateDir);
   await clearStaleSocket(opts.socket);
   await clearStaleSocket(cfg.cni.socket);
+  lockStateDir(opts.stateDir);
   const stopTracing = startTracingFromEnv();
   const rt = new NetworkRuntime(cfg, opts.stateDir);
   await rt.start();

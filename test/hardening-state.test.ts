@@ -20,12 +20,16 @@ describe('hardening: state dir', () => {
       const rt = d.rt();
       const netns = d.makePodNetns('lockpod');
       await rt.Attach({ sandbox_id: 'lockpod', netns_path: netns });
-      const second = (args: string[]) =>
-        spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, ...args], { encoding: 'utf8', timeout: 30_000 });
-      const sameDir = second(['--socket', `${d.dir}/other.sock`, '--state-dir', d.stateDir]);
+      const second = (config: string, args: string[]) =>
+        spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', config, ...args], { encoding: 'utf8', timeout: 30_000 });
+      // Its own sockets (gRPC and CNI), the first daemon's state dir.
+      const ownCni = `${d.dir}/config-own-cni.json`;
+      const conf = JSON.parse(fs.readFileSync(d.configFile, 'utf8'));
+      fs.writeFileSync(ownCni, JSON.stringify({ ...conf, cni: { ...conf.cni, socket: `${d.dir}/other-cni.sock` } }));
+      const sameDir = second(ownCni, ['--socket', `${d.dir}/other.sock`, '--state-dir', d.stateDir]);
       assert.equal(sameDir.status, 1, sameDir.stderr);
       assert.match(sameDir.stderr, new RegExp(`state dir ${d.stateDir} is in use by another kni-runtime \\(pid ${d.proc!.pid}\\)`));
-      const sameCni = second(['--socket', `${d.dir}/other2.sock`, '--state-dir', `${d.dir}/other-state`]);
+      const sameCni = second(d.configFile, ['--socket', `${d.dir}/other2.sock`, '--state-dir', `${d.dir}/other-state`]);
       assert.equal(sameCni.status, 1, sameCni.stderr);
       assert.match(sameCni.stderr, new RegExp(`another process is serving on ${d.cniSocket}`));
       // The first daemon is untouched: its pod, its sockets, its veth.

@@ -58,6 +58,75 @@ describe('validation', () => {
     assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '1');
   });
 
+  it('29 hostile netns path forms, each refused with a precise code before anything is wired', async () => {
+    const root = d.netnsDir;
+    const made: string[] = [];
+    const mk = (name: string, make: (p: string) => void) => {
+      const p = `${root}/${RUN}-${name}`;
+      make(p);
+      made.push(p);
+      return p;
+    };
+    const fifo = mk('fifo', (p) => spawnSync('mkfifo', [p]));
+    const dir = mk('dir', (p) => fs.mkdirSync(p));
+    const plain = mk('plainf', (p) => fs.writeFileSync(p, 'x'));
+    const toEtc = mk('to-etc', (p) => fs.symlinkSync('/etc/hostname', p));
+    const toSelf = mk('to-self', (p) => fs.symlinkSync(`/proc/${d.proc!.pid}/ns/net`, p));
+    const loop = mk('loop', (p) => fs.symlinkSync(p, p));
+    const dangling = mk('dangling', (p) => fs.symlinkSync(`${root}/nothing-here`, p));
+    const dirOut = mk('dir-out', (p) => fs.symlinkSync('/etc', p));
+    const mntNs = mk('mntns', (p) => {
+      fs.writeFileSync(p, '');
+      spawnSync('mount', ['--bind', `/proc/${process.pid}/ns/mnt`, p]);
+    });
+    const sock = mk('sock', (p) => spawnSync('python3', ['-c', `import socket; socket.socket(socket.AF_UNIX).bind('${p}')`]));
+    const daemonTid = fs.readdirSync(`/proc/${d.proc!.pid}/task`)[0];
+    const cases: [string, grpc.status, RegExp][] = [
+      ['', S.INVALID_ARGUMENT, /netns path is empty/],
+      ['run/netns/x', S.INVALID_ARGUMENT, /not absolute/],
+      ['./x', S.INVALID_ARGUMENT, /not absolute/],
+      [`${root}/../../etc/passwd`, S.INVALID_ARGUMENT, /not normalised/],
+      [`${root}//x`, S.INVALID_ARGUMENT, /not normalised/],
+      [`${root}/./x`, S.INVALID_ARGUMENT, /not normalised/],
+      [`${root}/x/`, S.INVALID_ARGUMENT, /not normalised/],
+      [`${root}/a\0b`, S.INVALID_ARGUMENT, /not a valid path/],
+      [`/${'a'.repeat(4100)}`, S.INVALID_ARGUMENT, /not a valid path/],
+      ['/etc/hostname', S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      ['/etc', S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      ['/dev/null', S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      ['/dev/zero', S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      [root, S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      [fifo, S.INVALID_ARGUMENT, /is not a network namespace/],
+      [dir, S.INVALID_ARGUMENT, /is not a network namespace/],
+      [plain, S.INVALID_ARGUMENT, /is not a network namespace/],
+      [sock, S.INVALID_ARGUMENT, /is not a network namespace/],
+      [mntNs, S.INVALID_ARGUMENT, /is not a network namespace/],
+      [toEtc, S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      [toSelf, S.INVALID_ARGUMENT, /outside the allowed netns roots|node's own/],
+      [loop, S.INVALID_ARGUMENT, /cannot be opened: ELOOP/],
+      [dangling, S.NOT_FOUND, /does not exist/],
+      [`${dirOut}/hostname`, S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+      [`${root}/nope`, S.NOT_FOUND, /does not exist/],
+      ['/proc/999999999/ns/net', S.NOT_FOUND, /no such process/],
+      [`/proc/${d.proc!.pid}/ns/net`, S.INVALID_ARGUMENT, /node's own network namespace/],
+      [`/proc/${d.proc!.pid}/task/${daemonTid}/ns/net`, S.INVALID_ARGUMENT, /node's own network namespace/],
+      [`/proc/${d.proc!.pid}/ns/mnt`, S.INVALID_ARGUMENT, /outside the allowed netns roots/],
+    ];
+    try {
+      for (const [p, code, re] of cases) {
+        await rejectsWith(attach({ sandbox_id: 'hostile', netns_path: p }), code, re).catch((e) => {
+          throw new Error(`path ${JSON.stringify(p.slice(0, 80))}: ${(e as Error).message}`);
+        });
+      }
+    } finally {
+      spawnSync('umount', [mntNs]);
+      for (const p of made) fs.rmSync(p, { recursive: true, force: true });
+    }
+    assert.equal(cases.length, 29);
+    assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '1', 'a refused path took an address');
+    assert.equal(d.kniVeths().length, 1);
+  });
+
   it('interface names and pod metadata', async () => {
     await rejectsWith(attach({ interface_name: 'a-very-long-name0' }), S.INVALID_ARGUMENT, /at most 15/);
     await rejectsWith(attach({ interface_name: 'eth/0' }), S.INVALID_ARGUMENT, /not a valid interface name/);
