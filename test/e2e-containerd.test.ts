@@ -5,6 +5,7 @@ import { Client } from '../plugin/client/clients';
 import { ContainerdEnv, IMAGE } from './helpers/containerd-env';
 import { ping, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 interface Pod {
   id: string;
@@ -114,10 +115,13 @@ describe('end to end: containerd 1.6 + runc with kni as the CNI network', functi
 
   it('kill -9 of kni-runtime while pods are being created: earlier pods keep working, later RunPodSandbox calls succeed', async () => {
     const before = await runPod('before-crash');
+    const from = d.output.length;
     const inflight = ['c0', 'c1', 'c2', 'c3', 'c4', 'c5'].map((n) => runPod(`crash-${n}`).then((p) => p, () => undefined));
-    await new Promise((r) => setTimeout(r, 40));
+    // Killed as soon as the first of them reached kni: the others are then mid-creation.
+    await waitFor(() => /"msg":"attach".*crash-c/.test(d.output.slice(from)), 60_000, () => 'no crash-* pod reached kni');
     await d.stop('SIGKILL');
     const made = (await Promise.all(inflight)).filter((p): p is Pod => p !== undefined);
+    assert.ok(made.length < 6, 'every RunPodSandbox finished before the kill: nothing was in flight');
     d.closeClients();
     await d.launch();
 

@@ -1,5 +1,6 @@
 // Nothing leaks: crashes at random points, the seed traps (late DEL, crashlooping sandboxes),
 // the kernel drifting behind kni's back, and load.
+import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -16,13 +17,26 @@ describe('crash anywhere', () => {
   });
   after(() => d?.cleanup());
 
-  it('100 rounds of kill -9 during concurrent attach/detach: after restart and one GC nothing leaks and every live pod keeps its addresses', async () => {
+  // Bound by work: 60 rounds, at most ~40 live pods (each start reconciles them all). Measured
+  // here: ~70 s idle, ~110 s with the other core busy; the limit leaves a 2.5x margin on that.
+  it('60 rounds of kill -9 during concurrent attach/detach: kills land mid-attach; after restart and one GC nothing leaks and every live pod keeps its addresses', async function () {
+    this.timeout(280_000);
     const live = new Map<string, { addrs: string[]; netns: string }>();
     let seq = 0;
     let answered = 0;
-    let seed = 0x2545f491;
-    const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
-    for (let round = 0; round < 100; round++) {
+    let rolledBack = 0;
+    const unexpected: string[] = [];
+    // Only what a kill can cause: the connection is gone (UNAVAILABLE / CANCELLED, or grpc-js's
+    // INTERNAL for a stream reset by the dying server).
+    const killed = (e: grpc.ServiceError) => {
+      if (e.code === grpc.status.UNAVAILABLE || e.code === grpc.status.CANCELLED) return;
+      if (e.code === grpc.status.INTERNAL && /RST_STREAM|Connection dropped|connection closed/i.test(e.details)) return;
+      unexpected.push(`${grpc.status[e.code]}: ${e.details}`);
+    };
+    const seed = Number(process.env.KNI_TEST_SEED ?? Date.now() % 2 ** 31);
+    let state = seed;
+    const rand = () => ((state = (state * 1103515245 + 12345) >>> 0) / 2 ** 32);
+    for (let round = 0; round < 60; round++) {
       const kni = d.kni();
       const rt = d.rt();
       await Promise.all([kni.QueryNodeNetworks({}), rt.GetNode({})]); // connected before the clock starts
@@ -30,17 +44,22 @@ describe('crash anywhere', () => {
       for (let k = 0; k < 4; k++) {
         const id = `c${seq++}`;
         ops.push(kni.CreateNetwork({}).then((n: any) =>
-          rt.Attach({ sandbox_id: id, netns_path: n.netns_path }).then((p: any) => { answered++; live.set(id, { addrs: addrsOf(p), netns: n.netns_path }); })).catch(() => undefined));
+          rt.Attach({ sandbox_id: id, netns_path: n.netns_path }).then((p: any) => { answered++; live.set(id, { addrs: addrsOf(p), netns: n.netns_path }); })).catch(killed));
       }
-      for (const id of [...live.keys()].filter(() => rand() < 0.15).slice(0, 3)) {
+      const detachShare = live.size > 40 ? 0.5 : 0.15;
+      for (const id of [...live.keys()].filter(() => rand() < detachShare).slice(0, 6)) {
         live.delete(id); // whether or not the detach lands, the runtime no longer wants it
-        ops.push(rt.Detach({ sandbox_id: id }).catch(() => undefined));
+        ops.push(rt.Detach({ sandbox_id: id }).catch(killed));
       }
-      await new Promise((r) => setTimeout(r, Math.floor(rand() * 150)));
+      await new Promise((r) => setTimeout(r, 20 + Math.floor(rand() * 130)));
       await d.stop('SIGKILL');
       await Promise.all(ops);
+      const from = d.output.length;
       await d.restart();
+      rolledBack += (d.output.slice(from).match(/rolling back an attach interrupted by a restart/g) ?? []).length;
     }
+    assert.deepEqual(unexpected, [], `seed ${seed}: errors a kill cannot cause`);
+    assert.ok(rolledBack >= 5, `seed ${seed}: only ${rolledBack} kills landed in the middle of an attach`);
     await new Promise((r) => setTimeout(r, 1100)); // past unclaimedNetnsGraceSeconds
     const rt = d.rt();
     await rt.GarbageCollect({ live_sandbox_ids: [...live.keys()] });
@@ -62,7 +81,7 @@ describe('crash anywhere', () => {
       const out = inNetns(p.netns_path, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out;
       for (const a of addrsOf(p)) assert.ok(out.includes(`${a}/`), `${p.sandbox_id}: ${a} missing in its netns`);
     }
-    assert.ok(answered >= 50 && live.size >= 10, `${answered} attaches answered, ${live.size} pods live: the kills came too early to test anything`);
+    assert.ok(answered >= 50 && live.size >= 5, `seed ${seed}: ${answered} attaches answered, ${live.size} pods live: the kills came too early to test anything`);
   });
 });
 

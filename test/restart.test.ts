@@ -1,8 +1,11 @@
 // The daemon goes away (SIGTERM, kill -9) and comes back: pods keep their network and records.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import { ping } from './helpers/sh';
+import path from 'node:path';
+import { hostVethName } from '../plugin/core/network-runtime';
+import { inNetns, ping, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 describe('restart', () => {
   let d: TestDaemon;
@@ -40,20 +43,34 @@ describe('restart', () => {
     for (const id of ['r-a', 'r-b', 'r-c', 'r-d']) await d.rt().Detach({ sandbox_id: id });
   });
 
-  it('rolls back an attach a crash interrupted (record written, kernel work not finished)', async () => {
+  it('rolls back an attach a crash interrupted: record without its commit mark, veth made, no address yet', async () => {
     const { netns_path } = await d.kni().CreateNetwork({});
-    const p = await d.rt().Attach({ sandbox_id: 'half', netns_path });
     await d.stop('SIGKILL');
-    const file = `${d.stateDir}/sandboxes/half.json`;
-    const rec = JSON.parse(fs.readFileSync(file, 'utf8'));
-    fs.writeFileSync(file, JSON.stringify({ ...rec, phase: 'attaching' }));
-    fs.rmSync(`${d.stateDir}/sandboxes/half.attached`); // the crash came before the commit mark
-    await d.restart();
+    // What a kill -9 between veth.create and pod.addresses leaves: the record (phase attaching,
+    // no .attached mark) and a veth whose pod end sits in the netns with no address.
+    const hostVeth = hostVethName('half', 'eth0');
+    const rec = {
+      id: 'half', phase: 'attaching', pod: { name: '', namespace: '', uid: '' }, labels: {}, annotations: {}, runtimeHandler: '', kind: 'container', entryPoint: 'kni',
+      netnsPath: netns_path, ownedNetns: path.basename(netns_path),
+      interfaces: [{ name: 'eth0', hostVeth, mac: '0a:58:0a:f4:00:02', mtu: 1500, addresses: [
+        { family: 4, address: '10.244.0.2', prefixLength: 24, gateway: '10.244.0.1', range: '10.244.0.0/24' },
+        { family: 6, address: 'fd00:10:244::2', prefixLength: 64, gateway: 'fd00:10:244::1', range: 'fd00:10:244::/64' },
+      ] }],
+      createdAt: new Date().toISOString(),
+    };
+    fs.writeFileSync(`${d.stateDir}/sandboxes/half.json`, JSON.stringify(rec));
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', hostVeth, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns_path]);
+    assert.doesNotMatch(inNetns(netns_path, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out, /inet/);
+    const from = d.output.length;
+    d.closeClients();
+    await d.launch();
+    assert.match(d.output.slice(from), /rolling back an attach interrupted by a restart.*"sandbox":"half"/);
     assert.equal((await d.rt().ListPods()).pods.length, 0);
-    assert.ok(await d.linkGone(p.interfaces[0].host_interface), 'rolled-back veth still there');
+    assert.ok(await d.linkGone(hostVeth), 'rolled-back veth still there');
+    assert.doesNotMatch(inNetns(netns_path, 'ip', ['-o', 'link']).out, /eth0/);
     assert.equal((await d.rt().GetIPAMStatus()).ranges[0].used, '0');
     assert.ok(fs.existsSync(netns_path), 'the netns belongs to its CreateNetwork caller until DeleteNetwork');
-    // The caller never got an answer and retries: it works.
+    // The caller never got an answer and retries: it works, with the addresses it would have had.
     const again = await d.rt().Attach({ sandbox_id: 'half', netns_path });
     assert.equal((await d.rt().Check({ sandbox_id: 'half' })).ok, true);
     await d.kni().DeleteNetwork({ id: 'half' });
@@ -66,15 +83,32 @@ describe('restart', () => {
     const paths = await Promise.all(Array.from({ length: 24 }, () => kni.CreateNetwork({}).then((r: any) => r.netns_path as string)));
     const rt = d.rt();
     const answered = new Map<string, string[]>();
-    const calls = paths.map((p, i) =>
-      rt.Attach({ sandbox_id: `k9-${i}`, netns_path: p }).then(
-        (res: any) => answered.set(`k9-${i}`, res.interfaces[0].addresses.map((a: any) => a.address)),
-        () => undefined,
-      ),
-    );
-    await new Promise((r) => setTimeout(r, 15));
-    await d.stop('SIGKILL');
-    await Promise.all(calls);
+    let killed: Promise<unknown> | undefined;
+    let outstanding = 0;
+    let inFlightAtKill = 0;
+    // Four streams of attaches, one call each at a time (a daemon finishes a burst of calls
+    // before it writes any answer, so a burst cannot be cut); the 8th answer triggers the kill,
+    // when every other stream has a call outstanding.
+    const streams = Array.from({ length: 4 }, async (_, s) => {
+      for (let i = s; i < paths.length && !killed; i += 4) {
+        outstanding++;
+        try {
+          const res = await rt.Attach({ sandbox_id: `k9-${i}`, netns_path: paths[i] });
+          answered.set(`k9-${i}`, res.interfaces[0].addresses.map((a: any) => a.address));
+          if (answered.size === 8 && !killed) {
+            inFlightAtKill = outstanding - 1;
+            killed = d.stop('SIGKILL');
+          }
+        } catch {
+          return; // the daemon is gone
+        } finally {
+          outstanding--;
+        }
+      }
+    });
+    await Promise.all(streams);
+    await killed;
+    assert.ok(killed && inFlightAtKill >= 1, `${inFlightAtKill} attaches in flight at the kill`);
     await d.restart();
     const now = await podsNow();
     for (const [id, addrs] of answered) assert.deepEqual(now[id], addrs, `${id} lost its network`);
