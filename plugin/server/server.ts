@@ -8,7 +8,7 @@ import path from 'node:path';
 import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
-import { withMessageCaps } from './message-caps';
+import { guardRequests } from './request-guard';
 import { kniService, runtimeService } from './protos';
 import { runtimeHandlers } from './runtime-service';
 
@@ -55,9 +55,9 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
     'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
     'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,
   });
-  server.addService(withMessageCaps(kniService().service), kniPocHandlers(rt));
-  server.addService(withMessageCaps(runtimeService().service), runtimeHandlers(rt));
-  for (const s of extra) server.addService(withMessageCaps(s.definition), s.handlers);
+  server.addService(guardRequests(kniService().service), kniPocHandlers(rt));
+  server.addService(guardRequests(runtimeService().service), runtimeHandlers(rt));
+  for (const s of extra) server.addService(guardRequests(s.definition), s.handlers);
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   let lastRefusalLog = 0;
   const listener = net.createServer((sock) => {

@@ -2,7 +2,7 @@
 // with the message kept, and logs one line per call outcome.
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
-import { tooLarge } from './message-caps';
+import { refusal } from './request-guard';
 import { log } from '../core/log';
 import { rpcErrorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
@@ -15,11 +15,11 @@ export function unary<Req, Res>(
   return (call, callback) => {
     const started = process.hrtime.bigint();
     const req = call.request as Record<string, unknown>;
-    const big = tooLarge(req);
-    const sandbox = big ? '' : String(req?.sandbox_id ?? req?.id ?? '').slice(0, 128);
+    const refused = refusal(req);
+    const sandbox = refused ? '' : String(req?.sandbox_id ?? req?.id ?? '').slice(0, 128);
     Promise.resolve()
       .then(() => {
-        if (big) throw new KniError('RESOURCE_EXHAUSTED', `${method} request of ${big.bytes} bytes is larger than ${big.cap} bytes, the limit for this method`);
+        if (refused) throw new KniError(refused.code, refused.message);
       })
       .then(() => withSpan(`${service}/${method}`, { 'rpc.system': 'grpc', 'rpc.service': service, 'rpc.method': method }, () => fn(call.request)))
       .then(

@@ -65,18 +65,49 @@ static int json_string(const char *key, char *out, size_t outsz) {
     return 0;
 }
 
-/* A CNI error object for failures before the daemon answers; STATUS says 50 (cannot serve ADD). */
-static void fail(const char *msg, const char *detail) {
-    char version[32] = "1.0.0";
-    json_string("cniVersion", version, sizeof version);
+/* JSON-escapes in into out (always NUL-terminated, cut short rather than overflow). */
+static void json_escape(char *out, size_t cap, const char *in) {
+    size_t o = 0;
+    for (; *in && o + 7 < cap; in++) {
+        unsigned char c = (unsigned char)*in;
+        if (c == '"' || c == '\\') { out[o++] = '\\'; out[o++] = (char)c; }
+        else if (c < 0x20) o += (size_t)snprintf(out + o, cap - o, "\\u%04x", c);
+        else out[o++] = (char)c;
+    }
+    out[o] = 0;
+}
+
+/* The config's cniVersion when it is a plain version string, else 1.0.0 (it is echoed in errors). */
+static void error_version(char *out, size_t cap) {
+    char v[32];
+    snprintf(out, cap, "1.0.0");
+    if (!json_string("cniVersion", v, sizeof v) || !*v) return;
+    for (const char *p = v; *p; p++)
+        if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '.' || *p == '-')) return;
+    snprintf(out, cap, "%s", v);
+}
+
+/* Formats a CNI error object: STATUS says 50 (cannot serve ADD), everything else 11 (try later). */
+static int format_error(char *out, size_t cap, const char *msg, const char *detail) {
+    char version[32], m[512], d[1024];
+    error_version(version, sizeof version);
+    json_escape(m, sizeof m, msg);
+    json_escape(d, sizeof d, detail);
     const char *cmd = getenv("CNI_COMMAND");
     int code = cmd && strcmp(cmd, "STATUS") == 0 ? 50 : 11;
-    printf("{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"%s\"}\n", version, code, msg, detail);
+    return snprintf(out, cap, "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"%s\"}\n", version, code, m, d);
+}
+
+/* A CNI error object for failures before the daemon answers. */
+static void fail(const char *msg, const char *detail) {
+    char out[2048];
+    format_error(out, sizeof out, msg, detail);
+    fputs(out, stdout);
     exit(1);
 }
 
 /* Prepared before the alarm is armed: the handler may only write() and _exit(). */
-static char timeout_msg[512];
+static char timeout_msg[2048];
 static size_t timeout_len;
 
 static void on_alarm(int sig) {
@@ -86,13 +117,9 @@ static void on_alarm(int sig) {
 }
 
 static void arm_deadline(const char *what, unsigned seconds, const char *path) {
-    char version[32] = "1.0.0";
-    json_string("cniVersion", version, sizeof version);
-    const char *cmd = getenv("CNI_COMMAND");
-    int code = cmd && strcmp(cmd, "STATUS") == 0 ? 50 : 11;
-    int n = snprintf(timeout_msg, sizeof timeout_msg,
-                     "{\"cniVersion\":\"%s\",\"code\":%d,\"msg\":\"%s\",\"details\":\"no answer from %s within %u s\"}\n",
-                     version, code, what, path, seconds);
+    char detail[256];
+    snprintf(detail, sizeof detail, "no answer from %s within %u s", path, seconds);
+    int n = format_error(timeout_msg, sizeof timeout_msg, what, detail);
     timeout_len = n > 0 && (size_t)n < sizeof timeout_msg ? (size_t)n : 0;
     signal(SIGALRM, on_alarm);
     alarm(seconds);
