@@ -1,8 +1,6 @@
 // A hostile or broken NRI peer costs its connection, never the daemon; reconnects stay bounded;
 // nothing a peer sends makes kni keep state without bound.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
-import net from 'node:net';
 import { Duplex } from 'node:stream';
 import { Mux } from '../runtime-hooks/nri/mux';
 import { MAX_SYNC_PODS } from '../runtime-hooks/nri/nri-plugin';
@@ -12,33 +10,8 @@ import { FakeNriRuntime } from './helpers/fake-nri-runtime';
 import { RUN } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
+import { hex, RawPeer } from './helpers/raw-peer';
 
-/** A runtime socket that runs a script on each connection kni makes, and counts them. */
-class RawPeer {
-  readonly socket = `/tmp/${RUN}-rawnri-${Math.random().toString(36).slice(2, 8)}.sock`;
-  connections: { at: number; sock: net.Socket }[] = [];
-  private server?: net.Server;
-
-  constructor(private readonly onConn: (sock: net.Socket, n: number) => void) {}
-
-  async listen(): Promise<void> {
-    fs.rmSync(this.socket, { force: true });
-    this.server = net.createServer((sock) => {
-      sock.on('error', () => undefined);
-      this.connections.push({ at: Date.now(), sock });
-      this.onConn(sock, this.connections.length);
-    });
-    await new Promise<void>((r) => this.server!.listen(this.socket, r));
-  }
-
-  async close(): Promise<void> {
-    for (const c of this.connections) c.sock.destroy();
-    await new Promise<void>((r) => (this.server ? this.server.close(() => r()) : r()));
-    fs.rmSync(this.socket, { force: true });
-  }
-}
-
-const hex = (s: string) => Buffer.from(s.replace(/\s+/g, ''), 'hex');
 
 async function daemonWith(peer: RawPeer): Promise<TestDaemon> {
   await peer.listen();

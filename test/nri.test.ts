@@ -11,6 +11,7 @@ import { cni } from './helpers/cni-exec';
 import { FakeNriRuntime, FakeNriSession } from './helpers/fake-nri-runtime';
 import { inNetns } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 /** A Duplex that records what is written, for byte-level checks. */
 class Capture extends Duplex {
@@ -150,13 +151,14 @@ describe('NRI plugin', () => {
     const gone = { id: 'nri-gone', name: 'gone', namespace: 'nri', netns: d.makePodNetns('nri-gone') };
     await s.runPodSandbox(keep);
     await s.runPodSandbox(gone);
+    const from = d.output.length;
     await rt.stop();
     rt.pods = [keep]; // "gone" was removed while the runtime (and its NRI) was down
     await rt.listen();
     s = await rt.nextSession();
-    for (let i = 0; i < 50 && (await pods()).length !== 1; i++) await new Promise((r) => setTimeout(r, 50));
+    await waitFor(async () => (await pods()).length === 1, 20_000, () => "nri-gone was not released");
     assert.deepEqual(await pods(), ['nri-keep']);
-    assert.match(d.output, /released sandboxes the runtime no longer has/);
+    assert.match(d.output.slice(from), /released sandboxes the runtime no longer has.*nri-gone/);
     await s.stopPodSandbox(keep);
   });
 
@@ -187,8 +189,9 @@ describe('NRI plugin', () => {
   });
 
   it('warns when a vm sandbox arrives only through NRI (too late for Kata)', async () => {
+    const from = d.output.length;
     await s.runPodSandbox({ id: 'nri-kata', name: 'k', namespace: 'nri', runtimeHandler: 'kata', netns: d.makePodNetns('nri-kata') });
-    assert.match(d.output, /vm sandbox reached kni only through NRI/);
+    assert.match(d.output.slice(from), /vm sandbox reached kni only through NRI.*"sandbox":"nri-kata"/);
     assert.equal((await d.rt().GetPod({ sandbox_id: 'nri-kata' })).kind, 'vm');
     await s.stopPodSandbox({ id: 'nri-kata' });
   });

@@ -156,6 +156,7 @@ describe('kernel drift', () => {
     sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', 'kni0123456789ab', 'type', 'veth', 'peer', 'name', 'strayp']);
     assert.match((await rt.Check({ sandbox_id: 'drift-a' })).problems.join(), /host veth .* is missing/);
 
+    const from = d.output.length;
     const r = await rt.Reconcile({});
     assert.deepEqual(r.repaired_sandbox_ids, ['drift-a']);
     assert.deepEqual(r.released_sandbox_ids, ['drift-b']);
@@ -170,7 +171,7 @@ describe('kernel drift', () => {
     assert.ok(!d.nodeLinks().includes('kni0123456789ab') && !d.nodeLinks().includes('strayp'));
     assert.ok(await d.linkGone(b.interfaces[0].host_interface));
     assert.deepEqual((await rt.Reconcile({})).findings, [], 'a second reconcile still finds something');
-    assert.match(d.output, /"level":"warn","msg":"reconcile: sandbox drift-b: netns .* is gone/);
+    assert.match(d.output.slice(from), /"level":"warn","msg":"reconcile: sandbox drift-b: netns .* is gone/);
     await rt.Detach({ sandbox_id: 'drift-a' });
   });
 
@@ -206,10 +207,11 @@ describe('corrupt state', () => {
     fs.truncateSync(rec('sandboxes', 'lost-a'), 17);
     fs.writeFileSync(rec('sandboxes', 'lost-b'), '\u0000\u0001garbage{{{');
     fs.writeFileSync(rec('netns', path.basename(nB)), 'not json');
+    const from = d.output.length;
     await d.restart();
 
-    assert.match(d.output, /"msg":"state records unreadable: set aside; rebuilding what the kernel still has".*lost-a\.json.*lost-b\.json/);
-    assert.match(d.output, /"msg":"sandbox record rebuilt from the kernel","sandbox":"lost-a"/);
+    assert.match(d.output.slice(from), /"msg":"state records unreadable: set aside; rebuilding what the kernel still has".*lost-a\.json.*lost-b\.json/);
+    assert.match(d.output.slice(from), /"msg":"sandbox record rebuilt from the kernel","sandbox":"lost-a"/);
     const rt2 = d.rt();
     for (const [id, before, netns] of [['lost-a', a, nA], ['lost-b', b, nB], ['intact-c', c, c.netns_path]] as const) {
       const now = await rt2.GetPod({ sandbox_id: id });

@@ -31,7 +31,10 @@ describe('restart', () => {
     await d.restart();
     assert.deepEqual(await podsNow(), before);
 
-    await d.restart('SIGKILL');
+    await d.stop('SIGKILL');
+    assert.ok(ping(netns['r-a'], before['r-c'][1]), 'pods lost connectivity while kni was down after kill -9');
+    d.closeClients();
+    await d.launch();
     assert.deepEqual(await podsNow(), before);
     assert.ok(ping(netns['r-a'], before['r-c'][1]));
     for (const id of Object.keys(before)) assert.equal((await d.rt().Check({ sandbox_id: id })).ok, true);

@@ -50,6 +50,8 @@ export interface Config {
   masquerade: boolean;
   /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
   unclaimedNetnsGraceSeconds: number;
+  /** How often reconcile and the unclaimed-netns sweep run while serving. */
+  reconcileSeconds: number;
   cni: CniConfig;
   cri: CriConfig;
   nri: NriConfig;
@@ -75,6 +77,7 @@ export const defaultConfig = (): Config => ({
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
   unclaimedNetnsGraceSeconds: 600,
+  reconcileSeconds: 60,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
   cri: { socket: '', reconcileSeconds: 60 },
   nri: { enabled: false, socket: '/var/run/nri/nri.sock', pluginName: 'kni', pluginIndex: '10', syncGraceSeconds: 60 },
@@ -82,7 +85,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -152,6 +155,11 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (!Number.isInteger(v) || (v as number) < 0) problems.push('unclaimedNetnsGraceSeconds must be a whole number of seconds');
     else cfg.unclaimedNetnsGraceSeconds = v as number;
   }
+  if (r.reconcileSeconds !== undefined) {
+    const v = r.reconcileSeconds;
+    if (!Number.isInteger(v) || (v as number) < 1) problems.push('reconcileSeconds must be a whole number of seconds, at least 1');
+    else cfg.reconcileSeconds = v as number;
+  }
   if (r.cni !== undefined) {
     if (typeof r.cni !== 'object' || r.cni === null || Array.isArray(r.cni)) problems.push('cni must be a map of settings');
     else {
@@ -179,7 +187,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else cfg.cri.socket = c.socket;
       }
       if (c.reconcileSeconds !== undefined) {
-        if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 10) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 10');
+        if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 1) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 1');
         else cfg.cri.reconcileSeconds = c.reconcileSeconds as number;
       }
     }

@@ -130,7 +130,7 @@ export class NetworkRuntime {
     this.sweeper = setInterval(() => {
       sweepUnclaimedNetns(this);
       void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
-    }, 60_000);
+    }, this.cfg.reconcileSeconds * 1000);
     this.sweeper.unref();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.nodeReady });
   }

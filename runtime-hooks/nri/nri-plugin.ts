@@ -170,7 +170,7 @@ export class NriPlugin {
             // Answer at once; releasing may take a while and NRI calls have a 2 s budget.
             setImmediate(() => void this.reconcile(live));
           }
-          return encode('SynchronizeResponse', { more: req.more });
+          return encode('SynchronizeResponse', req.more ? { more: true } : {}); // proto3: a false is not sent
         }
         case 'Shutdown':
           return encode('Empty', {});
