@@ -23,7 +23,9 @@ describe('end to end: containerd 1.6 + runc with kni as the CNI network', functi
 
   before(async () => {
     c = ContainerdEnv.forRun('');
-    d = await TestDaemon.start(c.kniConfig());
+    const conf = c.kniConfig();
+    // A short CRI reconcile period, so the periodic job is seen to fire (its grace is the same 2 s).
+    d = await TestDaemon.start({ ...conf, cri: { ...(conf.cri as object), reconcileSeconds: 2 } });
     c.nodeNetns = d.nodeNetns;
     c.writeConfig();
     // kni writes its conflist (and installs kni-cni) once the node network is ready.
@@ -142,6 +144,15 @@ describe('end to end: containerd 1.6 + runc with kni as the CNI network', functi
     for (const p of [before, after, ...made]) await removePod(p);
     for (const s of (await cri.ListPodSandbox({})).items) await removePod({ id: s.id } as Pod);
     assert.equal(kniVeths().length, 0);
+  });
+
+  it('the periodic CRI reconcile releases, while kni runs, a sandbox the runtime does not have', async () => {
+    const from = d.output.length;
+    const { netns_path } = await d.kni().CreateNetwork({ name: 'ghost', namespace: 'default' });
+    await d.rt().Attach({ sandbox_id: 'not-in-containerd', netns_path });
+    // cri.reconcileSeconds is 2 here; a sandbox is judged once it is older than that.
+    await waitFor(async () => !(await d.rt().ListPods()).pods.some((p: any) => p.sandbox_id === 'not-in-containerd'), 30_000, () => 'still attached');
+    assert.match(d.output.slice(from), /reconciled with the runtime: released what it no longer has.*not-in-containerd/);
   });
 
   it('a sandbox removed while kni-runtime was down is released when it comes back', async () => {

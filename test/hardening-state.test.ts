@@ -10,6 +10,7 @@ import { packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 const S = grpc.status;
 
@@ -117,7 +118,9 @@ describe('hardening: state dir', () => {
       sh('mount', ['--bind', records, records]);
       sh('mount', ['-o', 'remount,bind,ro', records]);
       try {
+        const from = d.output.length;
         await rejectsWith(rt.Detach({ sandbox_id: 'ro' }), S.UNAVAILABLE, /cannot record the detach of sandbox ro .*nothing was changed/);
+        await waitFor(() => /"level":"warn","msg":"detach failed","sandbox":"ro",.*"code":"UNAVAILABLE"/.test(d.output.slice(from)), 10_000, () => 'no "detach failed" line');
         assert.deepEqual((await rt.Check({ sandbox_id: 'ro' })).problems, [], 'the refused detach changed the pod');
         const r = await rt.Reconcile({});
         assert.deepEqual([r.repaired_sandbox_ids, r.released_sandbox_ids], [[], []]);

@@ -1,9 +1,12 @@
 // knictl against a running daemon, and without one.
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
+import { sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 const knictl = (...args: string[]) =>
   spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), ...args], { encoding: 'utf8' });
@@ -55,5 +58,60 @@ describe('knictl', () => {
     const fmt = knictl('--socket', d.socket, 'pods', '-o', 'yaml');
     assert.notEqual(fmt.status, 0);
     assert.match(fmt.stderr, /Allowed choices are table, json/);
+  });
+
+  it('check exits 2 on a mismatch, reconcile repairs it, and KNI_SOCKET chooses the daemon', () => {
+    const host = JSON.parse(knictl('--socket', d.socket, 'pod', 'cli-sandbox', '-o', 'json').stdout).interfaces[0].host_interface;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', host]);
+    const env = { ...process.env, KNI_SOCKET: d.socket };
+    const check = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'check', 'cli-sandbox'], { encoding: 'utf8', env });
+    assert.equal(check.status, 2, check.stderr);
+    assert.match(check.stdout, new RegExp(`problem: host veth ${host} is missing`));
+    const rec = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'reconcile', '-o', 'json'], { encoding: 'utf8', env });
+    assert.equal(rec.status, 0, rec.stderr);
+    assert.deepEqual(JSON.parse(rec.stdout).repaired_sandbox_ids, ['cli-sandbox']);
+    assert.equal(knictl('--socket', d.socket, 'reconcile').stdout, 'kernel and records agree\n');
+    assert.equal(knictl('--socket', d.socket, 'check', 'cli-sandbox').status, 0);
+  });
+});
+
+describe('kni-runtime flags and environment', () => {
+  const main = path.join(packageRoot(), 'dist/plugin/main.js');
+
+  it('--print-config prints the effective config, refusing a bad one with every problem', () => {
+    const dir = fs.mkdtempSync('/tmp/kni-printcfg-');
+    try {
+      fs.writeFileSync(`${dir}/ok.yaml`, 'bridge: kni9\nranges: [10.99.0.0/24]\nreconcileSeconds: 5\n');
+      const ok = spawnSync(process.execPath, [main, '--config', `${dir}/ok.yaml`, '--print-config'], { encoding: 'utf8' });
+      assert.equal(ok.status, 0, ok.stderr);
+      const cfg = JSON.parse(ok.stdout);
+      assert.deepEqual([cfg.bridge, cfg.ranges, cfg.reconcileSeconds, cfg.mtu], ['kni9', ['10.99.0.0/24'], 5, 1500]);
+      fs.writeFileSync(`${dir}/bad.yaml`, 'mtu: 10\nreconcileSeconds: 0\nbogus: 1\n');
+      const bad = spawnSync(process.execPath, [main, '--config', `${dir}/bad.yaml`, '--print-config'], { encoding: 'utf8' });
+      assert.equal(bad.status, 1);
+      for (const re of [/mtu/, /reconcileSeconds must be a whole number of seconds, at least 1/, /unknown setting "bogus"/]) assert.match(bad.stderr, re);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('KNI_LOG_LEVEL and KNI_METRICS_ADDR configure a daemon without flags', async () => {
+    const port = 20000 + (process.pid % 20000);
+    const d2 = await TestDaemon.start({}, { env: { KNI_LOG_LEVEL: 'debug', KNI_METRICS_ADDR: `127.0.0.1:${port}` } });
+    try {
+      await d2.rt().GetNode({});
+      await waitFor(() => /"level":"debug","msg":"rpc"/.test(d2.output), 10_000, () => 'no debug line');
+      const m = spawnSync('nsenter', [`--net=${d2.nodeNetns}`, 'curl', '-s', `http://127.0.0.1:${port}/metrics`], { encoding: 'utf8' });
+      assert.match(m.stdout, /kni_pods_attached 0/);
+    } finally {
+      d2.cleanup();
+    }
+    const d3 = await TestDaemon.start({}, { env: { KNI_LOG_LEVEL: 'warn' } });
+    try {
+      await d3.rt().Attach({ sandbox_id: 'quiet', netns_path: d3.makePodNetns('quiet') });
+      assert.doesNotMatch(d3.output, /"level":"(info|debug)"/);
+    } finally {
+      d3.cleanup();
+    }
   });
 });

@@ -161,6 +161,21 @@ export class NetworkRuntime {
     }
   }
 
+  /**
+   * Sets the node network up again when it is not, or when the bridge kni set up is gone
+   * (deleted behind kni's back: its index would make the next veth fail). One RTM_GETLINK.
+   */
+  async ensureNode(): Promise<void> {
+    if (this.nodeReady && linkByName(this.host, this.cfg.bridge)?.index === this.bridgeIndex) return;
+    if (this.nodeReady) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.cfg.bridge });
+    this.nodeReady = false;
+    try {
+      await this.setupNode();
+    } catch (e) {
+      throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
+    }
+  }
+
   // --- netns kni creates (KNI CreateNetwork / DeleteNetwork) ---
 
   async createNetwork(pod: Partial<PodRef>): Promise<NetnsRecord> {
@@ -297,13 +312,7 @@ export class NetworkRuntime {
       }
       return existing;
     }
-    if (!this.nodeReady) {
-      try {
-        await this.setupNode();
-      } catch (e) {
-        throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
-      }
-    }
+    await this.ensureNode();
     const addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
     const owned = [...this.netns.values()].find((n) => n.path === ns.path);
     const rec: SandboxRecord = {

@@ -175,6 +175,15 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
     report.findings.push(msg);
     log('warn', `reconcile: ${msg}`, fields);
   };
+  // Pods are checked against a node that is set up: a bridge deleted behind kni's back is made
+  // again first, and the pods whose ports it took are then re-wired below.
+  const before = rt.nodeStatus();
+  try {
+    await rt.ensureNode();
+    if (!before.ready) found(`node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
+  } catch (e) {
+    found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
+  }
   const release = async (rec: SandboxRecord, why: string, releaseNetns = true) => {
     try {
       await rt.release(rec, releaseNetns);

@@ -7,6 +7,7 @@ import path from 'node:path';
 import { Client, kniClient, runtimeClient } from '../../plugin/client/clients';
 import { packageRoot } from '../../plugin/server/protos';
 import { RUN, sh, trySh } from './sh';
+import { waitFor } from './wait';
 
 let counter = 0;
 
@@ -127,7 +128,8 @@ export class TestDaemon {
    * kernel finishes tearing that netns down, moments after the detach answered.
    */
   async kniVethsSettled(n: number): Promise<string[]> {
-    for (let i = 0; i < 100 && this.kniVeths().length !== n; i++) await new Promise((r) => setTimeout(r, 50));
+    // Generous: the kernel reaps netns in batches, later on a busy machine. The caller asserts.
+    await waitFor(() => this.kniVeths().length === n, 20_000, () => '').catch(() => undefined);
     return this.kniVeths();
   }
 
@@ -136,9 +138,9 @@ export class TestDaemon {
     return this.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
   }
 
-  /** True once the node has no link of that name (waiting up to 5 s, as for kniVethsSettled). */
+  /** True once the node has no link of that name (waiting up to 20 s, as for kniVethsSettled). */
   async linkGone(name: string): Promise<boolean> {
-    for (let i = 0; i < 100 && this.nodeLinks().includes(name); i++) await new Promise((r) => setTimeout(r, 50));
+    await waitFor(() => !this.nodeLinks().includes(name), 20_000, () => '').catch(() => undefined);
     return !this.nodeLinks().includes(name);
   }
 

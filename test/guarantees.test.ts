@@ -1,0 +1,113 @@
+// Guarantees the README and docs make that no other test checks, each checked where it holds:
+// in the kernel, in the daemon's output, or at run time.
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { Client } from '../plugin/client/clients';
+import { packageRoot } from '../plugin/server/protos';
+import { cni } from './helpers/cni-exec';
+import { inNetns, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
+
+describe('guarantees', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  before(async () => {
+    d = await TestDaemon.start(
+      { ranges: ['10.67.0.0/24', 'fd00:67::/64'], reconcileSeconds: 1, unclaimedNetnsGraceSeconds: 1 },
+      { script: path.join(packageRoot(), 'dist/test/helpers/spawn-reporting-daemon.js') },
+    );
+    rt = d.rt();
+  });
+  after(() => d?.cleanup());
+
+  it('no process is spawned on the attach/detach path (gRPC, KNI POC, CNI), checked at run time', async () => {
+    assert.match(d.output, /"msg":"TEST spawn","fn":"execFile","command":"iptables"/, 'the spawn reporter did not see node setup: it proves nothing');
+    const from = d.output.length;
+    const kni = d.kni();
+    for (let i = 0; i < 10; i++) {
+      const netns = d.makePodNetns(`nospawn${i}`);
+      await rt.Attach({ sandbox_id: `ns-g${i}`, netns_path: netns });
+      await rt.Detach({ sandbox_id: `ns-g${i}` });
+      const made = (await kni.CreateNetwork({ name: `p${i}`, namespace: 'x' })).netns_path;
+      await kni.AttachInterface({ id: `ns-k${i}`, name: `p${i}`, namespace: 'x', isolation: { path: made } });
+      await kni.DetachInterface({ id: `ns-k${i}` });
+      await kni.DeleteNetwork({ id: `ns-k${i}`, netns_path: made });
+      const conf = { cniVersion: '1.0.0', name: 'kni', socket: d.cniSocket };
+      assert.equal(cni('ADD', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
+      assert.equal(cni('DEL', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
+    }
+    assert.match(d.output.slice(from), /"msg":"attach"/);
+    assert.doesNotMatch(d.output.slice(from), /TEST spawn/);
+  });
+
+  it('pod veths have no IPv6 link-local address, on either end (in the kernel)', async () => {
+    const netns = d.makePodNetns('nolinklocal');
+    const p = await rt.Attach({ sandbox_id: 'nolinklocal', netns_path: netns });
+    assert.equal(inNetns(netns, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link']).out.trim(), '');
+    assert.match(inNetns(netns, 'ip', ['-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'global']).out, /fd00:67::/, 'the global address is there (the check above is not vacuous)');
+    assert.equal(sh('ip', ['-n', d.nodeNetnsName, '-6', 'addr', 'show', 'dev', p.interfaces[0].host_interface, 'scope', 'link']).trim(), '');
+    await rt.Detach({ sandbox_id: 'nolinklocal' });
+  });
+
+  it('periodic reconcile re-wires a deleted veth and restores a deleted address without being asked', async () => {
+    const netns = d.makePodNetns('periodic');
+    const p = await rt.Attach({ sandbox_id: 'periodic', netns_path: netns });
+    const v4 = p.interfaces[0].addresses[0].address;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', p.interfaces[0].host_interface]);
+    await waitFor(async () => (await rt.Check({ sandbox_id: 'periodic' })).ok, 30_000, () => 'the veth was not re-wired by the periodic reconcile');
+    inNetns(netns, 'ip', ['addr', 'del', `${v4}/24`, 'dev', 'eth0']);
+    assert.doesNotMatch(inNetns(netns, 'ip', ['-4', 'addr', 'show', 'dev', 'eth0']).out, new RegExp(v4.replace(/\./g, '\\.')));
+    await waitFor(() => inNetns(netns, 'ip', ['-4', 'addr', 'show', 'dev', 'eth0']).out.includes(`${v4}/24`), 30_000, () => 'the address was not restored');
+    assert.equal((await rt.GetPod({ sandbox_id: 'periodic' })).interfaces[0].addresses[0].address, v4);
+    await rt.Detach({ sandbox_id: 'periodic' });
+  });
+
+  it('the periodic sweep releases a CreateNetwork netns that no attach claimed', async () => {
+    const { netns_path } = await d.kni().CreateNetwork({ name: 'orphan', namespace: 'x' });
+    await waitFor(() => !trySh('test', ['-e', netns_path]).ok, 30_000, () => `${netns_path} is still pinned`);
+  });
+
+  it('log fields are capped at 1 KiB: a hostile megabyte is not a megabyte of log', async () => {
+    const from = d.output.length;
+    const r = cni('ADD', { CNI_CONTAINERID: 'x' }, { cniVersion: 'v'.repeat(5000), name: 'kni', socket: d.cniSocket });
+    assert.equal(r.out.code, 1);
+    await waitFor(() => d.output.slice(from).includes('"msg":"cni call failed"'), 10_000, () => 'no log line for the failed call');
+    const line = d.output.slice(from).split('\n').find((l) => l.includes('"msg":"cni call failed"'));
+    assert.ok(line, 'no log line for the failed call');
+    assert.match(line!, /… \(\d+ chars\)/);
+    assert.ok(line!.length < 2500, `a ${line!.length}-character log line`);
+  });
+
+  // Its own daemon: the one above reconciles every second and would repair the bridge first.
+  describe('with the default reconcile interval', () => {
+    let bd: TestDaemon;
+    let rt: Client;
+    before(async () => {
+      bd = await TestDaemon.start({ ranges: ['10.68.0.0/24', 'fd00:68::/64'] });
+      rt = bd.rt();
+    });
+    after(() => bd?.cleanup());
+
+    it('the bridge deleted behind kni\'s back: node not ready with the reason, then set up again by the next attach', async () => {
+      sh('ip', ['-n', bd.nodeNetnsName, 'link', 'del', 'kni0']);
+      const node = await rt.GetNode({});
+      assert.equal(node.ready, false);
+      assert.match(node.networks[0].reason, /bridge kni0 is missing/);
+      const cniStatus = cni('STATUS', {}, { cniVersion: '1.1.0', name: 'kni', socket: bd.cniSocket });
+      assert.equal(cniStatus.out.code, 50);
+      await rt.Attach({ sandbox_id: 'rebridge', netns_path: bd.makePodNetns('rebridge') });
+      assert.equal((await rt.GetNode({})).ready, true);
+      assert.deepEqual((await rt.Check({ sandbox_id: 'rebridge' })).problems, []);
+      // And without an attach: reconcile sets the node up again and puts the pods back on it.
+      sh('ip', ['-n', bd.nodeNetnsName, 'link', 'del', 'kni0']);
+      assert.match((await rt.Check({ sandbox_id: 'rebridge' })).problems.join(), /not on bridge kni0/);
+      const r = await rt.Reconcile({});
+      assert.match(r.findings.join('\n'), /node network was not ready \(bridge kni0 is missing\); set up again/);
+      assert.deepEqual(r.repaired_sandbox_ids, ['rebridge']);
+      assert.equal((await rt.GetNode({})).ready, true);
+      assert.deepEqual((await rt.Check({ sandbox_id: 'rebridge' })).problems, []);
+      await rt.Detach({ sandbox_id: 'rebridge' });
+    });
+  });
+});
