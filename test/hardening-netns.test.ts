@@ -10,11 +10,18 @@ import { rejectsWith } from './helpers/expect';
 import { RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import * as grpc from '@grpc/grpc-js';
+import { waitFor } from './helpers/wait';
 
 describe('hardening: netns paths', () => {
   let d: TestDaemon;
   let rt: Client;
   const nodeHasEth0 = () => trySh('ip', ['-n', d.nodeNetnsName, 'link', 'show', 'eth0']).ok;
+  /** A process whose netns is the node's (the daemon's own netns): what a reused pid may name. */
+  let holder: ReturnType<typeof spawn> | undefined;
+  const nodePidHolder = (): number => {
+    holder ??= spawn('nsenter', [`--net=${d.nodeNetns}`, 'sleep', '600'], { stdio: 'ignore' });
+    return holder.pid!;
+  };
   const nodeRoutes = () => sh('ip', ['-n', d.nodeNetnsName, 'route', 'show', 'default']) + sh('ip', ['-6', '-n', d.nodeNetnsName, 'route', 'show', 'default']);
 
   before(async () => {
@@ -26,7 +33,10 @@ describe('hardening: netns paths', () => {
     sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', `${RUN}up`, 'up']);
     sh('ip', ['-n', d.nodeNetnsName, 'route', 'add', 'default', 'via', '192.0.2.1']);
   });
-  after(() => d?.cleanup());
+  after(() => {
+    holder?.kill('SIGKILL');
+    d?.cleanup();
+  });
 
   it('a symlink switched between a pod netns and the daemon netns during 300 attaches never wires the node', async () => {
     const pod = d.makePodNetns('swpod');
@@ -80,6 +90,34 @@ describe('hardening: netns paths', () => {
       assert.deepEqual(await d.kniVethsSettled(0), []);
     } finally {
       trySh('ip', ['netns', 'del', name]);
+    }
+  });
+
+  it('a /proc/<pid>/ns/net record whose pid names another netns after a restart (pid reused) is released at start, the node untouched', async () => {
+    const pod = d.makePodNetns('pidreuse');
+    const sleeper = spawn('nsenter', [`--net=${pod}`, 'sleep', '600'], { stdio: 'ignore' });
+    try {
+      await waitFor(() => fs.readlinkSync(`/proc/${sleeper.pid}/ns/net`) !== fs.readlinkSync(`/proc/${d.proc!.pid}/ns/net`), 10_000, () => 'sleeper not in the pod netns');
+      const viaPid = `/proc/${sleeper.pid}/ns/net`;
+      await rt.Attach({ sandbox_id: 'pidreuse', netns_path: viaPid });
+      await d.stop('SIGKILL');
+      // After a reboot or a restart the pid may belong to anyone: here, to the node's netns.
+      const file = `${d.stateDir}/sandboxes/pidreuse.json`;
+      const rec = JSON.parse(fs.readFileSync(file, 'utf8'));
+      const reused = nodePidHolder();
+      await waitFor(() => fs.statSync(`/proc/${reused}/ns/net`).ino === fs.statSync(d.nodeNetns).ino, 10_000, () => 'the stand-in is not in the node netns');
+      fs.writeFileSync(file, JSON.stringify({ ...rec, netnsPath: `/proc/${reused}/ns/net` }));
+      const before = nodeRoutes();
+      d.closeClients();
+      const from = d.output.length;
+      await d.launch();
+      rt = d.rt();
+      assert.match(d.output.slice(from), /reconcile: sandbox pidreuse: netns path .* (now names another network namespace|is the node's own)/);
+      await rejectsWith(rt.GetPod({ sandbox_id: 'pidreuse' }), grpc.status.NOT_FOUND, /not attached/);
+      assert.equal(nodeHasEth0(), false);
+      assert.equal(nodeRoutes(), before);
+    } finally {
+      sleeper.kill('SIGKILL');
     }
   });
 
