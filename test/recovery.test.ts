@@ -7,6 +7,7 @@ import path from 'node:path';
 import { inNetns, ping, sh } from './helpers/sh';
 import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 const addrsOf = (p: any): string[] => p.interfaces[0].addresses.map((a: any) => a.address);
 
@@ -25,10 +26,13 @@ describe('crash anywhere', () => {
     let seq = 0;
     let answered = 0;
     let rolledBack = 0;
+    let midAttachKills = 0;
+    const records = `${d.stateDir}/sandboxes`;
+    const uncommittedAttach = () => fs.readdirSync(records).some((f) => f.endsWith('.json') && !fs.existsSync(`${records}/${f.slice(0, -5)}.attached`));
     const unexpected: string[] = [];
     // Only what a kill can cause: the connection is gone (UNAVAILABLE / CANCELLED, or grpc-js's
     // INTERNAL for a stream reset by the dying server).
-    const killed = (e: grpc.ServiceError) => {
+    const expectKillError = (e: grpc.ServiceError) => {
       if (e.code === grpc.status.UNAVAILABLE || e.code === grpc.status.CANCELLED) return;
       if (e.code === grpc.status.INTERNAL && /RST_STREAM|Connection dropped|connection closed/i.test(e.details)) return;
       unexpected.push(`${grpc.status[e.code]}: ${e.details}`);
@@ -40,26 +44,54 @@ describe('crash anywhere', () => {
       const kni = d.kni();
       const rt = d.rt();
       await Promise.all([kni.QueryNodeNetworks({}), rt.GetNode({})]); // connected before the clock starts
-      const ops: Promise<unknown>[] = [];
-      for (let k = 0; k < 4; k++) {
-        const id = `c${seq++}`;
-        ops.push(kni.CreateNetwork({}).then((n: any) =>
-          rt.Attach({ sandbox_id: id, netns_path: n.netns_path }).then((p: any) => { answered++; live.set(id, { addrs: addrsOf(p), netns: n.netns_path }); })).catch(killed));
-      }
+      // Four streams of CreateNetwork + Attach (one call each at a time) keep the daemon busy.
+      // The kill must land inside an attach, which no timer can aim at (a daemon finishes every
+      // request it has read before it writes an answer): the daemon is frozen (SIGSTOP) at
+      // random moments and killed only when its state dir shows a record without its commit
+      // mark, i.e. an attach between its record and its commit; else it is let go (SIGCONT).
+      let killed: Promise<unknown> | undefined;
+      const kill = () => (killed ??= d.stop('SIGKILL'));
+      let answeredNow = 0;
+      const probeAfter = 1 + Math.floor(rand() * 5); // answers this round before the probing starts
+      const ops: Promise<unknown>[] = Array.from({ length: 4 }, async () => {
+        while (!killed) {
+          const id = `c${seq++}`;
+          try {
+            const n = await kni.CreateNetwork({});
+            const p = await rt.Attach({ sandbox_id: id, netns_path: n.netns_path });
+            answered++;
+            answeredNow++;
+            live.set(id, { addrs: addrsOf(p), netns: n.netns_path });
+          } catch (e) {
+            expectKillError(e as grpc.ServiceError);
+            return;
+          }
+        }
+      });
       const detachShare = live.size > 40 ? 0.5 : 0.15;
       for (const id of [...live.keys()].filter(() => rand() < detachShare).slice(0, 6)) {
         live.delete(id); // whether or not the detach lands, the runtime no longer wants it
-        ops.push(rt.Detach({ sandbox_id: id }).catch(killed));
+        ops.push(rt.Detach({ sandbox_id: id }).catch(expectKillError));
       }
-      await new Promise((r) => setTimeout(r, 20 + Math.floor(rand() * 130)));
-      await d.stop('SIGKILL');
+      const pid = d.proc!.pid!;
+      await waitFor(() => answeredNow >= probeAfter || unexpected.length > 0, 30_000, () => `${answeredNow} attaches answered this round`);
+      for (let probe = 0; probe < 400 && !killed; probe++) {
+        await new Promise((r) => setTimeout(r, Math.floor(rand() * 4)));
+        process.kill(pid, 'SIGSTOP');
+        if (uncommittedAttach()) {
+          midAttachKills++;
+          void kill();
+        } else process.kill(pid, 'SIGCONT');
+      }
+      await kill(); // no probe found one (rare): kill anyway
       await Promise.all(ops);
       const from = d.output.length;
       await d.restart();
       rolledBack += (d.output.slice(from).match(/rolling back an attach interrupted by a restart/g) ?? []).length;
     }
     assert.deepEqual(unexpected, [], `seed ${seed}: errors a kill cannot cause`);
-    assert.ok(rolledBack >= 5, `seed ${seed}: only ${rolledBack} kills landed in the middle of an attach`);
+    assert.ok(midAttachKills >= 30, `seed ${seed}: only ${midAttachKills} of 60 kills landed in the middle of an attach`);
+    assert.ok(rolledBack >= midAttachKills, `seed ${seed}: ${midAttachKills} kills left an uncommitted attach, only ${rolledBack} were rolled back`);
     await new Promise((r) => setTimeout(r, 1100)); // past unclaimedNetnsGraceSeconds
     const rt = d.rt();
     await rt.GarbageCollect({ live_sandbox_ids: [...live.keys()] });
