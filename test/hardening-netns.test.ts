@@ -97,7 +97,8 @@ describe('hardening: netns paths', () => {
     const pod = d.makePodNetns('pidreuse');
     const sleeper = spawn('nsenter', [`--net=${pod}`, 'sleep', '600'], { stdio: 'ignore' });
     try {
-      await waitFor(() => fs.readlinkSync(`/proc/${sleeper.pid}/ns/net`) !== fs.readlinkSync(`/proc/${d.proc!.pid}/ns/net`), 10_000, () => 'sleeper not in the pod netns');
+      // Until nsenter has entered the pod netns, the pid names the test's own (the host's) netns.
+      await waitFor(() => fs.statSync(`/proc/${sleeper.pid}/ns/net`).ino === fs.statSync(pod).ino, 10_000, () => 'sleeper not in the pod netns yet');
       const viaPid = `/proc/${sleeper.pid}/ns/net`;
       await rt.Attach({ sandbox_id: 'pidreuse', netns_path: viaPid });
       await d.stop('SIGKILL');
