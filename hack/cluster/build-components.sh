@@ -2,66 +2,63 @@
 # Builds the test cluster's components from their published Go modules at the versions in
 # versions.env, into $KNI_CLUSTER_CACHE (default /var/cache/kni-cluster), outside the work
 # tree: a second run finds them and returns at once. Needs Go and the Go module proxy only.
+#
+# Neither k8s.io/kubernetes (replace directives) nor containerd/v2 (exclude directives) can be
+# `go install`ed: each is built as a dependency of a throwaway module instead.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=versions.env
 . "$here/versions.env"
 cache=${KNI_CLUSTER_CACHE:-/var/cache/kni-cluster}
-export GOPATH=${GOPATH:-$cache/gopath} GOFLAGS=-mod=mod CGO_ENABLED=${CGO_ENABLED:-0}
+export GOPATH=${GOPATH:-$cache/gopath} GOFLAGS=-mod=mod
 bin=$cache/bin
 mkdir -p "$bin" "$cache/src"
 
-k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl)
+# build_in_module NAME MODULE VERSION EXTRA_GO_MOD_LINES TAGS CGO PACKAGE[:BINARY]...
+build_in_module() {
+  local name=$1 module=$2 version=$3 extra=$4 tags=$5 cgo=$6
+  shift 6
+  local done=$bin/.$name-$version dir=$cache/src/$name-$version
+  [ -f "$done" ] && return 0
+  rm -rf "$dir" && mkdir -p "$dir"
+  printf 'module kni.local/%s\n\ngo %s\n\nrequire %s %s\n%s\n' "$name" "$(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')" "$module" "$version" "$extra" > "$dir/go.mod"
+  for arg in "$@"; do
+    local pkg=${arg%%:*} out=${arg##*:}
+    [ "$out" = "$arg" ] && out=${pkg##*/}
+    echo "build-components: $name $version: $out" >&2
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$bin/$out" "$pkg")
+  done
+  touch "$done"
+}
 
 build_kubernetes() {
-  local v=$KUBERNETES_VERSION staging=v0.${KUBERNETES_VERSION#v1.}
-  local done=$bin/.kubernetes-$v
-  [ -f "$done" ] && return 0
-  local mod=$cache/src/kubernetes-$v
-  rm -rf "$mod" && mkdir -p "$mod"
-  # k8s.io/kubernetes cannot be `go install`ed (its go.mod replaces the staging modules with
-  # local paths): build its commands as dependencies of a throwaway module that pins every
-  # staging module to the matching published v0.x version.
-  local gomod
-  gomod=$(cd "$mod" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-  {
-    echo "module kni.local/cluster-components"
-    echo "go $(sed -n 's/^go \([0-9.]*\).*/\1/p' "$gomod")"
-    echo "require k8s.io/kubernetes $v"
-    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$staging"'#p' "$gomod"
-  } > "$mod/go.mod"
-  printf 'package main\n\nimport _ "k8s.io/kubernetes/cmd/kubelet/app"\n\nfunc main() {}\n' > "$mod/tools.go"
-  (cd "$mod" && go mod tidy >/dev/null && for c in "${k8s_cmds[@]}"; do
-    echo "build-components: building $c $v" >&2
-    go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$v" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
-  done)
-  touch "$done"
+  local v=$KUBERNETES_VERSION staging=v0.${KUBERNETES_VERSION#v1.} gomod
+  # Every staging module (k8s.io/api, client-go, …) at the published v0.x of this release,
+  # as k8s.io/kubernetes's own go.mod lists them.
+  gomod=$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  local replaces
+  replaces=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$staging"'#p' "$gomod")
+  build_in_module kubernetes k8s.io/kubernetes "$v" "$replaces" "" 0 \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 }
 
 build_containerd() {
-  local v=$CONTAINERD_VERSION done=$bin/.containerd-$CONTAINERD_VERSION
-  [ -f "$done" ] && return 0
-  echo "build-components: building containerd $v" >&2
-  # no_btrfs: the btrfs snapshotter needs libbtrfs headers, and the cluster uses overlayfs.
-  GOBIN=$bin CGO_ENABLED=1 go install -tags no_btrfs "github.com/containerd/containerd/v2/cmd/containerd@$v" \
-    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$v" "github.com/containerd/containerd/v2/cmd/ctr@$v"
-  touch "$done"
+  # no_btrfs: the btrfs snapshotter needs libbtrfs headers; the cluster uses overlayfs.
+  build_in_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "" no_btrfs 1 \
+    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
+    github.com/containerd/containerd/v2/cmd/ctr
 }
 
-build_crictl() {
-  local v=$CRI_TOOLS_VERSION done=$bin/.crictl-$CRI_TOOLS_VERSION
-  [ -f "$done" ] && return 0
-  echo "build-components: building crictl $v" >&2
-  GOBIN=$bin go install "sigs.k8s.io/cri-tools/cmd/crictl@$v"
-  touch "$done"
+build_etcd() {
+  build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 go.etcd.io/etcd/server/v3:etcd
 }
 
-what=${1:-all}
-case "$what" in
+case "${1:-all}" in
   kubernetes) build_kubernetes ;;
   containerd) build_containerd ;;
-  crictl) build_crictl ;;
-  all) build_containerd; build_crictl; build_kubernetes ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|crictl]" >&2; exit 2 ;;
+  etcd) build_etcd ;;
+  all) build_containerd; build_etcd; build_kubernetes ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd]" >&2; exit 2 ;;
 esac
 echo "$bin"

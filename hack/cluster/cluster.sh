@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
+# needs a Docker engine this machine does not have):  cluster.sh up | down | status
+#
+# - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
+#   the host reaches it through one veth (10.240.0.1) so that KUBECONFIG works from a shell.
+# - kc-cp (10.240.0.10): etcd, kube-apiserver, kube-controller-manager (node IPAM on: every
+#   Node gets dual-stack spec.podCIDRs), kube-scheduler.
+# - kc-w1, kc-w2 (.11, .12): each its own containerd 2.x (root, state, sockets, NRI, CNI
+#   dirs), kubelet (root dir, cgroup root, node name and IP) and kube-proxy (iptables).
+# Everything lives under $KNI_CLUSTER_DIR (default /var/lib/kni-cluster); `down` removes what
+# `up` made (processes, mounts, netns, links, cgroups), also after `up` failed half way.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+CL=${KNI_CLUSTER_DIR:-/var/lib/kni-cluster}
+BIN=${KNI_CLUSTER_CACHE:-/var/cache/kni-cluster}/bin
+WORKERS=(w1 w2)
+CP_IP=10.240.0.10
+IMAGE=kni.local/e2e:1
+PATH=$BIN:$PATH
+
+ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) echo 10.240.0.12 ;; host) echo 10.240.0.1 ;; esac; }
+ip6() { case $1 in cp) echo fd00:240::10 ;; w1) echo fd00:240::11 ;; w2) echo fd00:240::12 ;; host) echo fd00:240::1 ;; esac; }
+ns() { echo "kc-$1"; }
+log() { printf 'cluster: %s\n' "$*" >&2; }
+
+# --- processes: started in a node netns, detached, pid and log under $CL/run ---
+start() { # start NAME NODE CMD...
+  local name=$1 node=$2
+  shift 2
+  mkdir -p "$CL/run"
+  nsenter --net="/run/netns/$(ns "$node")" setsid "$@" > "$CL/run/$name.log" 2>&1 < /dev/null &
+  echo $! > "$CL/run/$name.pid"
+}
+alive() { [ -f "$CL/run/$1.pid" ] && kill -0 "$(cat "$CL/run/$1.pid")" 2>/dev/null; }
+wait_for() { # wait_for SECONDS WHAT CMD...
+  local t=$1 what=$2
+  shift 2
+  for _ in $(seq 1 $((t * 5))); do "$@" > /dev/null 2>&1 && return 0; sleep 0.2; done
+  log "timed out waiting for $what"
+  return 1
+}
+
+# --- certificates and kubeconfigs (openssl) ---
+cert() { # cert NAME SUBJECT [SANS]
+  local name=$1 subj=$2 sans=${3:-}
+  openssl genrsa -out "$CL/pki/$name.key" 2048 2> /dev/null
+  openssl req -new -key "$CL/pki/$name.key" -subj "$subj" -out "$CL/pki/$name.csr" 2> /dev/null
+  local ext="$CL/pki/$name.ext"
+  { echo "basicConstraints=CA:FALSE"; echo "keyUsage=digitalSignature,keyEncipherment"; echo "extendedKeyUsage=serverAuth,clientAuth"; [ -n "$sans" ] && echo "subjectAltName=$sans"; } > "$ext"
+  openssl x509 -req -in "$CL/pki/$name.csr" -CA "$CL/pki/ca.crt" -CAkey "$CL/pki/ca.key" -CAcreateserial -days 30 -extfile "$ext" -out "$CL/pki/$name.crt" 2> /dev/null
+}
+kubeconfig() { # kubeconfig FILE CERTNAME
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: kni, cluster: {server: "https://$CP_IP:6443", certificate-authority: "$CL/pki/ca.crt"}}]
+users: [{name: u, user: {client-certificate: "$CL/pki/$2.crt", client-key: "$CL/pki/$2.key"}}]
+contexts: [{name: kni, context: {cluster: kni, user: u}}]
+current-context: kni
+EOF
+}
+make_pki() {
+  [ -f "$CL/pki/ca.crt" ] && return 0
+  mkdir -p "$CL/pki"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$CL/pki/ca.key" -subj "/CN=kni-cluster-ca" -days 30 -out "$CL/pki/ca.crt" 2> /dev/null
+  openssl genrsa -out "$CL/pki/sa.key" 2048 2> /dev/null
+  openssl rsa -in "$CL/pki/sa.key" -pubout -out "$CL/pki/sa.pub" 2> /dev/null
+  cert apiserver "/CN=kube-apiserver" "IP:$CP_IP,IP:10.96.0.1,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
+  cert admin "/O=system:masters/CN=kubernetes-admin"
+  cert kcm "/CN=system:kube-controller-manager"
+  cert scheduler "/CN=system:kube-scheduler"
+  cert kube-proxy "/CN=system:kube-proxy"
+  for w in "${WORKERS[@]}"; do cert "kubelet-$w" "/O=system:nodes/CN=system:node:kc-$w" "IP:$(ip4 "$w")"; done
+  kubeconfig "$CL/admin.kubeconfig" admin
+  kubeconfig "$CL/kcm.kubeconfig" kcm
+  kubeconfig "$CL/scheduler.kubeconfig" scheduler
+  kubeconfig "$CL/kube-proxy.kubeconfig" kube-proxy
+  for w in "${WORKERS[@]}"; do kubeconfig "$CL/kubelet-$w.kubeconfig" "kubelet-$w"; done
+}
+
+# --- the wire ---
+make_network() {
+  ip netns add "$(ns wire)"
+  ip -n "$(ns wire)" link add wire0 type bridge
+  ip -n "$(ns wire)" link set wire0 up
+  for n in host cp "${WORKERS[@]}"; do
+    local peer="kcw-$n"
+    if [ "$n" = host ]; then
+      ip link add kni-cluster type veth peer name "$peer" netns "$(ns wire)"
+      ip addr add "$(ip4 host)/24" dev kni-cluster
+      ip -6 addr add "$(ip6 host)/64" dev kni-cluster nodad
+      ip link set kni-cluster up
+    else
+      ip netns add "$(ns "$n")"
+      ip -n "$(ns "$n")" link set lo up
+      ip -n "$(ns "$n")" link add eth0 type veth peer name "$peer" netns "$(ns wire)"
+      ip -n "$(ns "$n")" addr add "$(ip4 "$n")/24" dev eth0
+      ip -n "$(ns "$n")" -6 addr add "$(ip6 "$n")/64" dev eth0 nodad
+      ip -n "$(ns "$n")" link set eth0 up
+      ip -n "$(ns "$n")" route add default via "$(ip4 host)"
+    fi
+    ip -n "$(ns wire)" link set "$peer" master wire0 up
+  done
+}
+
+# --- control plane ---
+start_control_plane() {
+  mkdir -p "$CL/etcd"
+  start etcd cp etcd --data-dir "$CL/etcd" --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380
+  wait_for 30 etcd nsenter --net=/run/netns/kc-cp curl -sf http://127.0.0.1:2379/health
+  start kube-apiserver cp kube-apiserver --etcd-servers=http://127.0.0.1:2379 --bind-address="$CP_IP" --advertise-address="$CP_IP" --secure-port=6443 \
+    --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --tls-cert-file="$CL/pki/apiserver.crt" --tls-private-key-file="$CL/pki/apiserver.key" \
+    --client-ca-file="$CL/pki/ca.crt" --service-account-key-file="$CL/pki/sa.pub" --service-account-signing-key-file="$CL/pki/sa.key" \
+    --service-account-issuer=https://kubernetes.default.svc --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
+    --kubelet-client-certificate="$CL/pki/apiserver-kubelet-client.crt" --kubelet-client-key="$CL/pki/apiserver-kubelet-client.key" --allow-privileged=true
+  wait_for 90 kube-apiserver kubectl --kubeconfig "$CL/admin.kubeconfig" get --raw /readyz
+  start kube-controller-manager cp kube-controller-manager --kubeconfig="$CL/kcm.kubeconfig" --authentication-kubeconfig="$CL/kcm.kubeconfig" \
+    --authorization-kubeconfig="$CL/kcm.kubeconfig" --leader-elect=false --allocate-node-cidrs=true \
+    --cluster-cidr=10.244.0.0/16,fd00:10:244::/56 --node-cidr-mask-size-ipv4=24 --node-cidr-mask-size-ipv6=64 \
+    --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --service-account-private-key-file="$CL/pki/sa.key" --root-ca-file="$CL/pki/ca.crt" \
+    --cluster-signing-cert-file="$CL/pki/ca.crt" --cluster-signing-key-file="$CL/pki/ca.key" --use-service-account-credentials=true
+  start kube-scheduler cp kube-scheduler --kubeconfig="$CL/scheduler.kubeconfig" --authentication-kubeconfig="$CL/scheduler.kubeconfig" \
+    --authorization-kubeconfig="$CL/scheduler.kubeconfig" --leader-elect=false
+}
+
+# --- workers ---
+start_worker() {
+  local w=$1 d=$CL/$1
+  mkdir -p "$d/cni/bin" "$d/cni/net.d" "$d/kubelet" "$d/pod-logs"
+  cp /usr/lib/cni/loopback "$d/cni/bin/"
+  cat > "$d/containerd.toml" <<EOF
+version = 3
+root = "$d/containerd/root"
+state = "$d/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp", "io.containerd.grpc.v1.opt"]
+[grpc]
+  address = "$d/containerd.sock"
+[ttrpc]
+  address = "$d/containerd.sock.ttrpc"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "$IMAGE"
+[plugins."io.containerd.cri.v1.runtime"]
+  enable_selinux = false
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["$d/cni/bin"]
+  conf_dir = "$d/cni/net.d"
+  max_conf_num = 1
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = false
+    Root = "$d/runc"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "$d/nri.sock"
+EOF
+  start "containerd-$w" "$w" containerd --config "$d/containerd.toml"
+  wait_for 30 "containerd on $w" ctr -a "$d/containerd.sock" version
+  ctr -a "$d/containerd.sock" -n k8s.io images import "$CL/image.tar" > /dev/null
+  cat > "$d/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $(ip4 "$w")
+containerRuntimeEndpoint: unix://$d/containerd.sock
+cgroupDriver: cgroupfs
+cgroupRoot: /kni-cluster-$w
+failSwapOn: false
+podLogsDir: $d/pod-logs
+readOnlyPort: 0
+authentication: {anonymous: {enabled: false}, webhook: {enabled: false}, x509: {clientCAFile: "$CL/pki/ca.crt"}}
+authorization: {mode: AlwaysAllow}
+tlsCertFile: $CL/pki/kubelet-$w.crt
+tlsPrivateKeyFile: $CL/pki/kubelet-$w.key
+evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+EOF
+  start "kubelet-$w" "$w" kubelet --config="$d/kubelet.yaml" --kubeconfig="$CL/kubelet-$w.kubeconfig" --root-dir="$d/kubelet" \
+    --hostname-override="kc-$w" --node-ip="$(ip4 "$w"),$(ip6 "$w")"
+  cat > "$d/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: "$CL/kube-proxy.kubeconfig"}
+mode: iptables
+hostnameOverride: kc-$w
+clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
+conntrack: {maxPerCore: 0}
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+EOF
+  start "kube-proxy-$w" "$w" kube-proxy --config="$d/kube-proxy.yaml"
+}
+
+up() {
+  if [ -d "$CL/run" ]; then log "a cluster is already up (or half up) in $CL: run '$0 down' first"; exit 1; fi
+  for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd containerd-shim-runc-v2 ctr; do
+    [ -x "$BIN/$b" ] || { log "building the components (hack/cluster/build-components.sh)"; bash "$here/build-components.sh" all > /dev/null; break; }
+  done
+  mkdir -p "$CL/run"
+  trap 'log "up failed; see $CL/run/*.log (down removes everything)"' ERR
+  make_pki
+  [ -f "$CL/image.tar" ] || bash "$repo/hack/e2e/build-image.sh" "$CL/image.tar" "$IMAGE"
+  make_network
+  start_control_plane
+  for w in "${WORKERS[@]}"; do start_worker "$w"; done
+  for w in "${WORKERS[@]}"; do wait_for 90 "node kc-$w to register" kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w"; done
+  log "up: nodes registered (Ready once a network runs on them)"
+  echo "export KUBECONFIG=$CL/admin.kubeconfig"
+}
+
+status() {
+  [ -d "$CL/run" ] || { echo "no cluster in $CL"; return 0; }
+  for f in "$CL"/run/*.pid; do
+    local n
+    n=$(basename "$f" .pid)
+    if alive "$n"; then echo "$n: running (pid $(cat "$f"))"; else echo "$n: NOT RUNNING (log: $CL/run/$n.log)"; fi
+  done
+  kubectl --kubeconfig "$CL/admin.kubeconfig" get nodes -o wide 2> /dev/null || echo "API server not answering"
+}
+
+down() {
+  # Processes: ours by pid, then anything else still running from the cluster dir (shims, the
+  # containers they started) through the cluster's cgroups.
+  for f in "$CL"/run/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2> /dev/null || true; done
+  pkill -9 -f "$CL/" 2> /dev/null || true
+  for w in "${WORKERS[@]}"; do
+    for cg in /sys/fs/cgroup/*/kni-cluster-"$w"; do
+      [ -d "$cg" ] || continue
+      find "$cg" -name cgroup.procs -exec cat {} + 2> /dev/null | xargs -r kill -9 2> /dev/null || true
+    done
+  done
+  sleep 0.5
+  for w in "${WORKERS[@]}"; do
+    for cg in /sys/fs/cgroup/*/kni-cluster-"$w"; do [ -d "$cg" ] && find "$cg" -depth -type d -exec rmdir {} + 2> /dev/null || true; done
+  done
+  # Mounts under the cluster dir (netns pins, overlay rootfs, pod volumes), deepest first.
+  awk -v d="$CL/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
+  for n in cp "${WORKERS[@]}" wire; do ip netns del "$(ns "$n")" 2> /dev/null || true; done
+  ip link del kni-cluster 2> /dev/null || true
+  rm -rf "$CL"
+  log "down: nothing of the cluster is left"
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  status) status ;;
+  *) echo "usage: $0 up | down | status" >&2; exit 2 ;;
+esac
