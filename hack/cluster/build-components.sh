@@ -13,12 +13,14 @@ cache=${KNI_CLUSTER_CACHE:-/var/cache/kni-cluster}
 export GOPATH=${GOPATH:-$cache/gopath} GOFLAGS=-mod=mod
 bin=$cache/bin
 mkdir -p "$bin" "$cache/src"
+# Bump when the way a component is built changes: cached binaries of an older recipe are rebuilt.
+RECIPE=2
 
-# build_in_module NAME MODULE VERSION EXTRA_GO_MOD_LINES TAGS CGO PACKAGE[:BINARY]...
+# build_in_module NAME MODULE VERSION EXTRA_GO_MOD_LINES TAGS CGO LDFLAGS PACKAGE[:BINARY]...
 build_in_module() {
-  local name=$1 module=$2 version=$3 extra=$4 tags=$5 cgo=$6
-  shift 6
-  local done=$bin/.$name-$version dir=$cache/src/$name-$version
+  local name=$1 module=$2 version=$3 extra=$4 tags=$5 cgo=$6 ldflags=$7
+  shift 7
+  local done=$bin/.$name-$version-r$RECIPE dir=$cache/src/$name-$version
   [ -f "$done" ] && return 0
   rm -rf "$dir" && mkdir -p "$dir"
   printf 'module kni.local/%s\n\ngo %s\n\nrequire %s %s\n%s\n' "$name" "$(go env GOVERSION | sed 's/^go\([0-9]*\.[0-9]*\).*/\1/')" "$module" "$version" "$extra" > "$dir/go.mod"
@@ -26,7 +28,7 @@ build_in_module() {
     local pkg=${arg%%:*} out=${arg##*:}
     [ "$out" = "$arg" ] && out=${pkg##*/}
     echo "build-components: $name $version: $out" >&2
-    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "$tags" -ldflags "-s -w" -o "$bin/$out" "$pkg")
+    (cd "$dir" && CGO_ENABLED=$cgo go build -trimpath -tags "$tags" -ldflags "-s -w $ldflags" -o "$bin/$out" "$pkg")
   done
   touch "$done"
 }
@@ -38,20 +40,25 @@ build_kubernetes() {
   gomod=$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
   local replaces
   replaces=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$staging"'#p' "$gomod")
-  build_in_module kubernetes k8s.io/kubernetes "$v" "$replaces" "" 0 \
+  # The version the binaries report (node status, kubectl version), as Kubernetes' own build sets it.
+  local minor=${v#v1.}
+  minor=${minor%%.*}
+  local vflags="-X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+  vflags="$vflags -X k8s.io/client-go/pkg/version.gitVersion=$v -X k8s.io/client-go/pkg/version.gitMajor=1 -X k8s.io/client-go/pkg/version.gitMinor=$minor"
+  build_in_module kubernetes k8s.io/kubernetes "$v" "$replaces" "" 0 "$vflags" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler \
     k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl
 }
 
 build_containerd() {
   # no_btrfs: the btrfs snapshotter needs libbtrfs headers; the cluster uses overlayfs.
-  build_in_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "" no_btrfs 1 \
+  build_in_module containerd github.com/containerd/containerd/v2 "$CONTAINERD_VERSION" "" no_btrfs 1 "-X github.com/containerd/containerd/v2/version.Version=$CONTAINERD_VERSION" \
     github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 \
     github.com/containerd/containerd/v2/cmd/ctr
 }
 
 build_etcd() {
-  build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 go.etcd.io/etcd/server/v3:etcd
+  build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 "" go.etcd.io/etcd/server/v3:etcd
 }
 
 case "${1:-all}" in

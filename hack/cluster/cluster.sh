@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
-# needs a Docker engine this machine does not have):  cluster.sh up | down | status
+# needs a Docker engine this machine does not have):  cluster.sh up | kni | down | status
+# (`kni` runs kni from this checkout on every worker, until the DaemonSet does).
 #
 # - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
 #   the host reaches it through one veth (10.240.0.1) so that KUBECONFIG works from a shell.
@@ -116,7 +117,8 @@ start_control_plane() {
     --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --tls-cert-file="$CL/pki/apiserver.crt" --tls-private-key-file="$CL/pki/apiserver.key" \
     --client-ca-file="$CL/pki/ca.crt" --service-account-key-file="$CL/pki/sa.pub" --service-account-signing-key-file="$CL/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
-    --kubelet-client-certificate="$CL/pki/apiserver-kubelet-client.crt" --kubelet-client-key="$CL/pki/apiserver-kubelet-client.key" --allow-privileged=true
+    --kubelet-client-certificate="$CL/pki/apiserver-kubelet-client.crt" --kubelet-client-key="$CL/pki/apiserver-kubelet-client.key" --allow-privileged=true \
+    --kubelet-preferred-address-types=InternalIP
   wait_for 90 kube-apiserver kubectl --kubeconfig "$CL/admin.kubeconfig" get --raw /readyz
   start kube-controller-manager cp kube-controller-manager --kubeconfig="$CL/kcm.kubeconfig" --authentication-kubeconfig="$CL/kcm.kubeconfig" \
     --authorization-kubeconfig="$CL/kcm.kubeconfig" --leader-elect=false --allocate-node-cidrs=true \
@@ -185,6 +187,14 @@ imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
 EOF
+  # The kubelet's cgroup root must exist in every (v1) hierarchy; a new cpuset starts empty.
+  for h in /sys/fs/cgroup/*/; do
+    mkdir -p "$h/kni-cluster-$w"
+    if [ -f "$h/cpuset.cpus" ]; then
+      cat "$h/cpuset.cpus" > "$h/kni-cluster-$w/cpuset.cpus"
+      cat "$h/cpuset.mems" > "$h/kni-cluster-$w/cpuset.mems"
+    fi
+  done
   start "kubelet-$w" "$w" kubelet --config="$d/kubelet.yaml" --kubeconfig="$CL/kubelet-$w.kubeconfig" --root-dir="$d/kubelet" \
     --hostname-override="kc-$w" --node-ip="$(ip4 "$w"),$(ip6 "$w")"
   cat > "$d/kube-proxy.yaml" <<EOF
@@ -216,6 +226,27 @@ up() {
   for w in "${WORKERS[@]}"; do wait_for 90 "node kc-$w to register" kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w"; done
   log "up: nodes registered (Ready once a network runs on them)"
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
+}
+
+# kni from this checkout on every worker (until it runs as the DaemonSet from its image), on the
+# pod ranges the controller manager gave each Node.
+kni_up() {
+  for w in "${WORKERS[@]}"; do
+    local d=$CL/$w cidrs
+    wait_for 60 "podCIDRs of kc-$w" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.spec.podCIDRs}' | grep -q ."
+    cidrs=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs}')
+    cat > "$d/kni.json" <<EOF
+{"ranges": $cidrs, "netnsDir": "$d/kni-netns",
+ "allowedNetnsRoots": ["$d/containerd/state/io.containerd.grpc.v1.cri/netns", "$d/containerd/state/io.containerd.cri.v1.runtime/netns", "$d/kni-netns"],
+ "cni": {"socket": "$d/kni-cni.sock", "confDir": "$d/cni/net.d", "binDir": "$d/cni/bin"},
+ "nri": {"enabled": true, "socket": "$d/nri.sock"}, "cri": {"socket": "$d/containerd.sock"}}
+EOF
+    start "kni-$w" "$w" node "$repo/dist/plugin/main.js" --socket "$d/kni.sock" --state-dir "$d/kni-state" --config "$d/kni.json"
+  done
+  for w in "${WORKERS[@]}"; do
+    wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
+  done
+  log "kni runs on every worker; nodes Ready"
 }
 
 status() {
@@ -253,7 +284,8 @@ down() {
 
 case "${1:-}" in
   up) up ;;
+  kni) kni_up ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | down | status" >&2; exit 2 ;;
 esac
