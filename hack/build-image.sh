@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Builds kni's image as an OCI archive with no container engine and no registry:
+#   hack/build-image.sh [OUT.tar] [NAME]     (defaults: dist/kni-image.tar, kni:dev)
+# It loads with `ctr -n k8s.io images import OUT.tar` or `kind load image-archive OUT.tar`.
+# The root filesystem is assembled from this machine (Debian 12): the node binary and the
+# shared libraries it links, the compiled daemon (dist/plugin, dist/runtime-hooks), proto/,
+# production node_modules, kni-cni, and iptables (nft backend) with its extensions and
+# libraries, the one tool kni runs (node setup's masquerade rules). Containerfile builds the
+# equivalent image where a container engine exists; test/image.test.ts checks this one.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-$repo/dist/kni-image.tar}
+name=${2:-kni:dev}
+# shellcheck source=lib/oci-image.sh
+. "$repo/hack/lib/oci-image.sh"
+[ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/plugin/main.js" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+root=$work/rootfs
+mkdir -p "$root/app/dist" "$root/usr/local/bin" "$root/usr/sbin" "$root/tmp" "$root/etc" "$root/run" "$root/var/lib"
+chmod 1777 "$root/tmp"
+
+# A file and every shared library it needs, at the same paths.
+with_libs() {
+  local f
+  for f in "$@"; do
+    mkdir -p "$root$(dirname "$f")"
+    cp -L "$f" "$root$f"
+    ldd "$f" 2> /dev/null | awk '/=> \//{print $3} /^[ \t]*\/lib/{print $1}' | while read -r lib; do
+      [ -e "$root$lib" ] || { mkdir -p "$root$(dirname "$lib")"; cp -L "$lib" "$root$lib"; }
+    done
+  done
+}
+
+with_libs "$(command -v node)"
+mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
+xt=$(readlink -f /usr/sbin/iptables)
+case "$xt" in *xtables-nft-multi) ;; *) xt=/usr/sbin/xtables-nft-multi ;; esac
+with_libs "$xt" /usr/lib/x86_64-linux-gnu/xtables/*.so
+for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
+cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
+
+cp -r "$repo/dist/plugin" "$repo/dist/runtime-hooks" "$root/app/dist/"
+mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$root/app/dist/bin/"
+cp -r "$repo/proto" "$root/app/"
+cp "$repo/package.json" "$repo/package-lock.json" "$root/app/"
+(cd "$root/app" && npm ci --omit=dev --no-audit --no-fund --loglevel=error > /dev/null)
+rm -f "$root/app/package-lock.json"
+
+oci_image "$root" "$out" "$name" '{"Entrypoint":["/usr/local/bin/node","/app/dist/plugin/main.js"],"Env":["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/app"}'
+echo "$out"

@@ -1,0 +1,52 @@
+// kni's image, built here with no container engine (hack/build-image.sh): a valid OCI layout
+// whose root filesystem runs the daemon, iptables and kni-cni on its own (in a chroot), and
+// the Containerfile for users with an engine puts the same things at the same paths.
+import assert from 'node:assert/strict';
+import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { packageRoot } from '../plugin/server/protos';
+import { RUN } from './helpers/sh';
+
+describe('kni image', function () {
+  this.timeout(180_000);
+  const dir = `/tmp/${RUN}-image`;
+  const root = `${dir}/rootfs`;
+  let config: any;
+
+  before(() => {
+    fs.mkdirSync(`${dir}/layout`, { recursive: true });
+    fs.mkdirSync(root, { recursive: true });
+    execFileSync('bash', [path.join(packageRoot(), 'hack/build-image.sh'), `${dir}/kni.tar`, 'kni:test'], { stdio: 'pipe' });
+    execFileSync('tar', ['-xf', `${dir}/kni.tar`, '-C', `${dir}/layout`]);
+    const blob = (digest: string) => `${dir}/layout/blobs/sha256/${digest.split(':')[1]}`;
+    const index = JSON.parse(fs.readFileSync(`${dir}/layout/index.json`, 'utf8'));
+    assert.equal(index.manifests[0].annotations['io.containerd.image.name'], 'kni:test');
+    const manifest = JSON.parse(fs.readFileSync(blob(index.manifests[0].digest), 'utf8'));
+    config = JSON.parse(fs.readFileSync(blob(manifest.config.digest), 'utf8'));
+    execFileSync('tar', ['-xf', blob(manifest.layers[0].digest), '-C', root]);
+  });
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('its root filesystem runs the daemon, iptables and kni-cni with nothing from the host', () => {
+    const [exe, ...args] = config.config.Entrypoint as string[];
+    const cfg = spawnSync('chroot', [root, exe, ...args, '--print-config'], { encoding: 'utf8' });
+    assert.equal(cfg.status, 0, cfg.stderr);
+    assert.equal(JSON.parse(cfg.stdout).bridge, 'kni0');
+    assert.match(execFileSync('chroot', [root, '/usr/sbin/iptables', '--version'], { encoding: 'utf8' }), /nf_tables/);
+    assert.match(execFileSync('chroot', [root, '/usr/sbin/ip6tables', '--version'], { encoding: 'utf8' }), /nf_tables/);
+    const shim = spawnSync('chroot', [root, '/app/dist/bin/kni-cni'], { encoding: 'utf8', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
+    assert.match(shim.stdout, /"supportedVersions"/);
+    assert.ok(!fs.existsSync(`${root}/app/node_modules/mocha`), 'dev dependencies in the image');
+  });
+
+  it('the Containerfile is equivalent: same entrypoint, same paths under /app, iptables installed', () => {
+    const cf = fs.readFileSync(path.join(packageRoot(), 'kind-config/Containerfile'), 'utf8');
+    assert.equal(JSON.stringify(JSON.parse(/^ENTRYPOINT (.*)$/m.exec(cf)![1])), JSON.stringify(config.config.Entrypoint));
+    const copied = [...cf.matchAll(/^COPY --from=build \S+ (\S+)$/gm)].map((m) => m[1]).sort();
+    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni'];
+    for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
+    assert.deepEqual(copied, [...inImage].sort());
+    assert.match(cf, /apt-get install .*iptables/);
+  });
+});
