@@ -11,6 +11,14 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-$repo/dist/kni-image.tar}
 name=${2:-kni:dev}
+# Stored under the name CRI looks up (as `kind load` does): a name with no registry part is
+# docker.io's, and one with no "/" at all is in docker.io/library.
+first=${name%%/*}
+if [ "$first" = "$name" ]; then
+  name=docker.io/library/$name
+elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
+  name=docker.io/$name
+fi
 # shellcheck source=lib/oci-image.sh
 . "$repo/hack/lib/oci-image.sh"
 [ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/plugin/main.js" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }

@@ -21,7 +21,7 @@ describe('kni image', function () {
     execFileSync('tar', ['-xf', `${dir}/kni.tar`, '-C', `${dir}/layout`]);
     const blob = (digest: string) => `${dir}/layout/blobs/sha256/${digest.split(':')[1]}`;
     const index = JSON.parse(fs.readFileSync(`${dir}/layout/index.json`, 'utf8'));
-    assert.equal(index.manifests[0].annotations['io.containerd.image.name'], 'kni:test');
+    assert.equal(index.manifests[0].annotations['io.containerd.image.name'], 'docker.io/library/kni:test', 'stored as CRI looks up the short name');
     const manifest = JSON.parse(fs.readFileSync(blob(index.manifests[0].digest), 'utf8'));
     config = JSON.parse(fs.readFileSync(blob(manifest.config.digest), 'utf8'));
     execFileSync('tar', ['-xf', blob(manifest.layers[0].digest), '-C', root]);

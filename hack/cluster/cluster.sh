@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
-# needs a Docker engine this machine does not have):  cluster.sh up | kni | down | status
-# (`kni` runs kni from this checkout on every worker, until the DaemonSet does).
+# needs a Docker engine this machine does not have):
+#   cluster.sh up | kni | kni-daemonset | down | status
+# (`kni` runs kni from this checkout on every worker; `kni-daemonset` deploys it as users do).
 #
 # - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
 #   the host reaches it through one veth (10.240.0.1) so that KUBECONFIG works from a shell.
@@ -24,6 +25,7 @@ PATH=$BIN:$PATH
 ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) echo 10.240.0.12 ;; host) echo 10.240.0.1 ;; esac; }
 ip6() { case $1 in cp) echo fd00:240::10 ;; w1) echo fd00:240::11 ;; w2) echo fd00:240::12 ;; host) echo fd00:240::1 ;; esac; }
 ns() { echo "kc-$1"; }
+sock() { echo "$CL/$1/root/run/containerd/containerd.sock"; } # a worker's containerd, seen from the host
 log() { printf 'cluster: %s\n' "$*" >&2; }
 
 # --- processes: started in a node netns, detached, pid and log under $CL/run ---
@@ -31,8 +33,33 @@ start() { # start NAME NODE CMD...
   local name=$1 node=$2
   shift 2
   mkdir -p "$CL/run"
-  nsenter --net="/run/netns/$(ns "$node")" setsid "$@" > "$CL/run/$name.log" 2>&1 < /dev/null &
+  local mnt=()
+  [ -e "$CL/mnt/$node" ] && mnt=(--mount="$CL/mnt/$node")
+  nsenter --net="/run/netns/$(ns "$node")" "${mnt[@]}" setsid "$@" > "$CL/run/$name.log" 2>&1 < /dev/null &
   echo $! > "$CL/run/$name.pid"
+}
+
+# A worker's own mount namespace, as a kind node container has: its own /etc/cni/net.d,
+# /opt/cni/bin, /run/kni, /var/lib/kni, /run/nri, /run/containerd and /run/netns (bind mounts
+# of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
+# The host only gets the empty mount point dirs, which `down` removes again.
+NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /var/lib/kni /run/nri /run/containerd /run/netns)
+make_node_mountns() {
+  local w=$1 d=$CL/$1
+  mkdir -p "$CL/mnt"
+  touch "$CL/mnt/$w"
+  unshare --mount="$CL/mnt/$w" --propagation private true
+  for p in "${NODE_PATHS[@]}"; do
+    local part=""
+    for c in ${p//\// }; do # every missing ancestor is recorded, for down to remove
+      part="$part/$c"
+      [ -d "$part" ] || { mkdir "$part" && echo "$part" >> "$CL/created-dirs"; }
+    done
+    mkdir -p "$d/root$p"
+    nsenter --mount="$CL/mnt/$w" mount --bind "$d/root$p" "$p"
+  done
+  # Bidirectional mount propagation (kni's /run/netns) needs shared mounts inside the node.
+  nsenter --mount="$CL/mnt/$w" mount --make-rshared /
 }
 alive() { [ -f "$CL/run/$1.pid" ] && kill -0 "$(cat "$CL/run/$1.pid")" 2>/dev/null; }
 wait_for() { # wait_for SECONDS WHAT CMD...
@@ -132,17 +159,18 @@ start_control_plane() {
 # --- workers ---
 start_worker() {
   local w=$1 d=$CL/$1
-  mkdir -p "$d/cni/bin" "$d/cni/net.d" "$d/kubelet" "$d/pod-logs"
-  cp /usr/lib/cni/loopback "$d/cni/bin/"
+  mkdir -p "$d/kubelet" "$d/pod-logs"
+  make_node_mountns "$w"
+  cp /usr/lib/cni/loopback "$d/root/opt/cni/bin/"
   cat > "$d/containerd.toml" <<EOF
 version = 3
 root = "$d/containerd/root"
-state = "$d/containerd/state"
+state = "/run/containerd"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp", "io.containerd.grpc.v1.opt"]
 [grpc]
-  address = "$d/containerd.sock"
+  address = "/run/containerd/containerd.sock"
 [ttrpc]
-  address = "$d/containerd.sock.ttrpc"
+  address = "/run/containerd/containerd.sock.ttrpc"
 [plugins."io.containerd.cri.v1.images".pinned_images]
   sandbox = "$IMAGE"
 [plugins."io.containerd.cri.v1.runtime"]
@@ -151,8 +179,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
   restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
 [plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["$d/cni/bin"]
-  conf_dir = "$d/cni/net.d"
+  bin_dirs = ["/opt/cni/bin"]
+  conf_dir = "/etc/cni/net.d"
   max_conf_num = 1
 [plugins."io.containerd.cri.v1.runtime".containerd]
   default_runtime_name = "runc"
@@ -163,16 +191,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     Root = "$d/runc"
 [plugins."io.containerd.nri.v1.nri"]
   disable = false
-  socket_path = "$d/nri.sock"
+  socket_path = "/run/nri/nri.sock"
 EOF
   start "containerd-$w" "$w" containerd --config "$d/containerd.toml"
-  wait_for 30 "containerd on $w" ctr -a "$d/containerd.sock" version
-  ctr -a "$d/containerd.sock" -n k8s.io images import "$CL/image.tar" > /dev/null
+  wait_for 30 "containerd on $w" ctr -a "$(sock "$w")" version
+  ctr -a "$(sock "$w")" -n k8s.io images import "$CL/image.tar" > /dev/null
   cat > "$d/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 address: $(ip4 "$w")
-containerRuntimeEndpoint: unix://$d/containerd.sock
+containerRuntimeEndpoint: unix:///run/containerd/containerd.sock
 cgroupDriver: cgroupfs
 cgroupRoot: /kni-cluster-$w
 failSwapOn: false
@@ -236,17 +264,25 @@ kni_up() {
     wait_for 60 "podCIDRs of kc-$w" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.spec.podCIDRs}' | grep -q ."
     cidrs=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs}')
     cat > "$d/kni.json" <<EOF
-{"ranges": $cidrs, "netnsDir": "$d/kni-netns",
- "allowedNetnsRoots": ["$d/containerd/state/io.containerd.grpc.v1.cri/netns", "$d/containerd/state/io.containerd.cri.v1.runtime/netns", "$d/kni-netns"],
- "cni": {"socket": "$d/kni-cni.sock", "confDir": "$d/cni/net.d", "binDir": "$d/cni/bin"},
- "nri": {"enabled": true, "socket": "$d/nri.sock"}, "cri": {"socket": "$d/containerd.sock"}}
+{"ranges": $cidrs, "cni": {"confDir": "/etc/cni/net.d", "binDir": "/opt/cni/bin"},
+ "nri": {"enabled": true, "socket": "/run/nri/nri.sock"}, "cri": {"socket": "/run/containerd/containerd.sock"}}
 EOF
-    start "kni-$w" "$w" node "$repo/dist/plugin/main.js" --socket "$d/kni.sock" --state-dir "$d/kni-state" --config "$d/kni.json"
+    start "kni-$w" "$w" node "$repo/dist/plugin/main.js" --config "$d/kni.json"
   done
   for w in "${WORKERS[@]}"; do
     wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
   done
   log "kni runs on every worker; nodes Ready"
+}
+
+# kni as the DaemonSet of kind-config/kni-daemonset.yaml, from its image built here
+# (hack/build-image.sh) and imported into every worker's containerd: no registry.
+kni_daemonset() {
+  [ -f "$CL/kni-image.tar" ] || bash "$repo/hack/build-image.sh" "$CL/kni-image.tar" kni:dev > /dev/null
+  for w in "${WORKERS[@]}"; do ctr -a "$(sock "$w")" -n k8s.io images import "$CL/kni-image.tar" > /dev/null; done
+  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$repo/kind-config/kni-daemonset.yaml" > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system rollout status daemonset/kni --timeout=180s > /dev/null
+  log "kni runs as the DaemonSet on every worker"
 }
 
 status() {
@@ -276,7 +312,9 @@ down() {
   done
   # Mounts under the cluster dir (netns pins, overlay rootfs, pod volumes), deepest first.
   awk -v d="$CL/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
+  for w in "${WORKERS[@]}"; do umount "$CL/mnt/$w" 2> /dev/null || true; done
   for n in cp "${WORKERS[@]}" wire; do ip netns del "$(ns "$n")" 2> /dev/null || true; done
+  [ -f "$CL/created-dirs" ] && sort -r "$CL/created-dirs" | xargs -r rmdir 2> /dev/null || true
   ip link del kni-cluster 2> /dev/null || true
   rm -rf "$CL"
   log "down: nothing of the cluster is left"
@@ -285,7 +323,8 @@ down() {
 case "${1:-}" in
   up) up ;;
   kni) kni_up ;;
+  kni-daemonset) kni_daemonset ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | down | status" >&2; exit 2 ;;
 esac

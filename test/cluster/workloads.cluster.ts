@@ -3,51 +3,11 @@
 // kni runs from this checkout on every worker (the DaemonSet from its image comes later).
 // Cross-node traffic and Services need the node-agent work (routes between nodes): not here yet.
 import assert from 'node:assert/strict';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-
-const CL = process.env.KNI_CLUSTER_DIR ?? '/var/lib/kni-cluster';
-const KUBECONFIG = `${CL}/admin.kubeconfig`;
-const WORKERS = ['w1', 'w2'];
-const script = path.join(packageRoot(), 'hack/cluster/cluster.sh');
-const BIN = `${process.env.KNI_CLUSTER_CACHE ?? '/var/cache/kni-cluster'}/bin`;
-
-const kubectl = (...args: string[]): string =>
-  execFileSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, ...args], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
-const kubectlJson = (...args: string[]): any => JSON.parse(kubectl(...args, '-o', 'json'));
-const cluster = (cmd: string): string => {
-  const r = spawnSync('bash', [script, cmd], { encoding: 'utf8', timeout: 600_000 });
-  if (r.status !== 0) throw new Error(`cluster.sh ${cmd} failed (${r.status}):\n${r.stderr.slice(-3000)}`);
-  return r.stdout;
-};
-const knictl = (w: string, ...args: string[]): any =>
-  JSON.parse(execFileSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/kni.sock`, ...args, '-o', 'json'], { encoding: 'utf8' }));
-const kniVeths = (w: string): string[] =>
-  execFileSync('ip', ['-n', `kc-${w}`, '-o', 'link', 'show'], { encoding: 'utf8' }).split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter((n) => /^kni[0-9a-f]{12}$/.test(n));
-
-const WEB = (replicas: number) => `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: web}
-spec:
-  replicas: ${replicas}
-  selector: {matchLabels: {app: web}}
-  template:
-    metadata: {labels: {app: web}}
-    spec:
-      automountServiceAccountToken: false
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: httpd
-        image: kni.local/e2e:1
-        imagePullPolicy: Never
-        command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-`;
-const apply = (yaml: string) => execFileSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, 'apply', '-f', '-'], { input: yaml, encoding: 'utf8' });
-
-const ready = (node: any) => node.status.conditions.find((c: any) => c.type === 'Ready');
-const runningPods = () => kubectlJson('get', 'pods', '-l', 'app=web').items.filter((p: any) => p.status.phase === 'Running' && p.status.podIPs?.length === 2);
+import { apply, CL, cluster, knictl, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
 describe('cluster: kni as the network of a Kubernetes cluster', function () {
   this.timeout(300_000);
@@ -132,9 +92,9 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
     for (const w of WORKERS) {
       await waitFor(() => knictl(w, 'pods').length === 0 && kniVeths(w).length === 0, 60_000, () => `kc-${w}: ${knictl(w, 'pods').length} pods, veths ${kniVeths(w).join(',')}`);
       for (const r of knictl(w, 'ipam').ranges) assert.equal(r.used, '0', `kc-${w} ${r.cidr}`);
-      const netns = execFileSync('sh', ['-c', `ls ${CL}/${w}/containerd/state/*/netns 2>/dev/null | wc -l`], { encoding: 'utf8' }).trim();
+      const netns = execFileSync('sh', ['-c', `ls ${CL}/${w}/root/run/containerd/*/netns 2>/dev/null | wc -l`], { encoding: 'utf8' }).trim();
       assert.equal(netns, '0', `netns pins left on kc-${w}`);
-      assert.deepEqual(execFileSync('ls', [`${CL}/${w}/kni-state/sandboxes`], { encoding: 'utf8' }).trim(), '', `records left on kc-${w}`);
+      assert.deepEqual(execFileSync('ls', [`${CL}/${w}/root/var/lib/kni/sandboxes`], { encoding: 'utf8' }).trim(), '', `records left on kc-${w}`);
     }
   });
 });
