@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
 # needs a Docker engine this machine does not have):
-#   cluster.sh up | kni | kni-daemonset | down | status
+#   cluster.sh up | kni | kni-daemonset | reference-cni | down | status
 # (`kni` runs kni from this checkout on every worker; `kni-daemonset` deploys it as users do).
 #
 # - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
@@ -285,6 +285,29 @@ kni_daemonset() {
   log "kni runs as the DaemonSet on every worker"
 }
 
+# The CNI reference plugins instead of kni (bridge + host-local + portmap + loopback, as
+# kindnet uses them), on each Node's podCIDRs: the baseline of npm run bench:cluster.
+reference_cni() {
+  for w in "${WORKERS[@]}"; do
+    local d=$CL/$w v4 v6
+    wait_for 60 "podCIDRs of kc-$w" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.spec.podCIDRs}' | grep -q ."
+    v4=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs[0]}')
+    v6=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs[1]}')
+    cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/portmap "$d/root/opt/cni/bin/"
+    cat > "$d/root/etc/cni/net.d/10-reference.conflist" <<EOF
+{"cniVersion": "1.0.0", "name": "reference", "plugins": [
+  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+   "ipam": {"type": "host-local", "dataDir": "$d/cni-ipam", "ranges": [[{"subnet": "$v4"}], [{"subnet": "$v6"}]],
+            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}},
+  {"type": "portmap", "capabilities": {"portMappings": true}}]}
+EOF
+  done
+  for w in "${WORKERS[@]}"; do
+    wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
+  done
+  log "the CNI reference plugins are every worker's network; nodes Ready"
+}
+
 status() {
   [ -d "$CL/run" ] || { echo "no cluster in $CL"; return 0; }
   for f in "$CL"/run/*.pid; do
@@ -324,7 +347,8 @@ case "${1:-}" in
   up) up ;;
   kni) kni_up ;;
   kni-daemonset) kni_daemonset ;;
+  reference-cni) reference_cni ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | kni-daemonset | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | reference-cni | down | status" >&2; exit 2 ;;
 esac
