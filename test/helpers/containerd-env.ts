@@ -1,5 +1,7 @@
-// A private containerd 1.6 + runc for end-to-end tests: its own root, state, sockets and runc
-// root under one directory, running in the test node netns, with kni as its CNI network.
+// A private containerd + runc for end-to-end tests: its own root, state, sockets and runc root
+// under one directory, running in the test node netns, with kni as its CNI network. Two
+// flavours: Debian's containerd 1.6 (CNI only), and containerd 2.x built by
+// hack/cluster/build-components.sh (its binaries, shim and ctr from that cache; NRI on).
 // stop() removes every sandbox, the shims, mounts and files it made, whatever happened.
 import * as grpc from '@grpc/grpc-js';
 import { ChildProcess, spawn } from 'node:child_process';
@@ -11,6 +13,16 @@ import { RUN, sh, trySh } from './sh';
 
 export const IMAGE = 'localhost/kni-e2e:1';
 
+export interface Flavour {
+  name: string;
+  /** Directory holding containerd, containerd-shim-runc-v2 and ctr ('' = the system's). */
+  binDir: string;
+  /** containerd 2.x: config version 3, NRI on. */
+  v2: boolean;
+}
+export const CONTAINERD_16: Flavour = { name: 'containerd 1.6', binDir: '', v2: false };
+export const CONTAINERD_2 = (binDir: string): Flavour => ({ name: 'containerd 2.x', binDir, v2: true });
+
 export class ContainerdEnv {
   readonly sock: string;
   readonly confDir: string;
@@ -20,7 +32,7 @@ export class ContainerdEnv {
   output = '';
   private clients: grpc.Client[] = [];
 
-  constructor(readonly dir: string, public nodeNetns: string) {
+  constructor(readonly dir: string, public nodeNetns: string, readonly flavour: Flavour = CONTAINERD_16) {
     this.sock = `${dir}/containerd.sock`;
     this.confDir = `${dir}/net.d`;
     this.binDir = `${dir}/cni-bin`;
@@ -28,12 +40,22 @@ export class ContainerdEnv {
   }
 
   /** The kni settings that point kni at this containerd. */
-  static forRun(nodeNetns: string): ContainerdEnv {
-    return new ContainerdEnv(`/tmp/${RUN}-ctrd`, nodeNetns);
+  static forRun(nodeNetns: string, flavour: Flavour = CONTAINERD_16): ContainerdEnv {
+    return new ContainerdEnv(`/tmp/${RUN}-ctrd`, nodeNetns, flavour);
+  }
+
+  /** ctr of this flavour, with its arguments. */
+  ctr(args: string[]): { ok: boolean; out: string } {
+    return trySh(this.flavour.binDir ? `${this.flavour.binDir}/ctr` : 'ctr', ['-a', this.sock, ...args]);
   }
 
   kniConfig(): Record<string, unknown> {
-    return { allowedNetnsRoots: [this.netnsRoot], cni: { confDir: this.confDir, binDir: this.binDir }, cri: { socket: this.sock } };
+    return {
+      allowedNetnsRoots: [this.netnsRoot],
+      cni: { confDir: this.confDir, binDir: this.binDir },
+      cri: { socket: this.sock },
+      ...(this.flavour.v2 ? { nri: { enabled: true, socket: `${this.dir}/nri.sock` } } : {}),
+    };
   }
 
   writeConfig(): void {
@@ -42,7 +64,12 @@ export class ContainerdEnv {
     fs.copyFileSync('/usr/lib/cni/loopback', `${this.binDir}/loopback`); // containerd sets up lo with it
     fs.chmodSync(`${this.binDir}/loopback`, 0o755);
     const d = this.dir;
-    fs.writeFileSync(`${d}/config.toml`, `version = 2
+    fs.writeFileSync(`${d}/config.toml`, this.flavour.v2 ? this.configV3() : this.configV2());
+  }
+
+  private configV2(): string {
+    const d = this.dir;
+    return `version = 2
 root = "${d}/root"
 state = "${d}/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp"]
@@ -67,26 +94,64 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     bin_dir = "${this.binDir}"
     conf_dir = "${this.confDir}"
     max_conf_num = 1
-`);
+`;
+  }
+
+  /** containerd 2.x: the CRI plugin split in images and runtime, NRI on its own socket. */
+  private configV3(): string {
+    const d = this.dir;
+    return `version = 3
+root = "${d}/root"
+state = "${d}/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp"]
+[grpc]
+  address = "${this.sock}"
+[ttrpc]
+  address = "${this.sock}.ttrpc"
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = "${IMAGE}"
+[plugins."io.containerd.cri.v1.runtime"]
+  disable_apparmor = true
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+[plugins."io.containerd.cri.v1.runtime".cni]
+  bin_dirs = ["${this.binDir}"]
+  conf_dir = "${this.confDir}"
+  max_conf_num = 1
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
+    SystemdCgroup = false
+    Root = "${d}/runc"
+[plugins."io.containerd.nri.v1.nri"]
+  disable = false
+  socket_path = "${d}/nri.sock"
+`;
   }
 
   async start(): Promise<void> {
     fs.mkdirSync(this.dir, { recursive: true });
     if (!fs.existsSync(`${this.dir}/config.toml`)) this.writeConfig();
-    const proc = spawn('nsenter', [`--net=${this.nodeNetns}`, 'containerd', '--config', `${this.dir}/config.toml`], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const bin = this.flavour.binDir;
+    // The shim is found on PATH: the flavour's own first.
+    const env = bin ? { ...process.env, PATH: `${bin}:${process.env.PATH}` } : process.env;
+    const proc = spawn('nsenter', [`--net=${this.nodeNetns}`, bin ? `${bin}/containerd` : 'containerd', '--config', `${this.dir}/config.toml`], { stdio: ['ignore', 'pipe', 'pipe'], env });
     this.proc = proc;
     proc.stdout!.on('data', (b) => (this.output += b));
     proc.stderr!.on('data', (b) => (this.output += b));
     const deadline = Date.now() + 30_000;
-    while (!trySh('ctr', ['-a', this.sock, 'version']).ok) {
+    while (!this.ctr(['version']).ok) {
       if (proc.exitCode !== null) throw new Error(`containerd exited with ${proc.exitCode}:\n${this.output.slice(-3000)}`);
       if (Date.now() > deadline) throw new Error(`containerd did not answer within 30 s:\n${this.output.slice(-3000)}`);
       await new Promise((r) => setTimeout(r, 100));
     }
-    if (!trySh('ctr', ['-a', this.sock, '-n', 'k8s.io', 'images', 'check', `name==${IMAGE}`]).out.includes(IMAGE)) {
+    if (!this.ctr(['-n', 'k8s.io', 'images', 'check', `name==${IMAGE}`]).out.includes(IMAGE)) {
       const tar = `${this.dir}/image.tar`;
       sh('bash', [path.join(packageRoot(), 'hack/e2e/build-image.sh'), tar, IMAGE]);
-      sh('ctr', ['-a', this.sock, '-n', 'k8s.io', 'images', 'import', tar]);
+      const imported = this.ctr(['-n', 'k8s.io', 'images', 'import', tar]);
+      if (!imported.ok) throw new Error(`image import failed: ${imported.out}`);
     }
   }
 

@@ -1,0 +1,204 @@
+// End to end with a real containerd + runc: kni is the node's CNI network through kni-cni (and,
+// with containerd 2.x, its NRI plugin too). One suite, run for each containerd flavour.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Client } from '../../plugin/client/clients';
+import { ContainerdEnv, Flavour, IMAGE } from './containerd-env';
+import { ping, RUN, sh, trySh } from './sh';
+import { TestDaemon } from './test-daemon';
+import { waitFor } from './wait';
+
+interface Pod {
+  id: string;
+  cfg: any;
+  ip: string;
+  ip6: string;
+  netns: string;
+}
+
+export function e2eContainerdSuite(flavour: Flavour): void {
+describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, function () {
+  this.timeout(300_000);
+  let d: TestDaemon;
+  let c: ContainerdEnv;
+  let cri: Client;
+
+  before(async () => {
+    c = ContainerdEnv.forRun('', flavour);
+    const conf = c.kniConfig();
+    // A short CRI reconcile period, so the periodic job is seen to fire (its grace is the same 2 s).
+    d = await TestDaemon.start({ ...conf, cri: { ...(conf.cri as object), reconcileSeconds: 2 } });
+    c.nodeNetns = d.nodeNetns;
+    c.writeConfig();
+    // kni writes its conflist (and installs kni-cni) once the node network is ready.
+    const list = JSON.parse(fs.readFileSync(`${c.confDir}/10-kni.conflist`, 'utf8'));
+    assert.equal(list.plugins[0].type, 'kni-cni');
+    assert.ok(fs.existsSync(`${c.binDir}/kni-cni`));
+    await c.start();
+    cri = c.cri();
+  });
+  after(async () => {
+    await c?.stop();
+    d?.cleanup();
+  });
+
+  const podConfig = (name: string) => ({
+    metadata: { name, namespace: 'e2e', uid: `uid-${name}`, attempt: 0 },
+    hostname: name,
+    log_directory: `${c.dir}/logs/${name}`,
+    labels: { app: name },
+    annotations: { 'example.com/owner': 'kni-e2e' },
+    linux: {},
+  });
+
+  async function runPod(name: string): Promise<Pod> {
+    const cfg = podConfig(name);
+    const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: cfg });
+    const st = await cri.PodSandboxStatus({ pod_sandbox_id: id, verbose: true });
+    const spec = JSON.parse(st.info.info).runtimeSpec;
+    const netns = spec.linux.namespaces.find((n: any) => n.type === 'network').path;
+    return { id, cfg, ip: st.status.network.ip, ip6: st.status.network.additional_ips[0]?.ip ?? '', netns };
+  }
+
+  async function runContainer(pod: Pod, name: string, command: string[]): Promise<string> {
+    const { container_id } = await cri.CreateContainer({
+      pod_sandbox_id: pod.id,
+      config: { metadata: { name }, image: { image: IMAGE }, command, log_path: `${name}.log` },
+      sandbox_config: pod.cfg,
+    });
+    await cri.StartContainer({ container_id });
+    return container_id;
+  }
+
+  async function removePod(p: Pod): Promise<void> {
+    await cri.StopPodSandbox({ pod_sandbox_id: p.id });
+    await cri.RemovePodSandbox({ pod_sandbox_id: p.id });
+  }
+
+  const kniVeths = () => d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l));
+
+  it('RunPodSandbox gives the pod the IPs kni reports; pods ping; a container serves and one in another pod fetches', async () => {
+    const web = await runPod('web');
+    const client = await runPod('client');
+    try {
+      const rec = await d.rt().GetPod({ sandbox_id: web.id });
+      assert.equal(rec.interfaces[0].addresses[0].address, web.ip);
+      assert.equal(rec.interfaces[0].addresses[1].address, web.ip6);
+      assert.deepEqual(rec.pod, { name: 'web', namespace: 'e2e', uid: 'uid-web' });
+      assert.equal(rec.netns_path, web.netns);
+      assert.equal(rec.annotations['example.com/owner'], 'kni-e2e', 'pod annotations did not reach kni');
+      assert.notEqual(web.ip, client.ip);
+      assert.ok(ping(client.netns, web.ip), 'client pod cannot ping web pod over IPv4');
+      assert.ok(ping(client.netns, web.ip6), 'client pod cannot ping web pod over IPv6');
+
+      await runContainer(web, 'httpd', ['/bin/busybox', 'httpd', '-f', '-p', '80', '-h', '/www']);
+      const sleeper = await runContainer(client, 'sleeper', ['/bin/busybox', 'sleep', '3600']);
+      let body = '';
+      for (let i = 0; i < 50 && !body.includes('hello'); i++) {
+        const r = await cri.ExecSync({ container_id: sleeper, cmd: ['/bin/busybox', 'wget', '-q', '-O', '-', `http://${web.ip}/`], timeout: 5 }); // no -T: Debian's static busybox wget crashes on it
+        body = Buffer.from(r.stdout).toString();
+        if (!body) await new Promise((res) => setTimeout(res, 100));
+      }
+      assert.equal(body.trim(), 'hello from kni e2e');
+    } finally {
+      await removePod(web);
+      await removePod(client);
+    }
+  });
+
+  it('Stop + Remove leave no veth, netns, address or record', async () => {
+    const p = await runPod('short');
+    assert.equal(kniVeths().length, 1);
+    await cri.StopPodSandbox({ pod_sandbox_id: p.id });
+    assert.equal(kniVeths().length, 0, 'StopPodSandbox left the veth');
+    await cri.RemovePodSandbox({ pod_sandbox_id: p.id });
+    assert.ok(!fs.existsSync(p.netns), 'netns still pinned');
+    assert.equal((await d.rt().GetIPAMStatus()).ranges[0].used, '0');
+    assert.deepEqual(fs.readdirSync(`${d.stateDir}/sandboxes`), []);
+  });
+
+  it('kill -9 of kni-runtime while pods are being created: earlier pods keep working, later RunPodSandbox calls succeed', async () => {
+    const before = await runPod('before-crash');
+    const from = d.output.length;
+    const inflight = ['c0', 'c1', 'c2', 'c3', 'c4', 'c5'].map((n) => runPod(`crash-${n}`).then((p) => p, () => undefined));
+    // Killed as soon as the first of them reached kni: the others are then mid-creation.
+    await waitFor(() => /"msg":"attach".*crash-c/.test(d.output.slice(from)), 60_000, () => 'no crash-* pod reached kni');
+    await d.stop('SIGKILL');
+    const made = (await Promise.all(inflight)).filter((p): p is Pod => p !== undefined);
+    assert.ok(made.length < 6, 'every RunPodSandbox finished before the kill: nothing was in flight');
+    d.closeClients();
+    await d.launch();
+
+    const rec = await d.rt().GetPod({ sandbox_id: before.id });
+    assert.equal(rec.interfaces[0].addresses[0].address, before.ip);
+    assert.ok(ping(before.netns, '10.244.0.1'), 'an earlier pod lost its network');
+    const after = await runPod('after-crash');
+    assert.ok(ping(after.netns, before.ip));
+
+    // kni holds exactly the sandboxes containerd has running: nothing half-made is left over.
+    // (containerd 1.6 keeps a sandbox whose network setup failed as NOTREADY, with no network.)
+    const { items } = await cri.ListPodSandbox({});
+    const ready = items.filter((s: any) => s.state === 'SANDBOX_READY').map((s: any) => s.id).sort();
+    const kniIds = (await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id).sort();
+    assert.deepEqual(kniIds, ready);
+    assert.ok(ready.length >= 2 + made.length);
+    assert.equal(kniVeths().length, kniIds.length);
+    for (const p of [before, after, ...made]) await removePod(p);
+    for (const s of (await cri.ListPodSandbox({})).items) await removePod({ id: s.id } as Pod);
+    assert.equal(kniVeths().length, 0);
+  });
+
+  it('the periodic CRI reconcile releases, while kni runs, a sandbox the runtime does not have', async () => {
+    const from = d.output.length;
+    const { netns_path } = await d.kni().CreateNetwork({ name: 'ghost', namespace: 'default' });
+    await d.rt().Attach({ sandbox_id: 'not-in-containerd', netns_path });
+    // cri.reconcileSeconds is 2 here; a sandbox is judged once it is older than that.
+    await waitFor(async () => !(await d.rt().ListPods()).pods.some((p: any) => p.sandbox_id === 'not-in-containerd'), 30_000, () => 'still attached');
+    assert.match(d.output.slice(from), /reconciled with the runtime: released what it no longer has.*not-in-containerd/);
+  });
+
+  it('a sandbox removed while kni-runtime was down is released when it comes back (2.x: once the runtime no longer lists it)', async () => {
+    const keep = await runPod('keeper');
+    const doomed = await runPod('doomed');
+    const doomedVeth = (await d.rt().GetPod({ sandbox_id: doomed.id })).interfaces[0].host_interface;
+    await d.stop('SIGKILL');
+    // Behind kni's back: the sandbox goes away in containerd, which then restarts.
+    const ctr = (...a: string[]) => c.ctr(['-n', 'k8s.io', ...a]);
+    ctr('tasks', 'kill', '--signal', 'SIGKILL', doomed.id);
+    for (let i = 0; i < 50 && !ctr('tasks', 'delete', doomed.id).ok && ctr('tasks', 'ls', '-q').out.includes(doomed.id); i++) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.ok(ctr('containers', 'delete', doomed.id).ok, 'cannot delete the doomed container');
+    // containerd 2.x keeps CRI sandboxes in a store of their own: that record goes too.
+    if (flavour.v2) assert.ok(ctr('sandboxes', 'rm', doomed.id).ok, 'cannot delete the doomed sandbox');
+    await c.stopDaemon();
+    await c.start();
+    cri = c.cri();
+    d.closeClients();
+    const from = d.output.length;
+    await d.launch();
+
+    const ids = (await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id);
+    if (flavour.v2) {
+      // containerd 2.x still lists the sandbox (its CRI store outlives the container and sandbox
+      // records): kni keeps what the runtime lists, and the runtime's own teardown releases it.
+      assert.ok((await cri.ListPodSandbox({})).items.some((x: any) => x.id === doomed.id), 'containerd 2.x no longer lists it: the premise changed');
+      assert.deepEqual(ids.sort(), [keep.id, doomed.id].sort());
+      await cri.StopPodSandbox({ pod_sandbox_id: doomed.id });
+      await cri.RemovePodSandbox({ pod_sandbox_id: doomed.id });
+      assert.deepEqual((await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id), [keep.id]);
+    } else {
+      assert.deepEqual(ids, [keep.id]);
+    }
+    assert.ok(await d.linkGone(doomedVeth), 'the removed sandbox kept its veth');
+    assert.equal((await d.rt().GetIPAMStatus()).ranges[0].used, '1');
+    if (!flavour.v2) assert.ok(d.output.slice(from).includes('reconciled with the runtime'), 'no reconcile was logged by this start');
+    await removePod(keep);
+    trySh('umount', [doomed.netns]);
+    fs.rmSync(doomed.netns, { force: true });
+  });
+});
+}
+
+// Keep the run prefix in view: every name this suite makes starts with it.
+void RUN;
