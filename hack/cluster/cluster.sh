@@ -162,37 +162,9 @@ start_worker() {
   mkdir -p "$d/kubelet" "$d/pod-logs"
   make_node_mountns "$w"
   cp /usr/lib/cni/loopback "$d/root/opt/cni/bin/"
-  cat > "$d/containerd.toml" <<EOF
-version = 3
-root = "$d/containerd/root"
-state = "/run/containerd"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp", "io.containerd.grpc.v1.opt"]
-[grpc]
-  address = "/run/containerd/containerd.sock"
-[ttrpc]
-  address = "/run/containerd/containerd.sock.ttrpc"
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "$IMAGE"
-[plugins."io.containerd.cri.v1.runtime"]
-  enable_selinux = false
-  disable_apparmor = true
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["/opt/cni/bin"]
-  conf_dir = "/etc/cni/net.d"
-  max_conf_num = 1
-[plugins."io.containerd.cri.v1.runtime".containerd]
-  default_runtime_name = "runc"
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-    SystemdCgroup = false
-    Root = "$d/runc"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "/run/nri/nri.sock"
-EOF
+  sed -e "s#@ROOT@#$d/containerd/root#; s#@STATE@#/run/containerd#; s#@SOCKET@#/run/containerd/containerd.sock#g" \
+    -e "s#@IMAGE@#$IMAGE#; s#@CNI_BIN@#/opt/cni/bin#; s#@CNI_CONF@#/etc/cni/net.d#; s#@RUNC_ROOT@#$d/runc#; s#@NRI_SOCKET@#/run/nri/nri.sock#" \
+    "$repo/hack/lib/containerd-v3.toml" > "$d/containerd.toml"
   start "containerd-$w" "$w" containerd --config "$d/containerd.toml"
   wait_for 30 "containerd on $w" ctr -a "$(sock "$w")" version
   ctr -a "$(sock "$w")" -n k8s.io images import "$CL/image.tar" > /dev/null

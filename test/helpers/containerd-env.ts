@@ -97,38 +97,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 `;
   }
 
-  /** containerd 2.x: the CRI plugin split in images and runtime, NRI on its own socket. */
+  /** containerd 2.x: the template the test cluster uses too (hack/lib/containerd-v3.toml). */
   private configV3(): string {
     const d = this.dir;
-    return `version = 3
-root = "${d}/root"
-state = "${d}/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.blockfile", "io.containerd.tracing.processor.v1.otlp"]
-[grpc]
-  address = "${this.sock}"
-[ttrpc]
-  address = "${this.sock}.ttrpc"
-[plugins."io.containerd.cri.v1.images".pinned_images]
-  sandbox = "${IMAGE}"
-[plugins."io.containerd.cri.v1.runtime"]
-  disable_apparmor = true
-  restrict_oom_score_adj = true
-  netns_mounts_under_state_dir = true
-[plugins."io.containerd.cri.v1.runtime".cni]
-  bin_dirs = ["${this.binDir}"]
-  conf_dir = "${this.confDir}"
-  max_conf_num = 1
-[plugins."io.containerd.cri.v1.runtime".containerd]
-  default_runtime_name = "runc"
-[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]
-  runtime_type = "io.containerd.runc.v2"
-  [plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc.options]
-    SystemdCgroup = false
-    Root = "${d}/runc"
-[plugins."io.containerd.nri.v1.nri"]
-  disable = false
-  socket_path = "${d}/nri.sock"
-`;
+    const values: Record<string, string> = {
+      ROOT: `${d}/root`, STATE: `${d}/state`, SOCKET: this.sock, IMAGE, CNI_BIN: this.binDir, CNI_CONF: this.confDir, RUNC_ROOT: `${d}/runc`, NRI_SOCKET: `${d}/nri.sock`,
+    };
+    return fs.readFileSync(path.join(packageRoot(), 'hack/lib/containerd-v3.toml'), 'utf8').replace(/@([A-Z_]+)@/g, (_, k: string) => values[k]);
   }
 
   async start(): Promise<void> {
