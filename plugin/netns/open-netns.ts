@@ -116,15 +116,6 @@ export function reopenRecordedNetns(p: string, inode: number | undefined): Recor
   return { state: 'same', handle: h };
 }
 
-/** Runs fn with the netns open, closing it whatever happens. */
-export function withNetns<T>(h: NetnsHandle, fn: (h: NetnsHandle) => T): T {
-  try {
-    return fn(h);
-  } finally {
-    h.close();
-  }
-}
-
 /** True when p is a netns pin (kni's own netns dir: no roots policy). */
 export function isNetnsPin(p: string): boolean {
   try {

@@ -31,7 +31,7 @@ export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<strin
 }
 
 /** A page of what a ListPods response may carry: 3 MiB, a margin under gRPC's 4 MiB default. */
-export const LIST_PAGE_BYTES = 3 << 20;
+const LIST_PAGE_BYTES = 3 << 20;
 
 /** Pods after page_token (a sandbox id) in id order, up to pageSize or LIST_PAGE_BYTES. */
 export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: string): { pods: unknown[]; next_page_token: string } {

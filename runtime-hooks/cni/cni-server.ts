@@ -13,9 +13,9 @@ import { cniError, CNI_ERR } from './cni-result';
 import { decodeRequest, encodeResponse, MAX_REQUEST } from './cni-wire';
 
 /** From accept to the last byte of the request; runtimes send it in one write. */
-export const REQUEST_DEADLINE_MS = 10_000;
+const REQUEST_DEADLINE_MS = 10_000;
 /** kni-cni calls at once (a runtime makes a few per pod; 16 pods at once use ~50). */
-export const MAX_CNI_CONNECTIONS = 256;
+const MAX_CNI_CONNECTIONS = 256;
 
 export async function serveCni(rt: NetworkRuntime, socketPath: string): Promise<net.Server> {
   await clearStaleSocket(socketPath); // a live one is another daemon's: refused, never taken over

@@ -9,7 +9,7 @@ import { ByteQueue } from '../wire/byte-queue';
 const HEADER = 10;
 const MAX_MESSAGE = 4 << 20;
 /** Requests a peer may have us serve at once on one connection; more are refused at once. */
-export const MAX_IN_FLIGHT = 64;
+const MAX_IN_FLIGHT = 64;
 const TYPE_REQUEST = 1;
 const TYPE_RESPONSE = 2;
 
