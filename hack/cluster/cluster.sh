@@ -295,6 +295,9 @@ down() {
   # containers they started) through the cluster's cgroups.
   for f in "$CL"/run/*.pid; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2> /dev/null || true; done
   pkill -9 -f "$CL/" 2> /dev/null || true
+  # Whatever still runs in a node's netns: containerd shims name the in-node socket path
+  # (/run/containerd/...), not $CL, and live outside the kubelet's cgroups.
+  for n in cp "${WORKERS[@]}"; do ip netns pids "$(ns "$n")" 2> /dev/null | xargs -r kill -9 2> /dev/null || true; done
   for w in "${WORKERS[@]}"; do
     for cg in /sys/fs/cgroup/*/kni-cluster-"$w"; do
       [ -d "$cg" ] || continue
