@@ -28,13 +28,24 @@ export interface NetnsPolicy {
   field?: string;
 }
 
+/**
+ * The allowed roots with symlinks resolved (/var/run → /run). Roots are configuration: each is
+ * resolved once, not on every attach; one that does not exist yet (containerd makes its netns
+ * dir with its first pod) is tried again next time.
+ */
+const resolvedRoots = new Map<string, string>();
 const realRoots = (roots: string[]): string[] =>
   roots.flatMap((r) => {
-    try {
-      return [fs.realpathSync(r)];
-    } catch {
-      return [];
+    let real = resolvedRoots.get(r);
+    if (real === undefined) {
+      try {
+        real = fs.realpathSync(r);
+      } catch {
+        return [];
+      }
+      resolvedRoots.set(r, real);
     }
+    return [real];
   });
 
 /**
