@@ -26,16 +26,19 @@ describe('pod network (real kernel)', () => {
     return { netns: netns_path, net };
   }
 
-  it('sets up the node: bridge with gateways, forwarding, one masquerade rule per range', () => {
+  it('sets up the node: bridge with gateways, forwarding, masquerade for what leaves the pod ranges', () => {
     const addrs = inNetns(d.nodeNetns, 'ip', ['-o', 'addr', 'show', 'dev', 'kni0']).out;
     assert.match(addrs, /inet 10\.244\.0\.1\/24/);
     assert.match(addrs, /inet6 fd00:10:244::1\/64/);
     assert.equal(inNetns(d.nodeNetns, 'cat', ['/proc/sys/net/ipv4/ip_forward']).out.trim(), '1');
     const v4 = inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'POSTROUTING']).out;
     const v6 = inNetns(d.nodeNetns, 'ip6tables', ['-t', 'nat', '-S', 'POSTROUTING']).out;
-    assert.equal(v4.match(/MASQUERADE/g)?.length, 1);
-    assert.match(v4, /-s 10\.244\.0\.0\/24 ! -d 10\.244\.0\.0\/24/);
-    assert.equal(v6.match(/MASQUERADE/g)?.length, 1);
+    assert.equal(v4.match(/-j KNI-MASQ/g)?.length, 1);
+    assert.match(v4, /-s 10\.244\.0\.0\/24 .*-j KNI-MASQ/);
+    assert.equal(v6.match(/-j KNI-MASQ/g)?.length, 1);
+    const chain4 = inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'KNI-MASQ']).out;
+    assert.match(chain4, /-A KNI-MASQ -d 10\.244\.0\.0\/24 -j RETURN\n-A KNI-MASQ -j MASQUERADE/);
+    assert.match(inNetns(d.nodeNetns, 'ip6tables', ['-t', 'nat', '-S', 'KNI-MASQ']).out, /-d fd00:10:244::\/64 -j RETURN/);
   });
 
   it('gives two pods dual-stack addresses; they ping each other and the gateway', async () => {

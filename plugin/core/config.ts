@@ -36,12 +36,39 @@ export interface NriConfig {
 
 export type SandboxKind = 'container' | 'vm';
 
+/** How other nodes' pods are reached: a route via the node (host-gw), an overlay (vxlan), or per peer. */
+export type Backend = 'auto' | 'host-gw' | 'vxlan';
+
+export interface KubernetesConfig {
+  /** This node's Node name ('' = kni runs without Kubernetes). KNI_NODE_NAME fills it. */
+  nodeName: string;
+  /** '' = the in-cluster service account. */
+  kubeconfig: string;
+  /** "namespace/name" of kni's ConfigMap, watched for live changes ('' = not watched). */
+  configMap: string;
+  /** The ConfigMap key holding this file. */
+  configKey: string;
+}
+
+export interface VxlanConfig {
+  vni: number;
+  port: number;
+  device: string;
+}
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
   bridge: string;
   mtu: number;
   ranges: Cidr[];
+  /** True when ranges come from the Node's spec.podCIDRs (kubernetes.nodeName set, no ranges given). */
+  rangesFromNode: boolean;
+  /** '' = the --log-level flag; else applied at start and on a live ConfigMap change. */
+  logLevel: string;
+  kubernetes: KubernetesConfig;
+  backend: Backend;
+  vxlan: VxlanConfig;
   /** Where CreateNetwork pins the netns it makes. */
   netnsDir: string;
   /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
@@ -73,6 +100,12 @@ export const defaultConfig = (): Config => ({
   bridge: 'kni0',
   mtu: 1500,
   ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
+  rangesFromNode: false,
+  logLevel: '',
+  kubernetes: { nodeName: '', kubeconfig: '', configMap: '', configKey: 'config.yaml' },
+  backend: 'auto',
+  // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
+  vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   netnsDir: '/run/netns',
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
@@ -85,15 +118,80 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
 
+export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
+
+function parseKubernetes(r: Record<string, unknown>, cfg: Config, problems: string[]): void {
+  if (r.kubernetes !== undefined) {
+    const k = r.kubernetes as Record<string, unknown>;
+    if (typeof k !== 'object' || k === null || Array.isArray(k)) problems.push('kubernetes must be a map of settings');
+    else {
+      for (const key of Object.keys(k)) if (!['nodeName', 'kubeconfig', 'configMap', 'configKey'].includes(key)) problems.push(`unknown setting "kubernetes.${key}"`);
+      if (k.nodeName !== undefined) {
+        if (typeof k.nodeName !== 'string' || (k.nodeName !== '' && !/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.nodeName))) problems.push(`kubernetes.nodeName ${JSON.stringify(k.nodeName)} is not a Node name`);
+        else cfg.kubernetes.nodeName = k.nodeName;
+      }
+      if (k.kubeconfig !== undefined) {
+        if (typeof k.kubeconfig !== 'string' || (k.kubeconfig !== '' && !path.isAbsolute(k.kubeconfig))) problems.push('kubernetes.kubeconfig must be an absolute path (or empty for the in-cluster service account)');
+        else cfg.kubernetes.kubeconfig = k.kubeconfig;
+      }
+      if (k.configMap !== undefined) {
+        if (typeof k.configMap !== 'string' || (k.configMap !== '' && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.configMap))) problems.push(`kubernetes.configMap ${JSON.stringify(k.configMap)} must be "namespace/name"`);
+        else cfg.kubernetes.configMap = k.configMap;
+      }
+      if (k.configKey !== undefined) {
+        if (typeof k.configKey !== 'string' || !/^[-._a-zA-Z0-9]{1,253}$/.test(k.configKey)) problems.push('kubernetes.configKey must be a ConfigMap key');
+        else cfg.kubernetes.configKey = k.configKey;
+      }
+    }
+  }
+  const fromEnv = process.env.KNI_NODE_NAME;
+  if (fromEnv !== undefined && fromEnv !== '') {
+    if (!/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(fromEnv)) problems.push(`KNI_NODE_NAME ${JSON.stringify(fromEnv)} is not a Node name`);
+    else cfg.kubernetes.nodeName = fromEnv;
+  }
+  if (r.backend !== undefined) {
+    if (r.backend !== 'auto' && r.backend !== 'host-gw' && r.backend !== 'vxlan') problems.push(`backend must be auto, host-gw or vxlan, not ${JSON.stringify(r.backend)}`);
+    else cfg.backend = r.backend;
+  }
+  if (r.vxlan !== undefined) {
+    const v = r.vxlan as Record<string, unknown>;
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) problems.push('vxlan must be a map of settings');
+    else {
+      for (const key of Object.keys(v)) if (!['vni', 'port', 'device'].includes(key)) problems.push(`unknown setting "vxlan.${key}"`);
+      if (v.vni !== undefined) {
+        if (!Number.isInteger(v.vni) || (v.vni as number) < 1 || (v.vni as number) > 0xffffff) problems.push('vxlan.vni must be a whole number from 1 to 16777215');
+        else cfg.vxlan.vni = v.vni as number;
+      }
+      if (v.port !== undefined) {
+        if (!Number.isInteger(v.port) || (v.port as number) < 1 || (v.port as number) > 65535) problems.push('vxlan.port must be a port number');
+        else cfg.vxlan.port = v.port as number;
+      }
+      if (v.device !== undefined) {
+        try {
+          cfg.vxlan.device = interfaceName(v.device, 'vxlan.device');
+        } catch (e) {
+          problems.push((e as Error).message);
+        }
+      }
+    }
+  }
+  if (r.logLevel !== undefined) {
+    if (typeof r.logLevel !== 'string' || !LOG_LEVELS.includes(r.logLevel)) problems.push(`logLevel must be one of ${LOG_LEVELS.join(', ')}`);
+    else cfg.logLevel = r.logLevel;
+  }
+  cfg.rangesFromNode = cfg.kubernetes.nodeName !== '' && r.ranges === undefined;
+  if (cfg.rangesFromNode) cfg.ranges = [];
+}
+
 export function parseConfig(raw: unknown, source = 'config'): Config {
   const cfg = defaultConfig();
   const problems: string[] = [];
-  if (raw === null || raw === undefined) return cfg;
+  if (raw === null || raw === undefined) raw = {};
   if (typeof raw !== 'object' || Array.isArray(raw)) throw new ConfigError(`${source}: not a map of settings`);
   const r = raw as Record<string, unknown>;
   for (const k of Object.keys(r)) if (!KEYS.has(k)) problems.push(`unknown setting ${JSON.stringify(k)}`);
@@ -236,23 +334,29 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (typeof r.vmTap !== 'boolean') problems.push('vmTap must be true or false');
     else cfg.vmTap = r.vmTap;
   }
+  parseKubernetes(r, cfg, problems);
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;
 }
 
 export function loadConfig(file?: string): Config {
-  if (!file) return defaultConfig();
+  if (!file) return parseConfig({}, '(embedded default)');
   let text: string;
   try {
     text = fs.readFileSync(file, 'utf8');
   } catch (e) {
     throw new ConfigError(`cannot read config ${file}: ${(e as Error).message}`);
   }
+  return parseConfigText(text, file);
+}
+
+/** A config file's text (YAML is a superset of JSON: one parser for both). */
+export function parseConfigText(text: string, source: string): Config {
   let raw: unknown;
   try {
-    raw = YAML.parse(text); // YAML is a superset of JSON: one parser for both
+    raw = YAML.parse(text);
   } catch (e) {
-    throw new ConfigError(`${file}: not valid YAML or JSON: ${(e as Error).message}`);
+    throw new ConfigError(`${source}: not valid YAML or JSON: ${(e as Error).message}`);
   }
-  return parseConfig(raw, file);
+  return parseConfig(raw, source);
 }

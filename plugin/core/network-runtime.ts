@@ -11,7 +11,9 @@ import { rebuildFromKernel, reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { addrList } from '../netlink/addr';
-import { IFF_UP, linkByName } from '../netlink/link';
+import { IFF_UP, linkByName, linkDel } from '../netlink/link';
+import { Cidr } from '../ipam/ip';
+import { removeMasquerade, syncMasquerade } from '../node/masquerade';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { createPinnedNetns, ensureNetnsDir, NotANetnsError, removePinnedNetns, socketInNetns } from '../netns/netns';
 import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
@@ -74,8 +76,14 @@ export class NetworkRuntime {
   readonly netns = new Map<string, NetnsRecord>();
   readonly locks = new KeyedMutex();
   readonly store: StateStore;
-  readonly ipam: Ipam;
+  /** Replaced only by adoptRanges, while no sandbox holds an address. */
+  ipam: Ipam;
   host!: NetlinkSocket;
+  /** Other nodes' pod CIDRs (from the node agent): pod traffic to them is not masqueraded. */
+  private peerCidrs: Cidr[] = [];
+  /** Why there are no pod ranges yet (ranges from the Node: set by the node agent). */
+  private noRangesReason = 'no pod ranges configured';
+  private ipamListeners: (() => void)[] = [];
   bridgeIndex = 0;
   private nodeReady = false;
   private nodeReason = 'node network not set up yet';
@@ -127,11 +135,7 @@ export class NetworkRuntime {
       log('error', 'node network setup failed; attaches will retry it', { error: (e as Error).message });
     }
     await this.reconcile().catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
-    this.sweeper = setInterval(() => {
-      sweepUnclaimedNetns(this);
-      void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
-    }, this.cfg.reconcileSeconds * 1000);
-    this.sweeper.unref();
+    this.restartSweeper();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.nodeReady });
   }
 
@@ -148,7 +152,8 @@ export class NetworkRuntime {
 
   async setupNode(): Promise<void> {
     try {
-      this.bridgeIndex = await setupNodeNetwork(this.host, this.cfg, this.ipam);
+      if (!this.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
+      this.bridgeIndex = await setupNodeNetwork(this.host, this.cfg, this.ipam, this.peerCidrs);
       const wasReady = this.nodeReady;
       this.nodeReady = true;
       this.nodeReason = '';
@@ -159,6 +164,78 @@ export class NetworkRuntime {
       if (e instanceof KniError) throw e;
       throw new KniError('FAILED_PRECONDITION', `node network setup failed: ${this.nodeReason}`);
     }
+  }
+
+  /** Until the pod ranges are known (from the Node), the node is not ready for this reason. */
+  waitForRanges(reason: string): void {
+    this.noRangesReason = reason;
+    if (!this.cfg.ranges.length) this.nodeReason = reason;
+  }
+
+  /**
+   * Takes the node's pod ranges (from its Node's spec.podCIDRs). While any sandbox holds an
+   * address from the current ranges a change is refused; with none, the bridge is made again
+   * with the new gateways.
+   */
+  async adoptRanges(ranges: Cidr[]): Promise<void> {
+    const same = ranges.length === this.cfg.ranges.length && ranges.every((c) => this.cfg.ranges.some((o) => o.text === c.text));
+    if (same) {
+      if (!this.nodeReady) await this.setupNode();
+      return;
+    }
+    if (this.sandboxes.size) {
+      throw new KniError('FAILED_PRECONDITION', `pod ranges ${ranges.map((c) => c.text).join(',')} differ from ${this.cfg.ranges.map((c) => c.text).join(',')}, which ${this.sandboxes.size} sandbox(es) use: not applied`);
+    }
+    const old = this.cfg.ranges;
+    if (old.length) {
+      await removeMasquerade(old);
+      if (linkByName(this.host, this.cfg.bridge)) this.host.request(linkDel(this.cfg.bridge));
+    }
+    this.cfg.ranges = ranges;
+    this.ipam = new Ipam(ranges);
+    this.nodeReady = false;
+    log('info', 'pod ranges adopted', { ranges: ranges.map((c) => c.text), previous: old.map((c) => c.text) });
+    await this.setupNode();
+  }
+
+  /** Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). */
+  async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
+    const key = (l: Cidr[]) => l.map((c) => c.text).sort().join(',');
+    if (key(cidrs) === key(this.peerCidrs)) return;
+    this.peerCidrs = cidrs;
+    if (this.nodeReady && this.cfg.masquerade) await syncMasquerade(this.cfg.ranges, [...this.cfg.ranges, ...cidrs]);
+  }
+
+  /** Masquerade turned on or off live. */
+  async applyMasquerade(): Promise<void> {
+    if (!this.cfg.ranges.length) return;
+    if (this.cfg.masquerade) await syncMasquerade(this.cfg.ranges, [...this.cfg.ranges, ...this.peerCidrs]);
+    else await removeMasquerade(this.cfg.ranges);
+  }
+
+  /** Calls cb after every change of address use (the node agent watches for exhaustion). */
+  onIpamChange(cb: () => void): void {
+    this.ipamListeners.push(cb);
+  }
+
+  private ipamChanged(): void {
+    for (const cb of this.ipamListeners) {
+      try {
+        cb();
+      } catch (e) {
+        log('error', 'IPAM listener failed', { error: (e as Error).message });
+      }
+    }
+  }
+
+  /** The reconcile/sweep interval changed live. */
+  restartSweeper(): void {
+    if (this.sweeper) clearInterval(this.sweeper);
+    this.sweeper = setInterval(() => {
+      sweepUnclaimedNetns(this);
+      void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
+    }, this.cfg.reconcileSeconds * 1000);
+    this.sweeper.unref();
   }
 
   /**
@@ -313,7 +390,12 @@ export class NetworkRuntime {
       return existing;
     }
     await this.ensureNode();
-    const addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
+    let addresses;
+    try {
+      addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
+    } finally {
+      this.ipamChanged();
+    }
     const owned = [...this.netns.values()].find((n) => n.path === ns.path);
     const rec: SandboxRecord = {
       id,
@@ -337,6 +419,7 @@ export class NetworkRuntime {
       withSpan('store.record', {}, () => this.store.sandboxes.put(id, rec)); // the addresses are on disk before anyone sees them
     } catch (e) {
       this.ipam.release(id, addresses);
+      this.ipamChanged();
       throw new KniError('UNAVAILABLE', `cannot record sandbox ${id} in the state dir: ${(e as Error).message}`);
     }
     this.sandboxes.set(id, rec);
@@ -478,6 +561,7 @@ export class NetworkRuntime {
     this.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
     this.sandboxes.delete(rec.id);
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
+    this.ipamChanged();
   }
 
   /**

@@ -72,6 +72,54 @@ export function bridgeAdd(name: string, mtu: number, mac: string): NetlinkReques
   };
 }
 
+export interface VxlanSpec {
+  name: string;
+  vni: number;
+  /** The node's own underlay address (IPv4 or IPv6) and the link that carries it. */
+  local: { family: 4 | 6; bytes: Buffer };
+  underlayIndex: number;
+  port: number;
+  mtu: number;
+  mac: string;
+}
+
+const IFLA_VXLAN_ID = 1;
+const IFLA_VXLAN_LINK = 3;
+const IFLA_VXLAN_LOCAL = 4;
+const IFLA_VXLAN_LEARNING = 7;
+const IFLA_VXLAN_PORT = 15;
+const IFLA_VXLAN_LOCAL6 = 17;
+
+/**
+ * A vxlan device with learning off: every remote endpoint comes from FDB entries kni writes,
+ * nothing is flooded. Replaces the settings of an existing device of that name.
+ */
+export function vxlanAdd(v: VxlanSpec): NetlinkRequest {
+  const port = Buffer.alloc(2);
+  port.writeUInt16BE(v.port); // the only big-endian vxlan attribute
+  return {
+    type: RTM_NEWLINK,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add vxlan ${v.name} (vni ${v.vni})`,
+    body: Buffer.concat([
+      ifinfomsg(0, IFF_UP, IFF_UP),
+      attrString(IFLA_IFNAME, v.name),
+      attrU32(IFLA_MTU, v.mtu),
+      attr(IFLA_ADDRESS, macBytes(v.mac)),
+      attrNested(IFLA_LINKINFO, [
+        attrString(IFLA_INFO_KIND, 'vxlan'),
+        attrNested(IFLA_INFO_DATA, [
+          attrU32(IFLA_VXLAN_ID, v.vni),
+          attrU32(IFLA_VXLAN_LINK, v.underlayIndex),
+          attr(v.local.family === 4 ? IFLA_VXLAN_LOCAL : IFLA_VXLAN_LOCAL6, v.local.bytes),
+          attrU8(IFLA_VXLAN_LEARNING, 0),
+          attr(IFLA_VXLAN_PORT, port),
+        ]),
+      ]),
+    ]),
+  };
+}
+
 export interface VethSpec {
   name: string;
   mtu: number;

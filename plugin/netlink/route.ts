@@ -1,9 +1,10 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
-import { Family, formatIp, ipBytes } from '../ipam/ip';
+import { Cidr, Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
 import { attr, attrU32, parseAttrs } from './attr';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWROUTE = 24;
+const RTM_DELROUTE = 25;
 const RTM_GETROUTE = 26;
 const RTA_DST = 1;
 const RTA_OIF = 4;
@@ -11,6 +12,12 @@ const RTA_GATEWAY = 5;
 const RTA_TABLE = 15;
 const RT_TABLE_MAIN = 254;
 const RTPROT_BOOT = 3;
+/**
+ * The routes kni makes to other nodes' pods carry this protocol number (ip route shows
+ * "proto 107"): at start every such route no peer wants any more is found and removed.
+ */
+export const RTPROT_KNI = 107;
+const RTNH_F_ONLINK = 4;
 const RT_SCOPE_UNIVERSE = 0;
 const RTN_UNICAST = 1;
 
@@ -20,19 +27,57 @@ export interface Route {
   destination: string;
   gateway: string;
   index: number;
+  protocol: number;
 }
 
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
-function rtmsg(family: Family, dstLen: number): Buffer {
+function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0): Buffer {
   const b = Buffer.alloc(12);
   b.writeUInt8(afOf(family), 0);
   b.writeUInt8(dstLen, 1);
   b.writeUInt8(RT_TABLE_MAIN, 4);
-  b.writeUInt8(RTPROT_BOOT, 5);
+  b.writeUInt8(protocol, 5);
   b.writeUInt8(RT_SCOPE_UNIVERSE, 6);
   b.writeUInt8(RTN_UNICAST, 7);
+  b.writeUInt32LE(flags, 8);
   return b;
+}
+
+export interface PeerRoute {
+  destination: Cidr;
+  gateway: string;
+  index: number;
+  /** The gateway is reached through this link even though no subnet of it covers it (vxlan). */
+  onlink: boolean;
+}
+
+const routeWhat = (r: PeerRoute): string => `route ${r.destination.text} via ${r.gateway}${r.onlink ? ' onlink' : ''} (link ${r.index})`;
+
+/** A route to another node's pods, marked as kni's (RTPROT_KNI); replaces what is there. */
+export function peerRouteAdd(r: PeerRoute): NetlinkRequest {
+  const f = r.destination.family;
+  return {
+    type: RTM_NEWROUTE,
+    flags: NLM_F_CREATE | NLM_F_REPLACE,
+    what: `add ${routeWhat(r)}`,
+    body: Buffer.concat([
+      rtmsg(f, r.destination.prefixLength, RTPROT_KNI, r.onlink ? RTNH_F_ONLINK : 0),
+      attr(RTA_DST, ipBytes(f, r.destination.base)),
+      attr(RTA_GATEWAY, ipBytes(f, parseIp(r.gateway).value)),
+      attrU32(RTA_OIF, r.index),
+    ]),
+  };
+}
+
+/** Deletes kni's route to a destination (whatever its gateway). */
+export function peerRouteDel(destination: Cidr): NetlinkRequest {
+  return {
+    type: RTM_DELROUTE,
+    flags: 0,
+    what: `delete route ${destination.text}`,
+    body: Buffer.concat([rtmsg(destination.family, destination.prefixLength, RTPROT_KNI), attr(RTA_DST, ipBytes(destination.family, destination.base))]),
+  };
 }
 
 /** The default route of one family via a gateway, out of the link with that index. */
@@ -60,6 +105,7 @@ export function routeList(sock: NetlinkSocket, family: Family): Route[] {
       destination: dst ? `${toIp(dst)}/${dstLen}` : dstLen === 0 ? 'default' : '',
       gateway: toIp(a.get(RTA_GATEWAY)),
       index: a.get(RTA_OIF)?.readUInt32LE(0) ?? 0,
+      protocol: m.body.readUInt8(5),
     });
   }
   return out;

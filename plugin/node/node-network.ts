@@ -4,11 +4,11 @@ import fs from 'node:fs';
 import { Config } from '../core/config';
 import { KniError } from '../core/errors';
 import { Ipam } from '../ipam/ipam';
-import { ipBytes } from '../ipam/ip';
+import { Cidr, ipBytes } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { bridgeAdd, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
 import { NetlinkSocket } from '../netlink/socket';
-import { ensureMasquerade } from './masquerade';
+import { removeMasquerade, syncMasquerade } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
 export function bridgeMac(ipam: Ipam): string {
@@ -17,7 +17,8 @@ export function bridgeMac(ipam: Ipam): string {
   return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
 }
 
-export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam): Promise<number> {
+/** `peerCidrs`: the other nodes' pod CIDRs, which pod traffic reaches unmasqueraded. */
+export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam, peerCidrs: Cidr[]): Promise<number> {
   let br = linkByName(sock, cfg.bridge);
   if (br && br.kind !== 'bridge') {
     throw new KniError('FAILED_PRECONDITION', `${cfg.bridge} exists and is a ${br.kind || 'non-bridge'} link, not a bridge`);
@@ -31,6 +32,7 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
   sock.exec(ipam.gateways().map((g) => addrAdd(br!.index, cfg.bridge, { family: g.family, value: g.address, prefixLength: g.prefixLength }, true)));
   fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
   if (cfg.ranges.some((c) => c.family === 6)) fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
-  if (cfg.masquerade) for (const c of cfg.ranges) await ensureMasquerade(c);
+  if (cfg.masquerade) await syncMasquerade(cfg.ranges, [...cfg.ranges, ...peerCidrs]);
+  else await removeMasquerade(cfg.ranges);
   return br.index;
 }

@@ -1,0 +1,85 @@
+// Neighbour and forwarding-database entries (RTM_*NEIGH, struct ndmsg): what a vxlan overlay
+// needs so that no ARP/NDP or flooding crosses it (flannel's model: both are written ahead).
+import { Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
+import { attr, parseAttrs } from './attr';
+import { macBytes } from './link';
+import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
+
+const RTM_NEWNEIGH = 28;
+const RTM_DELNEIGH = 29;
+const RTM_GETNEIGH = 30;
+const NDA_DST = 1;
+const NDA_LLADDR = 2;
+const NUD_PERMANENT = 0x80;
+const NTF_SELF = 0x02;
+const AF_BRIDGE = 7;
+const afOf = (f: Family): number => (f === 4 ? 2 : 10);
+
+export interface Neighbour {
+  /** 4 or 6: an IP → MAC entry; 'fdb': a MAC → remote endpoint entry of a vxlan device. */
+  family: Family | 'fdb';
+  index: number;
+  ip: string;
+  mac: string;
+}
+
+function ndmsg(family: number, index: number, state: number, flags: number): Buffer {
+  const b = Buffer.alloc(12);
+  b.writeUInt8(family, 0);
+  b.writeInt32LE(index, 4);
+  b.writeUInt16LE(state, 8);
+  b.writeUInt8(flags, 10);
+  return b;
+}
+
+const familyOf = (n: Neighbour): number => (n.family === 'fdb' ? AF_BRIDGE : afOf(n.family));
+const describe = (n: Neighbour): string => (n.family === 'fdb' ? `fdb ${n.mac} dst ${n.ip}` : `neighbour ${n.ip} lladdr ${n.mac}`);
+
+/** A permanent entry, replacing whatever the link had for that IP (or MAC, for the FDB). */
+export function neighSet(n: Neighbour): NetlinkRequest {
+  const ip = parseIp(n.ip);
+  return {
+    type: RTM_NEWNEIGH,
+    flags: NLM_F_CREATE | NLM_F_REPLACE,
+    what: `set ${describe(n)} (link ${n.index})`,
+    body: Buffer.concat([
+      ndmsg(familyOf(n), n.index, NUD_PERMANENT, n.family === 'fdb' ? NTF_SELF : 0),
+      attr(NDA_LLADDR, macBytes(n.mac)),
+      attr(NDA_DST, ipBytes(ip.family, ip.value)),
+    ]),
+  };
+}
+
+export function neighDel(n: Neighbour): NetlinkRequest {
+  const ip = parseIp(n.ip);
+  const key = n.family === 'fdb' ? attr(NDA_LLADDR, macBytes(n.mac)) : attr(NDA_DST, ipBytes(ip.family, ip.value));
+  const extra = n.family === 'fdb' ? [attr(NDA_DST, ipBytes(ip.family, ip.value))] : [];
+  return {
+    type: RTM_DELNEIGH,
+    flags: 0,
+    what: `delete ${describe(n)} (link ${n.index})`,
+    body: Buffer.concat([ndmsg(familyOf(n), n.index, 0, n.family === 'fdb' ? NTF_SELF : 0), key, ...extra]),
+  };
+}
+
+/** The permanent entries of one link (IPv4, IPv6 and FDB). */
+export function neighList(sock: NetlinkSocket, index: number): Neighbour[] {
+  const out: Neighbour[] = [];
+  for (const fam of [2, 10, AF_BRIDGE]) {
+    for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0), 'list neighbours')) {
+      if (m.body.readInt32LE(4) !== index || !(m.body.readUInt16LE(8) & NUD_PERMANENT)) continue;
+      const a = parseAttrs(m.body, 12);
+      const dst = a.get(NDA_DST);
+      const ll = a.get(NDA_LLADDR);
+      if (!dst || !ll || ll.length !== 6) continue;
+      const f: Family = dst.length === 4 ? 4 : 6;
+      out.push({
+        family: fam === AF_BRIDGE ? 'fdb' : f,
+        index,
+        ip: formatIp(f, [...dst].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n)),
+        mac: [...ll].map((x) => x.toString(16).padStart(2, '0')).join(':'),
+      });
+    }
+  }
+  return out;
+}

@@ -1,0 +1,197 @@
+// Routes to every other node's pods (flannel's model: backends behind one plan). For each
+// peer pod CIDR: host-gw — a route via the peer's address when that address is on a subnet
+// this node is directly connected to; vxlan — a route through kni's vxlan device to the
+// peer's gateway address, with the neighbour and FDB entries written ahead. `auto` picks
+// host-gw per peer where it can. Everything kni installs carries RTPROT_KNI, so a sync (and
+// the first one after a start) removes what no peer wants any more. All over rtnetlink.
+import { Backend, Config } from '../core/config';
+import { Cidr, cidrContains, cidrsOverlap, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
+import { addrList } from '../netlink/addr';
+import { linkByName } from '../netlink/link';
+import { neighDel, neighList, Neighbour, neighSet } from '../netlink/neigh';
+import { PeerRoute, peerRouteAdd, peerRouteDel, routeList, RTPROT_KNI } from '../netlink/route';
+import { NetlinkSocket } from '../netlink/socket';
+import { ensureVxlanDevice, removeVxlanDevice, vtepMac } from './vxlan-device';
+
+/** What kni needs of a Node: its name, InternalIPs and spec.podCIDRs. */
+export interface NodeView {
+  name: string;
+  internalIPs: string[];
+  podCidrs: string[];
+}
+
+export interface PeerRouteStatus {
+  node: string;
+  destination: string;
+  backend: 'host-gw' | 'vxlan' | '';
+  via: string;
+  device: string;
+  state: 'installed' | 'failed' | 'unreachable';
+  error: string;
+}
+
+interface Planned {
+  status: PeerRouteStatus;
+  route?: PeerRoute;
+  /** vxlan: the peer's underlay address (FDB) and its device MAC. */
+  vtep?: { ip: string; mac: string };
+}
+
+const familyOf = (ip: string): Family => parseIp(ip).family;
+
+/** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
+const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
+
+export class PeerNetwork {
+  private last: PeerRouteStatus[] = [];
+  vxlanMtu = 0;
+
+  constructor(private readonly sock: NetlinkSocket, private readonly cfg: Config) {}
+
+  status(): PeerRouteStatus[] {
+    return this.last;
+  }
+
+  /** Makes the kernel hold exactly the routes these peers need. Never throws for one route. */
+  sync(self: NodeView, peers: NodeView[]): PeerRouteStatus[] {
+    const backend: Backend = this.cfg.backend;
+    const skipIndex = new Set([this.cfg.bridge, this.cfg.vxlan.device].map((n) => linkByName(this.sock, n)?.index ?? -1));
+    const own = addrList(this.sock).filter((a) => !skipIndex.has(a.index) && !a.address.startsWith('fe80:') && !a.address.startsWith('127.') && a.address !== '::1');
+    const connectedIndex = (ip: string): number | undefined => {
+      const p = parseIp(ip);
+      for (const a of own) {
+        if (a.family !== p.family || a.address === ip) continue;
+        if (cidrContains(parseCidr(`${a.address}/${a.prefixLength}`), p.family, p.value)) return a.index;
+      }
+      return undefined;
+    };
+    // The underlay: this node's first InternalIP found on one of its links (IPv4 first).
+    const selfIps = [...self.internalIPs].sort((a, b) => familyOf(a) - familyOf(b));
+    const underlay = selfIps.map((ip) => ({ ip, link: own.find((a) => a.address === ip) })).find((u) => u.link);
+    const ownRanges = this.cfg.ranges;
+
+    const plans: Planned[] = [];
+    for (const peer of peers) {
+      if (peer.name === self.name) continue;
+      for (const text of peer.podCidrs) {
+        const status: PeerRouteStatus = { node: peer.name, destination: text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
+        plans.push({ status });
+        let c: Cidr;
+        try {
+          c = parseCidr(text);
+        } catch (e) {
+          status.state = 'failed';
+          status.error = `podCIDR ${JSON.stringify(text)}: ${(e as Error).message}`;
+          continue;
+        }
+        status.destination = c.text;
+        if (ownRanges.some((o) => cidrsOverlap(o, c))) {
+          status.state = 'failed';
+          status.error = `overlaps this node's pod range`;
+          continue;
+        }
+        const peerIp = peer.internalIPs.find((ip) => familyOf(ip) === c.family);
+        const direct = peerIp ? connectedIndex(peerIp) : undefined;
+        if (backend === 'host-gw' || (backend === 'auto' && direct !== undefined)) {
+          if (peerIp === undefined || direct === undefined) {
+            status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP`;
+            continue;
+          }
+          Object.assign(status, { backend: 'host-gw', via: peerIp });
+          plans[plans.length - 1].route = { destination: c, gateway: peerIp, index: direct, onlink: false };
+          continue;
+        }
+        if (!underlay) {
+          status.error = `vxlan needs an InternalIP of this node (${self.internalIPs.join(', ') || 'none'}) on one of its links`;
+          continue;
+        }
+        const peerUnderlay = peer.internalIPs.find((ip) => familyOf(ip) === underlay.link!.family);
+        if (!peerUnderlay) {
+          status.error = `the node has no IPv${underlay.link!.family} InternalIP to reach over vxlan`;
+          continue;
+        }
+        Object.assign(status, { backend: 'vxlan', via: gatewayOf(c), device: this.cfg.vxlan.device });
+        plans[plans.length - 1].route = { destination: c, gateway: gatewayOf(c), index: 0, onlink: true };
+        plans[plans.length - 1].vtep = { ip: peerUnderlay, mac: vtepMac(peerUnderlay) };
+      }
+    }
+
+    const overlay = plans.filter((p) => p.vtep && p.route);
+    let vxlanIndex = 0;
+    if (overlay.length) {
+      try {
+        const dev = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link!.index);
+        vxlanIndex = dev.index;
+        this.vxlanMtu = dev.mtu;
+      } catch (e) {
+        for (const p of overlay) Object.assign(p.status, { state: 'failed', error: `vxlan device: ${(e as Error).message}` });
+        for (const p of overlay) p.route = undefined;
+      }
+    } else if (removeVxlanDevice(this.sock, this.cfg.vxlan.device)) {
+      this.vxlanMtu = 0;
+    }
+    if (vxlanIndex) this.syncNeighbours(vxlanIndex, overlay);
+
+    for (const p of plans) {
+      if (!p.route) continue;
+      if (p.vtep) p.route.index = vxlanIndex;
+      try {
+        this.sock.request(peerRouteAdd(p.route));
+        p.status.state = 'installed';
+      } catch (e) {
+        Object.assign(p.status, { state: 'failed', error: (e as Error).message });
+      }
+    }
+    this.removeStale(new Set(plans.filter((p) => p.status.state === 'installed').map((p) => p.status.destination)));
+    this.last = plans.map((p) => p.status);
+    return this.last;
+  }
+
+  private syncNeighbours(index: number, overlay: Planned[]): void {
+    const want: Neighbour[] = [];
+    for (const p of overlay) {
+      want.push({ family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac });
+      want.push({ family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac });
+    }
+    const key = (n: Neighbour) => `${n.family}/${n.ip}/${n.mac}`;
+    const wanted = new Set(want.map(key));
+    for (const n of neighList(this.sock, index)) {
+      if (wanted.has(key(n))) continue;
+      try {
+        this.sock.request(neighDel(n));
+      } catch {
+        // gone already
+      }
+    }
+    for (const n of want) {
+      try {
+        this.sock.request(neighSet(n));
+      } catch (e) {
+        const p = overlay.find((o) => o.vtep!.mac === n.mac);
+        if (p) Object.assign(p.status, { state: 'failed', error: (e as Error).message });
+        if (p) p.route = undefined;
+      }
+    }
+  }
+
+  /** Every RTPROT_KNI route whose destination no peer wants now. */
+  private removeStale(keep: Set<string>): void {
+    for (const f of [4, 6] as Family[]) {
+      for (const r of routeList(this.sock, f)) {
+        if (r.protocol !== RTPROT_KNI || keep.has(r.destination)) continue;
+        try {
+          this.sock.request(peerRouteDel(parseCidr(r.destination)));
+        } catch {
+          // gone already
+        }
+      }
+    }
+  }
+
+  /** Everything kni made for peers (kni removed from the node). */
+  teardown(): void {
+    this.removeStale(new Set());
+    removeVxlanDevice(this.sock, this.cfg.vxlan.device);
+    this.last = [];
+  }
+}

@@ -1,0 +1,56 @@
+// The vxlan device of the overlay backend. Every node derives each peer's device MAC from the
+// peer's underlay address (vtepMac), so nothing has to be published on the Node object: the
+// FDB and neighbour entries can be written from the Node list alone.
+import crypto from 'node:crypto';
+import { Family, ipBytes, parseIp } from '../ipam/ip';
+import { linkByName, linkDel, linkList, linkSetAlias, vxlanAdd } from '../netlink/link';
+import { NetlinkSocket } from '../netlink/socket';
+import { VxlanConfig } from '../core/config';
+
+/** IPv4 outer header 20 + UDP 8 + vxlan 8 + inner Ethernet 14; IPv6 outer header is 40. */
+export const vxlanOverhead = (underlay: Family): number => (underlay === 4 ? 50 : 70);
+
+/** A locally administered unicast MAC that only this underlay address yields. */
+export function vtepMac(underlayIp: string): string {
+  const h = crypto.createHash('sha256').update(`kni-vtep/${underlayIp}`).digest();
+  return ['0e', ...[...h.subarray(0, 5)].map((b) => b.toString(16).padStart(2, '0'))].join(':');
+}
+
+export interface VxlanDevice {
+  index: number;
+  name: string;
+  mtu: number;
+  underlay: Family;
+}
+
+/**
+ * The device as the config and this node's underlay address want it: made if missing, made
+ * again if its settings (recorded in its alias) differ. Returns it with its MTU, which is the
+ * underlay link's less the encapsulation.
+ */
+export function ensureVxlanDevice(sock: NetlinkSocket, cfg: VxlanConfig, localIp: string, underlayIndex: number): VxlanDevice {
+  const local = parseIp(localIp);
+  const underlay = linkList(sock).find((l) => l.index === underlayIndex);
+  if (!underlay) throw new Error(`the underlay link (index ${underlayIndex}) of ${localIp} is gone`);
+  const mtu = underlay.mtu - vxlanOverhead(local.family);
+  const want = `kni:vxlan vni=${cfg.vni} port=${cfg.port} local=${localIp} link=${underlay.name} mtu=${mtu}`;
+  let dev = linkByName(sock, cfg.device);
+  if (dev && (dev.kind !== 'vxlan' || dev.alias !== want)) {
+    if (dev.kind !== 'vxlan') throw new Error(`${cfg.device} exists and is a ${dev.kind || 'non-vxlan'} link, not kni's vxlan device`);
+    sock.request(linkDel(cfg.device, dev.index));
+    dev = undefined;
+  }
+  if (!dev) {
+    sock.request(vxlanAdd({ name: cfg.device, vni: cfg.vni, port: cfg.port, mtu, mac: vtepMac(localIp), underlayIndex, local: { family: local.family, bytes: ipBytes(local.family, local.value) } }));
+    dev = linkByName(sock, cfg.device)!;
+    sock.request(linkSetAlias(dev.index, cfg.device, want));
+  }
+  return { index: dev.index, name: cfg.device, mtu, underlay: local.family };
+}
+
+export function removeVxlanDevice(sock: NetlinkSocket, name: string): boolean {
+  const dev = linkByName(sock, name);
+  if (!dev || dev.kind !== 'vxlan') return false;
+  sock.request(linkDel(name, dev.index));
+  return true;
+}

@@ -1,0 +1,172 @@
+// Routes to other nodes' pods on the real kernel: two kni nodes (each a daemon in its own node
+// netns), their pods, and PeerNetwork.sync run inside each node netns as the node agent runs
+// it. host-gw where the nodes share a subnet; vxlan (chosen by auto) where a router joins two
+// subnets; stale kni routes removed; a peer removed takes its routes, FDB and neighbours along.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { parseConfig } from '../plugin/core/config';
+import { NetlinkSocket } from '../plugin/netlink/socket';
+import { socketInNetns } from '../plugin/netns/netns';
+import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
+import { inNetns, ping, RUN, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
+
+const RANGES = [['10.61.1.0/24', 'fd00:61:1::/64'], ['10.61.2.0/24', 'fd00:61:2::/64']];
+
+interface KniNode {
+  d: TestDaemon;
+  sock: NetlinkSocket;
+  peers: PeerNetwork;
+  view: NodeView;
+  pod: { netns: string; v4: string; v6: string };
+}
+
+async function kniNode(i: number, backend: string): Promise<KniNode> {
+  const d = await TestDaemon.start({ ranges: RANGES[i], masquerade: false });
+  const kni = d.kni();
+  const { netns_path } = await kni.CreateNetwork({ name: `pod${i}`, namespace: 'default' });
+  const net = await d.rt().Attach({ sandbox_id: `${RUN}-pod${i}`, netns_path, pod: { name: `pod${i}`, namespace: 'default', uid: `uid-${i}` } });
+  const addrs: string[] = net.interfaces[0].addresses.map((a: any) => a.address);
+  const fd = fs.openSync(d.nodeNetns, 'r');
+  const sock = socketInNetns(fd);
+  fs.closeSync(fd);
+  const cfg = parseConfig({ ranges: RANGES[i], backend, vxlan: { device: `${RUN}vx` } });
+  return { d, sock, peers: new PeerNetwork(sock, cfg), view: { name: `node${i}`, internalIPs: [], podCidrs: RANGES[i] }, pod: { netns: netns_path, v4: addrs[0], v6: addrs[1] } };
+}
+
+const routesIn = (netns: string, family: '-4' | '-6'): string => inNetns(netns, 'ip', [family, 'route', 'show', 'proto', '107']).out;
+
+function both(a: KniNode, b: KniNode): void {
+  a.peers.sync(a.view, [a.view, b.view]);
+  b.peers.sync(b.view, [a.view, b.view]);
+}
+
+function reachable(a: KniNode, b: KniNode): void {
+  for (const [from, to] of [[a, b], [b, a]]) {
+    assert.ok(ping(from.pod.netns, to.pod.v4), `${from.pod.v4} cannot ping ${to.pod.v4}:\n${routesIn(from.d.nodeNetns, '-4')}`);
+    assert.ok(ping(from.pod.netns, to.pod.v6), `${from.pod.v6} cannot ping ${to.pod.v6}:\n${routesIn(from.d.nodeNetns, '-6')}`);
+  }
+}
+
+describe('routes to other nodes\' pods (real kernel)', () => {
+  describe('host-gw: nodes on one subnet', () => {
+    let a: KniNode;
+    let b: KniNode;
+    before(async () => {
+      a = await kniNode(0, 'auto');
+      b = await kniNode(1, 'auto');
+      sh('ip', ['link', 'add', `${RUN}ha`, 'netns', a.d.nodeNetnsName, 'type', 'veth', 'peer', 'name', `${RUN}hb`, 'netns', b.d.nodeNetnsName]);
+      for (const [n, link, v4, v6] of [[a, `${RUN}ha`, '192.168.61.1', 'fd00:6100::1'], [b, `${RUN}hb`, '192.168.61.2', 'fd00:6100::2']] as const) {
+        sh('ip', ['-n', n.d.nodeNetnsName, 'addr', 'add', `${v4}/24`, 'dev', link]);
+        sh('ip', ['-n', n.d.nodeNetnsName, '-6', 'addr', 'add', `${v6}/64`, 'dev', link, 'nodad']);
+        sh('ip', ['-n', n.d.nodeNetnsName, 'link', 'set', link, 'up']);
+        n.view.internalIPs = [v4, v6];
+      }
+      // A new link's IPv6 answers neighbour solicitations only once its link-local address
+      // has passed DAD (about a second): wait for that, it is not what is tested.
+      await waitFor(() => inNetns(a.d.nodeNetns, 'ping', ['-c', '1', '-W', '1', 'fd00:6100::2']).ok, 10_000, () => 'node link IPv6 never came up');
+    });
+    after(() => {
+      for (const n of [a, b]) {
+        n?.sock.close();
+        n?.d.cleanup();
+      }
+    });
+
+    it('pods on the two nodes reach each other over IPv4 and IPv6 through routes via the peer', () => {
+      assert.ok(!ping(a.pod.netns, b.pod.v4), 'reachable before any route: the test proves nothing');
+      both(a, b);
+      const st = a.peers.status();
+      assert.deepEqual(st.map((s) => [s.destination, s.backend, s.via, s.state]), [['10.61.2.0/24', 'host-gw', '192.168.61.2', 'installed'], ['fd00:61:2::/64', 'host-gw', 'fd00:6100::2', 'installed']]);
+      assert.match(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0\/24 via 192\.168\.61\.2/);
+      assert.match(routesIn(a.d.nodeNetns, '-6'), /fd00:61:2::\/64 via fd00:6100::2/);
+      reachable(a, b);
+    });
+
+    it('a sync removes a stale kni route (a restart after a node went away) and leaves other routes alone', () => {
+      sh('ip', ['-n', a.d.nodeNetnsName, 'route', 'add', '10.99.0.0/24', 'via', '192.168.61.2', 'proto', '107']);
+      sh('ip', ['-n', a.d.nodeNetnsName, 'route', 'add', '10.98.0.0/24', 'via', '192.168.61.2']);
+      both(a, b);
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.99\.0\.0/);
+      assert.match(inNetns(a.d.nodeNetns, 'ip', ['-4', 'route']).out, /10\.98\.0\.0\/24/, 'a route kni did not make was removed');
+      reachable(a, b);
+    });
+
+    it('backend host-gw with a peer off-subnet: the route is reported unreachable, not made', () => {
+      const far: NodeView = { name: 'far', internalIPs: ['172.31.9.9'], podCidrs: ['10.61.9.0/24'] };
+      const cfgBackend = (a.peers as any).cfg.backend;
+      (a.peers as any).cfg.backend = 'host-gw';
+      try {
+        const st = a.peers.sync(a.view, [a.view, b.view, far]);
+        const farSt = st.find((s) => s.node === 'far')!;
+        assert.equal(farSt.state, 'unreachable');
+        assert.match(farSt.error, /172\.31\.9\.9 is not on a subnet this node is connected to/);
+        assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.9\.0/);
+      } finally {
+        (a.peers as any).cfg.backend = cfgBackend;
+      }
+    });
+
+    it('a peer removed: its routes go', () => {
+      a.peers.sync(a.view, [a.view]);
+      assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');
+      assert.equal(routesIn(a.d.nodeNetns, '-6').trim(), '');
+      assert.ok(!ping(a.pod.netns, b.pod.v4));
+    });
+  });
+
+  describe('vxlan: nodes on two subnets joined by a router (auto picks vxlan)', () => {
+    let a: KniNode;
+    let b: KniNode;
+    const router = `${RUN}-router`;
+    before(async () => {
+      a = await kniNode(0, 'auto');
+      b = await kniNode(1, 'auto');
+      sh('ip', ['netns', 'add', router]);
+      sh('ip', ['netns', 'exec', router, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+      for (const [n, i] of [[a, 1], [b, 2]] as const) {
+        const link = `${RUN}r${i}`;
+        sh('ip', ['link', 'add', link, 'netns', n.d.nodeNetnsName, 'type', 'veth', 'peer', 'name', `${RUN}rr${i}`, 'netns', router]);
+        sh('ip', ['-n', router, 'addr', 'add', `192.168.7${i}.254/24`, 'dev', `${RUN}rr${i}`]);
+        sh('ip', ['-n', router, 'link', 'set', `${RUN}rr${i}`, 'up']);
+        sh('ip', ['-n', n.d.nodeNetnsName, 'addr', 'add', `192.168.7${i}.1/24`, 'dev', link]);
+        sh('ip', ['-n', n.d.nodeNetnsName, 'link', 'set', link, 'up']);
+        sh('ip', ['-n', n.d.nodeNetnsName, 'route', 'add', 'default', 'via', `192.168.7${i}.254`]);
+        n.view.internalIPs = [`192.168.7${i}.1`];
+      }
+    });
+    after(() => {
+      for (const n of [a, b]) {
+        n?.sock.close();
+        n?.d.cleanup();
+      }
+      trySh('ip', ['netns', 'del', router]);
+    });
+
+    it('pods reach each other over IPv4 and IPv6 inside the overlay; the router sees only vxlan between the nodes', () => {
+      assert.ok(!ping(a.pod.netns, b.pod.v4), 'reachable before any route: the test proves nothing');
+      both(a, b);
+      const st = a.peers.status();
+      assert.deepEqual(st.map((s) => [s.destination, s.backend, s.via, s.state]), [['10.61.2.0/24', 'vxlan', '10.61.2.1', 'installed'], ['fd00:61:2::/64', 'vxlan', 'fd00:61:2::1', 'installed']]);
+      const dev = inNetns(a.d.nodeNetns, 'ip', ['-d', 'link', 'show', `${RUN}vx`]).out;
+      assert.match(dev, /vxlan id 4096 local 192\.168\.71\.1 dev \S+ srcport \d+ \d+ dstport 8472 nolearning/);
+      assert.match(dev, /mtu 1450/, 'the vxlan MTU is not the underlay MTU less the encapsulation');
+      assert.match(inNetns(a.d.nodeNetns, 'bridge', ['fdb', 'show', 'dev', `${RUN}vx`]).out, /dst 192\.168\.72\.1 self permanent/);
+      // The router has no route to any pod range: only encapsulated traffic can cross it.
+      assert.doesNotMatch(inNetns(router, 'ip', ['route']).out, /10\.61\./);
+      reachable(a, b);
+    });
+
+    it('a peer removed: routes, neighbours and FDB entries go, and with no vxlan peer left the device too', () => {
+      a.peers.sync(a.view, [a.view]);
+      assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');
+      assert.equal(trySh('ip', ['-n', a.d.nodeNetnsName, 'link', 'show', `${RUN}vx`]).ok, false, 'vxlan device left behind');
+      both(a, b);
+      reachable(a, b);
+      a.peers.teardown();
+      b.peers.teardown();
+      assert.equal(routesIn(b.d.nodeNetns, '-6').trim(), '');
+    });
+  });
+});
