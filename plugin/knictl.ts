@@ -72,11 +72,29 @@ program.command('pod <sandbox-id>').description("one sandbox's network: interfac
   });
 });
 
-program.command('node').description('node networks and readiness').addOption(output()).action(async (o) => {
+function clusterText(c: any): string {
+  const api = c.api ?? {};
+  const lines = [
+    `node: ${c.node_name}`,
+    `pod CIDRs of the Node: ${c.node_pod_cidrs.join(',') || '-'}   ranges in use: ${c.ranges.join(',') || '-'}${c.ranges_problem ? `   problem: ${c.ranges_problem}` : ''}`,
+    `backend: ${c.backend}`,
+    `API server: ${api.connected ? 'connected' : `NOT CONNECTED${api.error ? ` (${api.error})` : ''}`} via ${api.source}, watch restarts: ${api.watch_restarts ?? 0}`,
+    '',
+  ].join('\n');
+  const rows = c.peers.flatMap((p: any) =>
+    (p.routes.length ? p.routes : [{ destination: p.pod_cidrs.join(',') || '-', backend: '', via: '', state: 'none', error: p.pod_cidrs.length ? '' : 'no podCIDRs' }]).map((r: any) => [
+      p.name, p.internal_ips.join(','), r.destination, r.backend || '-', r.via || '-', r.state, r.error || '-',
+    ]),
+  );
+  return `${lines}\n${table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBLEM'], ...rows])}`;
+}
+
+program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).action(async (o) => {
   const n = await withClient((c) => c.GetNode());
   print(o.output, n, () =>
     `ready: ${n.ready}\n` +
-    table([['NETWORK', 'READY', 'BRIDGE', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, String(x.mtu), x.ranges.join(','), x.reason || '-'])]),
+    table([['NETWORK', 'READY', 'BRIDGE', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
+    (n.cluster ? `\n${clusterText(n.cluster)}` : ''),
   );
 });
 

@@ -14,6 +14,10 @@ import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
+import { ConfigWatch } from './kube/config-watch';
+import { connectKube, KubeApi } from './kube/kube-api';
+import { NodeAgent } from './kube/node-agent';
+import { readRangesFile } from './kube/node-ranges';
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -52,6 +56,7 @@ async function main(): Promise<void> {
   setLogLevel(opts.logLevel);
   if (opts.metricsAddr) parseMetricsAddr(opts.metricsAddr); // a typo fails before anything starts
   const cfg = loadConfig(opts.config);
+  if (cfg.logLevel) setLogLevel(cfg.logLevel);
   if (opts.printConfig) {
     process.stdout.write(`${JSON.stringify({ ...cfg, ranges: cfg.ranges.map((c) => c.text) }, null, 2)}\n`);
     return;
@@ -68,8 +73,23 @@ async function main(): Promise<void> {
   await clearStaleSocket(cfg.cni.socket);
   lockStateDir(opts.stateDir);
   const stopTracing = startTracingFromEnv();
+  let api: KubeApi | undefined;
+  if (cfg.kubernetes.nodeName) {
+    try {
+      api = connectKube(cfg.kubernetes.kubeconfig);
+    } catch (e) {
+      throw new ConfigError(`kubernetes.nodeName is ${cfg.kubernetes.nodeName} but ${(e as Error).message}`);
+    }
+    // State on disk wins: the ranges this node's pods hold addresses in, even with the API away.
+    if (cfg.rangesFromNode) cfg.ranges = readRangesFile(opts.stateDir) ?? [];
+  }
   const rt = new NetworkRuntime(cfg, opts.stateDir);
+  if (cfg.rangesFromNode && !cfg.ranges.length) rt.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
   await rt.start();
+  const agent = api ? new NodeAgent(rt, cfg, opts.stateDir, api) : undefined;
+  agent?.start();
+  const configWatch = api && cfg.kubernetes.configMap ? new ConfigWatch(rt, cfg, api, { flagLogLevel: opts.logLevel, resyncRoutes: () => agent?.resync() }) : undefined;
+  configWatch?.start();
   registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });
   const metrics = opts.metricsAddr ? await serveMetrics(opts.metricsAddr) : undefined;
   if (cfg.cri.socket) {
@@ -77,7 +97,7 @@ async function main(): Promise<void> {
     await reconcileWithCri(rt, cfg.cri.socket, 0);
     setInterval(() => void reconcileWithCri(rt, cfg.cri.socket, cfg.cri.reconcileSeconds * 1000), cfg.cri.reconcileSeconds * 1000).unref();
   }
-  const server = await serve(rt, opts.socket, [{ definition: podNetworkLifecycleService(), handlers: podNetworkLifecycleHandlers(rt) }]);
+  const server = await serve(rt, opts.socket, [{ definition: podNetworkLifecycleService(), handlers: podNetworkLifecycleHandlers(rt) }], agent);
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
@@ -89,11 +109,13 @@ async function main(): Promise<void> {
       log('error', 'cannot install the CNI config', { error: (e as Error).message });
     }
   });
-  log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)' });
+  log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
 
   const shutdown = (signal: string) => {
     log('info', 'shutting down; pods stay as they are', { signal });
     nri?.stop();
+    agent?.stop();
+    configWatch?.stop();
     cniServer.close();
     metrics?.close();
     server.shutdown(() => {

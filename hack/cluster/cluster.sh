@@ -20,6 +20,8 @@ BIN=${KNI_CLUSTER_CACHE:-/var/cache/kni-cluster}/bin
 WORKERS=(w1 w2)
 CP_IP=10.240.0.10
 IMAGE=kni.local/e2e:1
+# Each Node's IPv4 pod CIDR size (a small one, e.g. 28, lets a test fill a node's range).
+MASK4=${KNI_CLUSTER_NODE_MASK4:-24}
 PATH=$BIN:$PATH
 
 ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) echo 10.240.0.12 ;; host) echo 10.240.0.1 ;; esac; }
@@ -101,11 +103,15 @@ make_pki() {
   cert kcm "/CN=system:kube-controller-manager"
   cert scheduler "/CN=system:kube-scheduler"
   cert kube-proxy "/CN=system:kube-proxy"
+  # kni run by hand (cluster.sh kni) gets exactly the DaemonSet's rights: RBAC binds them to the
+  # service account's user name, which this certificate carries.
+  cert kni "/O=system:serviceaccounts/CN=system:serviceaccount:kube-system:kni"
   for w in "${WORKERS[@]}"; do cert "kubelet-$w" "/O=system:nodes/CN=system:node:kc-$w" "IP:$(ip4 "$w")"; done
   kubeconfig "$CL/admin.kubeconfig" admin
   kubeconfig "$CL/kcm.kubeconfig" kcm
   kubeconfig "$CL/scheduler.kubeconfig" scheduler
   kubeconfig "$CL/kube-proxy.kubeconfig" kube-proxy
+  kubeconfig "$CL/kni.kubeconfig" kni
   for w in "${WORKERS[@]}"; do kubeconfig "$CL/kubelet-$w.kubeconfig" "kubelet-$w"; done
 }
 
@@ -135,21 +141,24 @@ make_network() {
 }
 
 # --- control plane ---
-start_control_plane() {
-  mkdir -p "$CL/etcd"
-  start etcd cp etcd --data-dir "$CL/etcd" --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
-    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380
-  wait_for 30 etcd nsenter --net=/run/netns/kc-cp curl -sf http://127.0.0.1:2379/health
+start_apiserver() {
   start kube-apiserver cp kube-apiserver --etcd-servers=http://127.0.0.1:2379 --bind-address="$CP_IP" --advertise-address="$CP_IP" --secure-port=6443 \
     --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --tls-cert-file="$CL/pki/apiserver.crt" --tls-private-key-file="$CL/pki/apiserver.key" \
     --client-ca-file="$CL/pki/ca.crt" --service-account-key-file="$CL/pki/sa.pub" --service-account-signing-key-file="$CL/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction \
     --kubelet-client-certificate="$CL/pki/apiserver-kubelet-client.crt" --kubelet-client-key="$CL/pki/apiserver-kubelet-client.key" --allow-privileged=true \
     --kubelet-preferred-address-types=InternalIP
+}
+start_control_plane() {
+  mkdir -p "$CL/etcd"
+  start etcd cp etcd --data-dir "$CL/etcd" --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 --initial-cluster default=http://127.0.0.1:2380
+  wait_for 30 etcd nsenter --net=/run/netns/kc-cp curl -sf http://127.0.0.1:2379/health
+  start_apiserver
   wait_for 90 kube-apiserver kubectl --kubeconfig "$CL/admin.kubeconfig" get --raw /readyz
   start kube-controller-manager cp kube-controller-manager --kubeconfig="$CL/kcm.kubeconfig" --authentication-kubeconfig="$CL/kcm.kubeconfig" \
     --authorization-kubeconfig="$CL/kcm.kubeconfig" --leader-elect=false --allocate-node-cidrs=true \
-    --cluster-cidr=10.244.0.0/16,fd00:10:244::/56 --node-cidr-mask-size-ipv4=24 --node-cidr-mask-size-ipv6=64 \
+    --cluster-cidr=10.244.0.0/16,fd00:10:244::/56 --node-cidr-mask-size-ipv4=$MASK4 --node-cidr-mask-size-ipv6=64 \
     --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --service-account-private-key-file="$CL/pki/sa.key" --root-ca-file="$CL/pki/ca.crt" \
     --cluster-signing-cert-file="$CL/pki/ca.crt" --cluster-signing-key-file="$CL/pki/ca.key" --use-service-account-credentials=true
   start kube-scheduler cp kube-scheduler --kubeconfig="$CL/scheduler.kubeconfig" --authentication-kubeconfig="$CL/scheduler.kubeconfig" \
@@ -228,23 +237,22 @@ up() {
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
 }
 
-# kni from this checkout on every worker (until it runs as the DaemonSet from its image), on the
-# pod ranges the controller manager gave each Node.
+# kni from this checkout on every worker, as the DaemonSet runs it but without the image: the
+# manifest's ConfigMap and RBAC objects are applied, each kni reads that config, its Node name
+# from KNI_NODE_NAME (the DaemonSet's downward API) and the API through kni.kubeconfig (the
+# DaemonSet's service account). Each takes its pod ranges from its Node.
 kni_up() {
-  for w in "${WORKERS[@]}"; do
-    local d=$CL/$w cidrs
-    wait_for 60 "podCIDRs of kc-$w" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.spec.podCIDRs}' | grep -q ."
-    cidrs=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs}')
-    cat > "$d/kni.json" <<EOF
-{"ranges": $cidrs, "cni": {"confDir": "/etc/cni/net.d", "binDir": "/opt/cni/bin"},
- "nri": {"enabled": true, "socket": "/run/nri/nri.sock"}, "cri": {"socket": "/run/containerd/containerd.sock"}}
-EOF
-    start "kni-$w" "$w" node "$repo/dist/plugin/main.js" --config "$d/kni.json"
-  done
+  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -l kni.dev/part=setup -f "$repo/kind-config/kni-daemonset.yaml" > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system get configmap kni-config -o jsonpath='{.data.config\.yaml}' > "$CL/kni.yaml"
+  for w in "${WORKERS[@]}"; do start_kni "$w"; done
   for w in "${WORKERS[@]}"; do
     wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
   done
   log "kni runs on every worker; nodes Ready"
+}
+
+start_kni() {
+  start "kni-$1" "$1" env KNI_NODE_NAME="kc-$1" KUBECONFIG="$CL/kni.kubeconfig" node "$repo/dist/plugin/main.js" --config "$CL/kni.yaml"
 }
 
 # kni as the DaemonSet of kind-config/kni-daemonset.yaml, from its image built here
@@ -321,9 +329,18 @@ down() {
 case "${1:-}" in
   up) up ;;
   kni) kni_up ;;
+  apiserver-stop) # an API server outage, for tests: kube-apiserver killed, everything else runs
+    kill -9 "$(cat "$CL/run/kube-apiserver.pid")" ;;
+  apiserver-start)
+    start_apiserver
+    wait_for 90 kube-apiserver kubectl --kubeconfig "$CL/admin.kubeconfig" get --raw /readyz ;;
+  kni-stop) # kni-stop WORKER: kill -9 kni on one worker
+    kill -9 "$(cat "$CL/run/kni-${2:?worker}.pid")" ;;
+  kni-restart) # kni-restart WORKER: start kni on one worker again (after a test stopped it)
+    start_kni "${2:?worker}" ;;
   kni-daemonset) kni_daemonset ;;
   reference-cni) reference_cni ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | kni-daemonset | reference-cni | down | status" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
 esac

@@ -129,10 +129,13 @@ export class NetworkRuntime {
     }
     if (corrupt.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { files: corrupt });
     rebuildFromKernel(this);
-    try {
-      await this.setupNode();
-    } catch (e) {
-      log('error', 'node network setup failed; attaches will retry it', { error: (e as Error).message });
+    if (!this.cfg.ranges.length) log('info', 'node network waits for its pod ranges', { reason: this.noRangesReason });
+    else {
+      try {
+        await this.setupNode();
+      } catch (e) {
+        log('error', 'node network setup failed; attaches will retry it', { error: (e as Error).message });
+      }
     }
     await this.reconcile().catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
     this.restartSweeper();

@@ -45,6 +45,39 @@ export const nriConnected = new prom.Gauge({
   registers: [registry],
 });
 
+export const apiConnected = new prom.Gauge({
+  name: 'kni_kubernetes_api_connected',
+  help: '1 while the Node watch is connected to the API server',
+  registers: [registry],
+});
+
+export const watchRestartsTotal = new prom.Counter({
+  name: 'kni_kubernetes_watch_restarts_total',
+  help: 'Watches of the Kubernetes API (Nodes, ConfigMap) that broke and were started again',
+  labelNames: ['resource'] as const,
+  registers: [registry],
+});
+
+export const peerNodes = new prom.Gauge({
+  name: 'kni_peer_nodes',
+  help: 'Other nodes of the cluster kni routes to',
+  registers: [registry],
+});
+
+export const peerRoutes = new prom.Gauge({
+  name: 'kni_peer_routes',
+  help: "Routes to other nodes' pod CIDRs, by backend and state (installed, failed, unreachable)",
+  labelNames: ['backend', 'state'] as const,
+  registers: [registry],
+});
+
+export const configChangesTotal = new prom.Counter({
+  name: 'kni_config_changes_total',
+  help: "Changes of kni's ConfigMap seen live, by result (applied, refused)",
+  labelNames: ['result'] as const,
+  registers: [registry],
+});
+
 export interface RuntimeView {
   podCount(): number;
   ipamStatus(): { range: string; size: number; used: number; free: number }[];

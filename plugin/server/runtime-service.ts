@@ -1,6 +1,7 @@
 // kni's own API (kni.runtime.v1.NetworkRuntime) over the core.
 import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
+import type { AgentStatus } from '../kube/node-agent';
 import { SandboxRecord } from '../store/records';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
@@ -53,7 +54,24 @@ export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: st
   return { pods, next_page_token: '' };
 }
 
-export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplementation {
+/** The node agent as GetNode shows it (plugin/kube/node-agent.ts). */
+export interface ClusterView {
+  status(): AgentStatus;
+}
+
+function clusterStatus(s: AgentStatus): Record<string, unknown> {
+  return {
+    node_name: s.nodeName,
+    node_pod_cidrs: s.nodePodCidrs,
+    ranges: s.ranges,
+    ranges_problem: s.rangesProblem,
+    backend: s.backend,
+    api: { source: s.api.source, connected: s.api.connected, error: s.api.error, watch_restarts: s.api.watchRestarts },
+    peers: s.peers.map((p) => ({ name: p.name, internal_ips: p.internalIPs, pod_cidrs: p.podCidrs, routes: p.routes })),
+  };
+}
+
+export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc.UntypedServiceImplementation {
   const u = <Req>(method: string, fn: (req: Req) => Promise<unknown> | unknown) =>
     unary<Req, unknown>('kni.runtime.v1.NetworkRuntime', method, fn);
   return {
@@ -78,7 +96,7 @@ export function runtimeHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplemen
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.nodeStatus();
-      return { ready: s.ready, networks: [s] };
+      return { ready: s.ready, networks: [s], ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
     }),
     GetIPAMStatus: u('GetIPAMStatus', () => {
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));

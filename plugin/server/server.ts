@@ -10,7 +10,7 @@ import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
 import { guardRequests } from './request-guard';
 import { kniService, runtimeService } from './protos';
-import { runtimeHandlers } from './runtime-service';
+import { ClusterView, runtimeHandlers } from './runtime-service';
 
 export const GRPC_LIMITS = {
   /** Connections at once; each holds a file descriptor (the hard limit here is 20 000). */
@@ -49,14 +49,15 @@ export interface KniServer {
 }
 
 /** Serves the KNI services, plus the runtime hooks' services, on one socket. */
-export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = []): Promise<KniServer> {
+/** `cluster`: the node agent, when kni runs in Kubernetes (GetNode reports it). */
+export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = [], cluster?: ClusterView): Promise<KniServer> {
   const server = new grpc.Server({
     'grpc.max_connection_idle_ms': GRPC_LIMITS.idleMs,
     'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
     'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,
   });
   server.addService(guardRequests(kniService().service), kniPocHandlers(rt));
-  server.addService(guardRequests(runtimeService().service), runtimeHandlers(rt));
+  server.addService(guardRequests(runtimeService().service), runtimeHandlers(rt, cluster));
   for (const s of extra) server.addService(guardRequests(s.definition), s.handlers);
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   let lastRefusalLog = 0;

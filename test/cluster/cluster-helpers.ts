@@ -13,7 +13,7 @@ export const kubectl = (...args: string[]): string =>
   execFileSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, ...args], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] });
 export const kubectlJson = (...args: string[]): any => JSON.parse(kubectl(...args, '-o', 'json'));
 export const cluster = (cmd: string): string => {
-  const r = spawnSync('bash', [script, cmd], { encoding: 'utf8', timeout: 600_000 });
+  const r = spawnSync('bash', [script, ...cmd.split(' ')], { encoding: 'utf8', timeout: 600_000 });
   if (r.status !== 0) throw new Error(`cluster.sh ${cmd} failed (${r.status}):\n${r.stderr.slice(-3000)}`);
   return r.stdout;
 };

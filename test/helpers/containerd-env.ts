@@ -23,6 +23,19 @@ export interface Flavour {
 export const CONTAINERD_16: Flavour = { name: 'containerd 1.6', binDir: '', v2: false };
 export const CONTAINERD_2 = (binDir: string): Flavour => ({ name: 'containerd 2.x', binDir, v2: true });
 
+/** A CRI RuntimeService client on a runtime's socket (what crictl would call). */
+export function criClient(sock: string): Client {
+  const pkg = loadProto('cri/runtime_v1.proto') as any;
+  const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
+  const raw = new Ctor(`unix://${sock}`, grpc.credentials.createInsecure());
+  const out: Record<string, unknown> = { close: () => raw.close() };
+  for (const m of Object.keys(Ctor.service)) {
+    out[m] = (req: object = {}, timeoutMs = 60_000) =>
+      new Promise((resolve, reject) => (raw as any)[m](req, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: unknown) => (e ? reject(e) : resolve(r))));
+  }
+  return out as Client;
+}
+
 export class ContainerdEnv {
   readonly sock: string;
   readonly confDir: string;
@@ -30,7 +43,7 @@ export class ContainerdEnv {
   readonly netnsRoot: string;
   proc?: ChildProcess;
   output = '';
-  private clients: grpc.Client[] = [];
+  private clients: Client[] = [];
 
   constructor(readonly dir: string, public nodeNetns: string, readonly flavour: Flavour = CONTAINERD_16) {
     this.sock = `${dir}/containerd.sock`;
@@ -131,16 +144,9 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   }
 
   cri(): Client {
-    const pkg = loadProto('cri/runtime_v1.proto') as any;
-    const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
-    const raw = new Ctor(`unix://${this.sock}`, grpc.credentials.createInsecure());
-    this.clients.push(raw);
-    const out: Record<string, unknown> = { close: () => raw.close() };
-    for (const m of Object.keys(Ctor.service)) {
-      out[m] = (req: object = {}, timeoutMs = 60_000) =>
-        new Promise((resolve, reject) => (raw as any)[m](req, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: unknown) => (e ? reject(e) : resolve(r))));
-    }
-    return out as Client;
+    const c = criClient(this.sock);
+    this.clients.push(c);
+    return c;
   }
 
   /** Stops containerd (SIGTERM, or SIGKILL), leaving its shims and pods running. */

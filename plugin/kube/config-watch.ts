@@ -1,0 +1,128 @@
+// kni's ConfigMap, watched: an edit that changes only what may change under running pods is
+// applied at once; anything else (a setting that needs a restart, or an invalid file) is
+// refused — kni keeps its config, logs every problem and records an Event on the ConfigMap.
+import type * as K8s from '@kubernetes/client-node';
+import { Config, ConfigError, parseConfigText } from '../core/config';
+import { log, setLogLevel } from '../core/log';
+import { NetworkRuntime } from '../core/network-runtime';
+import { configChangesTotal, watchRestartsTotal } from '../observe/metrics';
+import { apiError, KubeApi, recordEvent } from './kube-api';
+
+/** Settings applied live; every other one needs a restart of kni. */
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'runtimeHandlers', 'vmTap', 'masquerade', 'backend', 'vxlan'] as const;
+
+type Comparable = Omit<Config, 'ranges'> & { ranges: string[] };
+const comparable = (c: Config): Comparable => ({ ...c, ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });
+
+/** The top-level settings that differ, split into those applied live and those that are not. */
+export function diffConfig(current: Config, next: Config): { live: string[]; fixed: string[] } {
+  const a = comparable(current) as unknown as Record<string, unknown>;
+  const b = comparable(next) as unknown as Record<string, unknown>;
+  const changed = Object.keys(b).filter((k) => JSON.stringify(a[k]) !== JSON.stringify(b[k]));
+  const live = new Set<string>(LIVE_SETTINGS);
+  return { live: changed.filter((k) => live.has(k)), fixed: changed.filter((k) => !live.has(k)) };
+}
+
+export interface LiveHooks {
+  /** The log level of the command line, used when the file sets none. */
+  flagLogLevel: string;
+  /** The backend changed: routes again. */
+  resyncRoutes(): void;
+}
+
+export class ConfigWatch {
+  private informer?: K8s.Informer<K8s.V1ConfigMap>;
+  private restartTimer?: NodeJS.Timeout;
+  private stopped = false;
+  private lastSeen = '';
+  readonly namespace: string;
+  readonly name: string;
+
+  constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly api: KubeApi, private readonly hooks: LiveHooks) {
+    [this.namespace, this.name] = cfg.kubernetes.configMap.split('/');
+  }
+
+  start(): void {
+    const { k8s, kc, core } = this.api;
+    const fieldSelector = `metadata.name=${this.name}`;
+    this.informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
+    this.informer.on('add', (cm) => void this.changed(cm));
+    this.informer.on('update', (cm) => void this.changed(cm));
+    this.informer.on('error', (e) => this.broke(e));
+    void this.informer.start().catch((e) => this.broke(e));
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    void this.informer?.stop();
+  }
+
+  private broke(e: unknown): void {
+    if (this.stopped) return;
+    watchRestartsTotal.inc({ resource: 'configmap' });
+    log('warn', 'ConfigMap watch broke; starting it again', { configMap: this.cfg.kubernetes.configMap, error: apiError(e) });
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err) => this.broke(err)), 5000);
+    this.restartTimer.unref();
+  }
+
+  private async changed(cm: K8s.V1ConfigMap): Promise<void> {
+    const key = this.cfg.kubernetes.configKey;
+    const text = cm.data?.[key];
+    if (text === this.lastSeen) return;
+    this.lastSeen = text ?? '';
+    const source = `ConfigMap ${this.namespace}/${this.name} key ${key}`;
+    if (text === undefined) return this.refuse(cm, [`${source} is missing`]);
+    let next: Config;
+    try {
+      next = parseConfigText(text, source);
+    } catch (e) {
+      const msg = (e as Error).message;
+      return this.refuse(cm, e instanceof ConfigError ? msg.replace(`${source}: `, '').split('; ') : [msg]);
+    }
+    const { live, fixed } = diffConfig(this.cfg, next);
+    if (fixed.length) {
+      return this.refuse(cm, fixed.map((k) => `${k} cannot change while kni runs (restart kni's pod on each node to apply it)`));
+    }
+    if (!live.length) return;
+    await this.apply(next, live);
+    configChangesTotal.inc({ result: 'applied' });
+    log('info', 'config changed live', { configMap: this.cfg.kubernetes.configMap, settings: live });
+    void recordEvent(this.api, { kind: 'ConfigMap', name: this.name, namespace: this.namespace, uid: cm.metadata?.uid }, 'Normal', 'ConfigApplied', `kni on ${this.cfg.kubernetes.nodeName}: applied ${live.join(', ')}`);
+  }
+
+  private async apply(next: Config, settings: string[]): Promise<void> {
+    const c = this.cfg;
+    for (const k of settings) {
+      switch (k) {
+        case 'logLevel':
+          c.logLevel = next.logLevel;
+          setLogLevel(next.logLevel || this.hooks.flagLogLevel);
+          break;
+        case 'reconcileSeconds':
+          c.reconcileSeconds = next.reconcileSeconds;
+          this.rt.restartSweeper();
+          break;
+        case 'masquerade':
+          c.masquerade = next.masquerade;
+          await this.rt.applyMasquerade().catch((e) => log('error', 'cannot apply masquerade', { error: (e as Error).message }));
+          break;
+        case 'backend':
+        case 'vxlan':
+          c.backend = next.backend;
+          c.vxlan = next.vxlan;
+          this.hooks.resyncRoutes();
+          break;
+        default:
+          (c as unknown as Record<string, unknown>)[k] = (next as unknown as Record<string, unknown>)[k];
+      }
+    }
+  }
+
+  private refuse(cm: K8s.V1ConfigMap, problems: string[]): void {
+    configChangesTotal.inc({ result: 'refused' });
+    log('error', 'config change refused: kni keeps its current config', { configMap: this.cfg.kubernetes.configMap, problems });
+    void recordEvent(this.api, { kind: 'ConfigMap', name: this.name, namespace: this.namespace, uid: cm.metadata?.uid }, 'Warning', 'ConfigRefused', `kni on ${this.cfg.kubernetes.nodeName} keeps its current config: ${problems.join('; ')}`);
+  }
+}

@@ -1,0 +1,89 @@
+// kni's connection to the Kubernetes API (@kubernetes/client-node): the in-cluster service
+// account, or a kubeconfig (the config's kubernetes.kubeconfig, else $KUBECONFIG) when run by
+// hand. The library is loaded only when Kubernetes is configured: it costs ~0.9 s of start-up.
+import type * as K8s from '@kubernetes/client-node';
+import { log } from '../core/log';
+
+export interface KubeApi {
+  k8s: typeof K8s;
+  kc: K8s.KubeConfig;
+  core: K8s.CoreV1Api;
+  /** Where the credentials came from (for logs and knictl node). */
+  source: string;
+}
+
+export function connectKube(kubeconfig: string): KubeApi {
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  const k8s = require('@kubernetes/client-node') as typeof K8s;
+  const kc = new k8s.KubeConfig();
+  const file = kubeconfig || process.env.KUBECONFIG || '';
+  if (file) kc.loadFromFile(file);
+  else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
+  else throw new Error('no Kubernetes credentials: not in a pod (KUBERNETES_SERVICE_HOST unset) and no kubeconfig (kubernetes.kubeconfig or KUBECONFIG)');
+  if (!kc.getCurrentCluster()) throw new Error(`kubeconfig ${file}: no current cluster`);
+  return { k8s, kc, core: kc.makeApiClient(k8s.CoreV1Api), source: file || 'in-cluster service account' };
+}
+
+/** An API error as one line: the HTTP status and the Status message when there is one. */
+export function apiError(e: unknown): string {
+  const err = e as { code?: number; body?: unknown; message?: string };
+  let detail = '';
+  try {
+    const body = typeof err.body === 'string' ? JSON.parse(err.body) : err.body;
+    detail = (body as { message?: string })?.message ?? '';
+  } catch {
+    // not a Status
+  }
+  const text = detail || err.message || String(e);
+  return (typeof err.code === 'number' ? `HTTP ${err.code}: ${text}` : text).split('\n')[0].slice(0, 500);
+}
+
+export const isConflict = (e: unknown): boolean => (e as { code?: number }).code === 409;
+
+/** A promise that gives up after ms (the library has no request timeout of its own). */
+export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout;
+  return Promise.race([
+    p.finally(() => clearTimeout(timer)),
+    new Promise<T>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what}: no answer from the API server within ${ms / 1000} s`)), ms);
+      timer.unref();
+    }),
+  ]);
+}
+
+export interface EventTarget {
+  kind: 'Node' | 'ConfigMap';
+  name: string;
+  namespace?: string;
+  uid?: string;
+}
+
+/**
+ * Records a core/v1 Event on an object (a Node's events live in "default", as the kubelet's
+ * do). Never throws: an Event that cannot be written is logged instead.
+ */
+export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+  const namespace = target.namespace ?? 'default';
+  const now = new Date();
+  try {
+    await withTimeout(api.core.createNamespacedEvent({
+      namespace,
+      body: {
+        metadata: { generateName: `${target.name}.kni-`, namespace },
+        involvedObject: { kind: target.kind, apiVersion: 'v1', name: target.name, namespace: target.namespace, uid: target.uid },
+        type,
+        reason,
+        message: message.slice(0, 1024),
+        source: { component: 'kni' },
+        reportingComponent: 'kni',
+        reportingInstance: process.env.KNI_NODE_NAME ?? '',
+        firstTimestamp: now,
+        lastTimestamp: now,
+        count: 1,
+      },
+    }), 10_000, 'create Event');
+  } catch (e) {
+    log('warn', 'cannot record an Event', { reason, message, error: apiError(e) });
+  }
+}

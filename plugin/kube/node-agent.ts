@@ -1,0 +1,239 @@
+// kni as a Kubernetes node agent: one informer on all Nodes drives everything that depends on
+// the cluster — this node's pod ranges (its Node's spec.podCIDRs), routes to every other
+// node's pods, the masquerade exclusions, and the conditions and taint kni keeps on its Node.
+// Level-triggered: any Node event schedules one sync from the informer's whole cache, so a
+// watch that broke and resumed (or re-listed) loses nothing.
+import type * as K8s from '@kubernetes/client-node';
+import { Config } from '../core/config';
+import { log } from '../core/log';
+import { NetworkRuntime } from '../core/network-runtime';
+import { Cidr, parseCidr } from '../ipam/ip';
+import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { apiConnected, peerNodes, peerRoutes, watchRestartsTotal } from '../observe/metrics';
+import { apiError, KubeApi, recordEvent } from './kube-api';
+import { podCidrsOfNode, sameRanges, writeRangesFile } from './node-ranges';
+import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
+
+export interface PeerView extends NodeView {
+  routes: PeerRouteStatus[];
+}
+
+export interface AgentStatus {
+  nodeName: string;
+  /** The Node's spec.podCIDRs as last seen, and the ranges kni uses (from the Node, or the state dir). */
+  nodePodCidrs: string[];
+  ranges: string[];
+  rangesProblem: string;
+  backend: string;
+  api: { source: string; connected: boolean; error: string; watchRestarts: number };
+  peers: PeerView[];
+}
+
+const nodeView = (n: K8s.V1Node): NodeView => ({
+  name: n.metadata?.name ?? '',
+  internalIPs: (n.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address),
+  podCidrs: n.spec?.podCIDRs?.length ? n.spec.podCIDRs : n.spec?.podCIDR ? [n.spec.podCIDR] : [],
+});
+
+export class NodeAgent {
+  private informer?: K8s.Informer<K8s.V1Node> & K8s.ObjectCache<K8s.V1Node>;
+  private readonly peers: PeerNetwork;
+  readonly writer: NodeStatusWriter;
+  private connected = false;
+  private lastError = '';
+  private restarts = 0;
+  private backoffMs = 1000;
+  private restartTimer?: NodeJS.Timeout;
+  private syncTimer?: NodeJS.Timeout;
+  private syncing = false;
+  private syncAgain = false;
+  private stopped = false;
+  private nodePodCidrs: string[] = [];
+  private rangesProblem = '';
+  private refusedKey = '';
+  private exhaustedKey: string | undefined;
+
+  constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
+    this.peers = new PeerNetwork(rt.host, cfg);
+    this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
+  }
+
+  get nodeName(): string {
+    return this.cfg.kubernetes.nodeName;
+  }
+
+  start(): void {
+    const { k8s, kc, core } = this.api;
+    this.informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
+    for (const verb of ['add', 'update', 'delete'] as const) this.informer.on(verb, () => this.markConnected());
+    this.informer.on('connect', () => this.markConnected());
+    this.informer.on('error', (err) => this.watchBroke(err));
+    this.rt.onIpamChange(() => this.checkIpam());
+    this.checkIpam();
+    void this.informer.start().catch((e) => this.watchBroke(e));
+  }
+
+  stop(): void {
+    this.stopped = true;
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    if (this.syncTimer) clearTimeout(this.syncTimer);
+    this.writer.stop();
+    void this.informer?.stop();
+  }
+
+  /** Routes again from the cache (the backend changed live). */
+  resync(): void {
+    this.schedule();
+  }
+
+  private markConnected(): void {
+    if (!this.connected) log('info', 'watching Nodes', { api: this.api.source });
+    this.connected = true;
+    this.lastError = '';
+    this.backoffMs = 1000;
+    apiConnected.set(1);
+    this.schedule();
+  }
+
+  private watchBroke(err: unknown): void {
+    if (this.stopped) return;
+    this.connected = false;
+    this.lastError = apiError(err);
+    this.restarts++;
+    apiConnected.set(0);
+    watchRestartsTotal.inc({ resource: 'nodes' });
+    log('warn', 'Node watch broke; starting it again (routes stay as they are)', { error: this.lastError, retryInMs: this.backoffMs });
+    if (!this.cfg.ranges.length) this.rt.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${this.lastError})`);
+    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restartTimer = setTimeout(() => void this.informer?.start().catch((e) => this.watchBroke(e)), this.backoffMs);
+    this.restartTimer.unref();
+    this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
+  }
+
+  private schedule(): void {
+    if (this.syncTimer || this.stopped) return;
+    this.syncTimer = setTimeout(() => {
+      this.syncTimer = undefined;
+      void this.sync();
+    }, 50);
+  }
+
+  private async sync(): Promise<void> {
+    if (this.syncing) {
+      this.syncAgain = true;
+      return;
+    }
+    this.syncing = true;
+    try {
+      const nodes = this.informer?.list() ?? [];
+      const self = nodes.find((n) => n.metadata?.name === this.nodeName);
+      if (self) await this.ownNode(self);
+      else this.rt.waitForRanges(`waiting for Node ${this.nodeName} to be registered`);
+      if (!self || !this.cfg.ranges.length) return;
+      const views = nodes.map(nodeView);
+      const status = this.peers.sync(nodeView(self), views);
+      const peerCidrs: Cidr[] = [];
+      for (const v of views) if (v.name !== this.nodeName) for (const t of v.podCidrs) try { peerCidrs.push(parseCidr(t)); } catch { /* reported by the route */ }
+      await this.rt.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
+      this.report(views.length - 1, status);
+    } catch (e) {
+      log('error', 'node agent sync failed', { error: (e as Error).message });
+    } finally {
+      this.syncing = false;
+      if (this.syncAgain) {
+        this.syncAgain = false;
+        this.schedule();
+      }
+    }
+  }
+
+  /** This node's pod ranges from its Node: adopted, or a change refused while pods use them. */
+  private async ownNode(node: K8s.V1Node): Promise<void> {
+    if (!this.cfg.rangesFromNode) return;
+    let cidrs: Cidr[];
+    try {
+      cidrs = podCidrsOfNode(node);
+    } catch (e) {
+      this.refuse(node, `Node ${this.nodeName} has unusable spec.podCIDRs: ${(e as Error).message}`);
+      return;
+    }
+    this.nodePodCidrs = cidrs.map((c) => c.text);
+    if (!cidrs.length) {
+      this.rangesProblem = `Node ${this.nodeName} has no spec.podCIDRs yet (is node IPAM on: kube-controller-manager --allocate-node-cidrs?)`;
+      if (!this.cfg.ranges.length) this.rt.waitForRanges(`waiting for pod ranges: ${this.rangesProblem}`);
+      return;
+    }
+    if (sameRanges(cidrs, this.cfg.ranges)) {
+      this.rangesProblem = '';
+      if (!this.rt.nodeStatus().ready) await this.rt.adoptRanges(cidrs).catch((e) => log('error', 'node network setup failed', { error: (e as Error).message }));
+      return;
+    }
+    if (this.cfg.ranges.length && this.rt.podCount() > 0) {
+      this.refuse(node, `Node ${this.nodeName} spec.podCIDRs changed to ${this.nodePodCidrs.join(',')} while ${this.rt.podCount()} pod(s) hold addresses from ${this.cfg.ranges.map((c) => c.text).join(',')}: not applied (kni keeps its ranges; drain the node and restart kni to take the new ones)`);
+      return;
+    }
+    try {
+      writeRangesFile(this.stateDir, cidrs, this.nodeName);
+      await this.rt.adoptRanges(cidrs);
+      this.rangesProblem = '';
+    } catch (e) {
+      this.refuse(node, `cannot take pod ranges ${this.nodePodCidrs.join(',')} from Node ${this.nodeName}: ${(e as Error).message}`);
+    }
+  }
+
+  private refuse(node: K8s.V1Node, message: string): void {
+    this.rangesProblem = message;
+    if (!this.cfg.ranges.length) this.rt.waitForRanges(message);
+    if (this.refusedKey === message) return;
+    this.refusedKey = message;
+    log('error', 'pod range change refused', { node: this.nodeName, message });
+    void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: node.metadata?.uid }, 'Warning', 'PodCIDRChangeRefused', message);
+  }
+
+  /** NetworkUnavailable False once every peer route is in place; metrics. */
+  private report(peerCount: number, status: PeerRouteStatus[]): void {
+    peerNodes.set(peerCount);
+    peerRoutes.reset();
+    for (const s of status) peerRoutes.inc({ backend: s.backend || 'none', state: s.state });
+    const bad = status.filter((s) => s.state !== 'installed');
+    const ready = this.rt.nodeStatus().ready;
+    this.writer.setCondition(
+      ready && !bad.length
+        ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: `kni: node network set up, routes to ${peerCount} other node(s) in place` }
+        : {
+            type: 'NetworkUnavailable',
+            status: 'True',
+            reason: 'KniRoutesMissing',
+            message: ready ? `kni: no route to ${bad.map((s) => `${s.node} ${s.destination} (${s.error})`).join('; ')}`.slice(0, 1000) : `kni: node network not ready: ${this.rt.nodeStatus().reason}`,
+          },
+    );
+  }
+
+  /** IPAMExhausted condition and taint follow the ranges: set when one is full, gone when not. */
+  private checkIpam(): void {
+    const full = this.rt.ipamStatus().filter((r) => r.exhausted).map((r) => r.cidr);
+    const key = full.join(',');
+    if (key === this.exhaustedKey) return;
+    this.exhaustedKey = key;
+    this.writer.setCondition(
+      full.length
+        ? { type: IPAM_EXHAUSTED_CONDITION, status: 'True', reason: 'PodRangeExhausted', message: `pod range ${key} has no free address: new pods go to other nodes (running pods are untouched)` }
+        : { type: IPAM_EXHAUSTED_CONDITION, status: 'False', reason: 'PodRangeAvailable', message: 'every pod range has free addresses' },
+    );
+    this.writer.setTaint(full.length > 0);
+  }
+
+  status(): AgentStatus {
+    const routes = this.peers.status();
+    const peers = (this.informer?.list() ?? []).map(nodeView).filter((v) => v.name !== this.nodeName).map((v) => ({ ...v, routes: routes.filter((r) => r.node === v.name) }));
+    return {
+      nodeName: this.nodeName,
+      nodePodCidrs: this.nodePodCidrs,
+      ranges: this.cfg.ranges.map((c) => c.text),
+      rangesProblem: this.rangesProblem,
+      backend: this.cfg.backend,
+      api: { source: this.api.source, connected: this.connected, error: this.lastError, watchRestarts: this.restarts },
+      peers,
+    };
+  }
+}

@@ -1,0 +1,241 @@
+// kni as a Kubernetes node agent in the test cluster (hack/cluster/cluster.sh, kni run as the
+// DaemonSet runs it: its ConfigMap, its service account's rights, KNI_NODE_NAME): pod ranges
+// from the Node, routes to the other node's pods (host-gw, then vxlan switched on live), a
+// Node added and deleted, an API server outage with kni restarted in it, a pod range run out
+// (the cluster's IPv4 node mask is /28 here), and live and refused ConfigMap edits.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { criClient } from '../helpers/containerd-env';
+import { waitFor } from '../helpers/wait';
+import { apply, CL, cluster, knictl, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
+
+const condition = (node: any, type: string) => node.status.conditions?.find((c: any) => c.type === type);
+const node = (name: string) => kubectlJson('get', 'node', name);
+const peerRoutes = (w: string) => knictl(w, 'node').cluster.peers.flatMap((p: any) => p.routes.map((r: any) => ({ node: p.name, ...r })));
+const kernelRoutes = (w: string) => execFileSync('ip', ['-n', `kc-${w}`, 'route', 'show', 'proto', '107'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', `kc-${w}`, '-6', 'route', 'show', 'proto', '107'], { encoding: 'utf8' });
+
+// A pod pinned to a node that answers HTTP with the address it was reached from (busybox httpd
+// CGI: REMOTE_ADDR), so a test sees whether the source address survived the trip.
+const WHOAMI = (name: string, nodeName: string, labels = 'app: whoami') => `apiVersion: v1
+kind: Pod
+metadata: {name: ${name}, labels: {${labels}}}
+spec:
+  nodeName: ${nodeName}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: httpd
+    image: kni.local/e2e:1
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "sh", "-c", "mkdir -p /www/cgi-bin && printf '#!/bin/sh\\\\necho Content-Type: text/plain\\\\necho\\\\necho from=$REMOTE_ADDR\\\\n' > /www/cgi-bin/ip && chmod +x /www/cgi-bin/ip && exec /bin/busybox httpd -f -p 80 -h /www"]
+`;
+
+const podIps = (name: string): string[] => kubectlJson('get', 'pod', name).status.podIPs.map((x: any) => x.ip);
+const running = (name: string) => {
+  try {
+    return kubectlJson('get', 'pod', name).status.phase === 'Running';
+  } catch {
+    return false;
+  }
+};
+/** GET /cgi-bin/ip from inside pod `from` to address `to`: the address the server saw. */
+function fetchFrom(from: string, to: string): string {
+  const host = to.includes(':') ? `[${to}]` : to;
+  const out = kubectl('exec', from, '--', '/bin/busybox', 'sh', '-c', `printf 'GET /cgi-bin/ip HTTP/1.0\\r\\nHost: ${host}\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${to} 80`);
+  const seen = /from=(\S+)/.exec(out)?.[1];
+  // busybox httpd listens on one dual-stack socket: IPv4 peers show as [::ffff:a.b.c.d].
+  return seen ? seen.replace(/^\[|\]$/g, '').replace(/^::ffff:(?=\d+\.)/, '') : `(no answer: ${out.slice(0, 200)})`;
+}
+
+describe('cluster: kni as the node agent', function () {
+  this.timeout(300_000);
+  const mask = process.env.KNI_CLUSTER_NODE_MASK4;
+
+  before(() => {
+    cluster('down');
+    process.env.KNI_CLUSTER_NODE_MASK4 = '28';
+    cluster('up');
+    cluster('kni');
+  });
+  after(() => {
+    cluster('down');
+    if (mask === undefined) delete process.env.KNI_CLUSTER_NODE_MASK4;
+    else process.env.KNI_CLUSTER_NODE_MASK4 = mask;
+  });
+
+  it('each kni takes its pod ranges from its Node, sets NetworkUnavailable False, and knictl node shows the peer and its routes', async () => {
+    for (const w of WORKERS) {
+      const n = node(`kc-${w}`);
+      await waitFor(() => condition(node(`kc-${w}`), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node(`kc-${w}`).status.conditions));
+      const s = knictl(w, 'node');
+      assert.deepEqual(s.networks[0].ranges, n.spec.podCIDRs);
+      assert.deepEqual(s.cluster.ranges, n.spec.podCIDRs);
+      assert.equal(s.cluster.api.connected, true);
+      const other = WORKERS.find((x) => x !== w)!;
+      const routes = peerRoutes(w);
+      assert.deepEqual(routes.map((r: any) => [r.node, r.destination, r.backend, r.state]), node(`kc-${other}`).spec.podCIDRs.map((c: string) => [`kc-${other}`, c, 'host-gw', 'installed']));
+      assert.equal(condition(node(`kc-${w}`), 'kni.dev/IPAMExhausted').status, 'False');
+    }
+  });
+
+  it('pods on different nodes reach each other over IPv4 and IPv6 and see each other\'s pod IP as source; a ClusterIP Service answers from every node, hairpin included', async () => {
+    apply(WHOAMI('who-1', 'kc-w1'));
+    apply(WHOAMI('who-2', 'kc-w2'));
+    apply(`apiVersion: v1
+kind: Service
+metadata: {name: whoami}
+spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}
+`);
+    await waitFor(() => running('who-1') && running('who-2'), 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    const [a4, a6] = podIps('who-1');
+    const [b4, b6] = podIps('who-2');
+    assert.equal(fetchFrom('who-1', b4), a4);
+    assert.equal(fetchFrom('who-1', b6), a6);
+    assert.equal(fetchFrom('who-2', a4), b4);
+    assert.equal(fetchFrom('who-2', a6), b6);
+    // The Service: from each pod, many times (kube-proxy picks either endpoint, one of them the
+    // asking pod itself: hairpin through the bridge).
+    const svc = kubectlJson('get', 'service', 'whoami').spec.clusterIPs as string[];
+    for (const from of ['who-1', 'who-2']) {
+      for (const ip of svc) {
+        const seen = new Set<string>();
+        for (let i = 0; i < 12; i++) seen.add(fetchFrom(from, ip));
+        assert.ok([...seen].every((x) => !x.startsWith('(no answer')), `${from} → Service ${ip}: ${[...seen].join(' ')}`);
+      }
+    }
+    // From every node's own network namespace (kube-proxy's rules on the node, pods elsewhere).
+    for (const w of WORKERS) {
+      const out = execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'curl', '-s', '-m', '5', `http://${svc[0]}/cgi-bin/ip`], { encoding: 'utf8' });
+      assert.match(out, /from=/, `node kc-${w} → Service ${svc[0]}`);
+    }
+  });
+
+  it('a Node added gets routes on every node; deleted, its routes go', async () => {
+    apply(`apiVersion: v1
+kind: Node
+metadata: {name: kc-extra}
+spec: {podCIDRs: ["10.244.200.0/28", "fd00:10:244:c8::/64"], podCIDR: "10.244.200.0/28", taints: [{key: example.com/not-real, effect: NoSchedule}]}
+status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP, address: "fd00:240::50"}]}
+`);
+    for (const w of WORKERS) {
+      await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50/.test(kernelRoutes(w)) && /fd00:10:244:c8::\/64 via fd00:240::50/.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
+    }
+    kubectl('delete', 'node', 'kc-extra');
+    for (const w of WORKERS) await waitFor(() => !/10\.244\.200\./.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
+  });
+
+  it('API server away: pods keep talking across nodes; kni restarted meanwhile comes back from its state and wires a sandbox made through CRI; when the API returns it catches up', async () => {
+    const podsBefore = knictl('w1', 'pods').length;
+    cluster('apiserver-stop');
+    try {
+      cluster('kni-stop w1');
+      cluster('kni-restart w1');
+      await waitFor(() => {
+        try {
+          return knictl('w1', 'node').ready === true;
+        } catch {
+          return false;
+        }
+      }, 30_000, () => execFileSync('tail', ['-5', `${CL}/run/kni-w1.log`], { encoding: 'utf8' }));
+      const s = knictl('w1', 'node');
+      assert.equal(s.cluster.api.connected, false, 'the API server is down, yet kni says it is connected');
+      assert.equal(knictl('w1', 'pods').length, podsBefore, 'pods lost across the restart');
+      assert.match(kernelRoutes('w1'), /via 10\.240\.0\.12/, 'routes to the other node went with the restart');
+      // Pod to pod across nodes still works (kubectl exec needs the API: from the pod netns directly).
+      const w1pod = knictl('w1', 'pods').find((p: any) => p.pod?.name === 'who-1');
+      const target = knictl('w2', 'pods').find((p: any) => p.pod?.name === 'who-2').interfaces[0].addresses[0].address;
+      // The pod's netns pin lives in the node's mount namespace: enter that first.
+      const ok = execFileSync('nsenter', [`--mount=${CL}/mnt/w1`, 'nsenter', `--net=${w1pod.netns_path}`, 'ping', '-c', '1', '-W', '2', target], { encoding: 'utf8' });
+      assert.match(ok, /1 received/);
+      // A sandbox made through CRI while the API server is away (as crictl runp would).
+      const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
+      try {
+        const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name: 'offline', namespace: 'default', uid: 'uid-offline', attempt: 0 }, linux: {} } });
+        const st = await cri.PodSandboxStatus({ pod_sandbox_id: id });
+        assert.match(st.status.network.ip, /^10\.244\./);
+        await cri.StopPodSandbox({ pod_sandbox_id: id });
+        await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      } finally {
+        cri.close();
+      }
+    } finally {
+      cluster('apiserver-start');
+    }
+    await waitFor(() => knictl('w1', 'node').cluster.api.connected === true, 60_000, () => JSON.stringify(knictl('w1', 'node').cluster.api));
+    apply(`apiVersion: v1
+kind: Node
+metadata: {name: kc-late}
+spec: {podCIDRs: ["10.244.201.0/28"], podCIDR: "10.244.201.0/28", taints: [{key: example.com/not-real, effect: NoSchedule}]}
+status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
+`);
+    try {
+      await waitFor(() => /10\.244\.201\.0\/28 via 10\.240\.0\.51/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
+    } finally {
+      kubectl('delete', 'node', 'kc-late');
+    }
+  });
+
+  it('a /28 pod range runs out: IPAMExhausted and the NoSchedule taint are set, new pods go to the other node, none is evicted; the taint goes after a deletion', async () => {
+    const free = Number(knictl('w1', 'ipam').ranges.find((r: any) => r.family === 'IPV4' || r.family === 4 || /\./.test(r.cidr)).free);
+    assert.ok(free > 0 && free < 16, `free IPv4 addresses on kc-w1: ${free}`);
+    const names = Array.from({ length: free }, (_, i) => `fill-${i}`);
+    for (const n of names) apply(WHOAMI(n, 'kc-w1', 'app: fill'));
+    await waitFor(() => names.every(running), 180_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    await waitFor(() => condition(node('kc-w1'), 'kni.dev/IPAMExhausted')?.status === 'True', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
+    assert.match(condition(node('kc-w1'), 'kni.dev/IPAMExhausted').message, /10\.244\.\d+\.\d+\/28/);
+    assert.ok(node('kc-w1').spec.taints?.some((t: any) => t.key === 'kni.dev/ipam-exhausted' && t.effect === 'NoSchedule'));
+    // The scheduler now places new pods on the other node.
+    apply(`apiVersion: apps/v1
+kind: Deployment
+metadata: {name: spill}
+spec:
+  replicas: 3
+  selector: {matchLabels: {app: spill}}
+  template:
+    metadata: {labels: {app: spill}}
+    spec:
+      automountServiceAccountToken: false
+      terminationGracePeriodSeconds: 1
+      containers: [{name: c, image: kni.local/e2e:1, imagePullPolicy: Never, command: ["/pause"]}]
+`);
+    await waitFor(() => kubectlJson('get', 'pods', '-l', 'app=spill').items.filter((p: any) => p.status.phase === 'Running').length === 3, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    assert.deepEqual([...new Set(kubectlJson('get', 'pods', '-l', 'app=spill').items.map((p: any) => p.spec.nodeName))], ['kc-w2']);
+    assert.ok(names.every(running), 'a running pod was evicted');
+    kubectl('delete', 'pod', names[0], '--wait=true');
+    await waitFor(() => !node('kc-w1').spec.taints?.some((t: any) => t.key === 'kni.dev/ipam-exhausted'), 60_000, () => JSON.stringify(node('kc-w1').spec.taints));
+    assert.equal(condition(node('kc-w1'), 'kni.dev/IPAMExhausted').status, 'False');
+    kubectl('delete', 'pod', '-l', 'app=fill', '--wait=false');
+    kubectl('delete', 'deployment', 'spill', '--wait=false');
+  });
+
+  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (vxlan then carries pod traffic)', async () => {
+    const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
+    const original: string = cm.data['config.yaml'];
+    const edit = (text: string) => kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
+    const events = () => kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'involvedObject.name=kni-config').items;
+    try {
+      edit(`${original}\nmtu: 12\n`);
+      await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /mtu 12 is not an integer from 576/.test(e.message)), 30_000, () => JSON.stringify(events()));
+      edit(`${original}\nbridge: other0\n`);
+      await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /bridge cannot change while kni runs/.test(e.message)), 30_000, () => JSON.stringify(events()));
+      assert.equal(knictl('w1', 'node').networks[0].bridge, 'kni0');
+      assert.equal(knictl('w1', 'node').ready, true);
+
+      const logLines = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes('"level":"debug"')).length;
+      const before = logLines();
+      assert.match(original, /^backend: auto$/m);
+      edit(`${original.replace(/^backend: auto$/m, 'backend: vxlan')}\nlogLevel: debug\n`);
+      await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'vxlan' && r.state === 'installed') && peerRoutes('w2').every((r: any) => r.backend === 'vxlan' && r.state === 'installed'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+      assert.match(execFileSync('ip', ['-n', 'kc-w1', '-d', 'link', 'show', 'kni.vxlan'], { encoding: 'utf8' }), /vxlan id 4096/);
+      const [a4, a6] = podIps('who-1');
+      const [b4, b6] = podIps('who-2');
+      assert.equal(fetchFrom('who-1', b4), a4);
+      assert.equal(fetchFrom('who-2', a6), b6);
+      // Something logged at debug level: the new level took effect without a restart.
+      await waitFor(() => logLines() > before, 30_000, () => 'no debug line after logLevel: debug');
+    } finally {
+      edit(original);
+    }
+    await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'host-gw'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+  });
+});
