@@ -93,6 +93,11 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     assert.equal(fetchFrom('who-1', b6), a6);
     assert.equal(fetchFrom('who-2', a4), b4);
     assert.equal(fetchFrom('who-2', a6), b6);
+    // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.
+    const masqueraded = () => Number(/^\s*(\d+)\s+\d+\s+MASQUERADE/m.exec(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-L', 'KNI-MASQ', '-v', '-x', '-n'], { encoding: 'utf8' }))?.[1] ?? -1);
+    const before = masqueraded();
+    kubectl('exec', 'who-1', '--', '/bin/busybox', 'ping', '-c', '1', '-W', '2', '10.240.0.1');
+    assert.ok(masqueraded() > before, 'pod → outside the cluster was not masqueraded');
     // The Service: from each pod, many times (kube-proxy picks either endpoint, one of them the
     // asking pod itself: hairpin through the bridge).
     const svc = kubectlJson('get', 'service', 'whoami').spec.clusterIPs as string[];
@@ -237,5 +242,28 @@ spec:
       edit(original);
     }
     await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'host-gw'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+  });
+
+  // Last: it replaces kc-w1's Node object (its podCIDRs cannot be edited in place).
+  it('a podCIDR change under live pods is refused with a log line and an Event, never applied', async () => {
+    const ranges = knictl('w1', 'node').cluster.ranges;
+    assert.ok(knictl('w1', 'pods').length > 0, 'no live pod on kc-w1: nothing to protect');
+    const n = node('kc-w1');
+    kubectl('delete', 'node', 'kc-w1', '--wait=true');
+    apply(`apiVersion: v1
+kind: Node
+metadata: {name: kc-w1}
+spec: {podCIDRs: ["10.244.250.0/28", "fd00:10:244:fa::/64"], podCIDR: "10.244.250.0/28"}
+status: {addresses: ${JSON.stringify(n.status.addresses)}}
+`);
+    const events = () => kubectlJson('get', 'events', '--field-selector', 'involvedObject.name=kc-w1,reason=PodCIDRChangeRefused').items;
+    await waitFor(() => events().length > 0, 30_000, () => execFileSync('tail', ['-5', `${CL}/run/kni-w1.log`], { encoding: 'utf8' }));
+    assert.match(events()[0].message, /changed to 10\.244\.250\.0\/28,fd00:10:244:fa::\/64 while \d+ pod\(s\) hold addresses/);
+    const s = knictl('w1', 'node');
+    assert.deepEqual(s.cluster.ranges, ranges, 'the new podCIDRs were applied under live pods');
+    assert.deepEqual(s.networks[0].ranges, ranges);
+    assert.match(s.cluster.ranges_problem, /not applied/);
+    assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /"msg":"pod range change refused"/);
+    assert.equal(s.ready, true);
   });
 });
