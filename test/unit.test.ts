@@ -41,10 +41,43 @@ describe('config', () => {
     ['bridge name', { bridge: 'this-name-is-too-long' }, /at most 15/],
     ['unknown key', { brige: 'x' }, /unknown setting "brige"/],
     ['relative netnsDir', { netnsDir: 'netns' }, /absolute/],
+    ['backend', { backend: 'ipip' }, /backend must be auto, host-gw or vxlan/],
+    ['vxlan vni', { vxlan: { vni: 0 } }, /vxlan\.vni/],
+    ['vxlan key', { vxlan: { id: 3 } }, /unknown setting "vxlan\.id"/],
+    ['node name', { kubernetes: { nodeName: 'Not A Name' } }, /kubernetes\.nodeName/],
+    ['configMap', { kubernetes: { configMap: 'no-namespace' } }, /"namespace\/name"/],
+    ['kubeconfig', { kubernetes: { kubeconfig: 'relative' } }, /kubernetes\.kubeconfig must be an absolute path/],
+    ['log level', { logLevel: 'loud' }, /logLevel must be one of/],
   ];
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));
   }
+  it('takes the pod ranges from the Node when a node name is set and no ranges are given (KNI_NODE_NAME fills the name)', () => {
+    const saved = process.env.KNI_NODE_NAME;
+    try {
+      delete process.env.KNI_NODE_NAME;
+      assert.equal(parseConfig({}).rangesFromNode, false);
+      const c = parseConfig({ kubernetes: { nodeName: 'node-a' } });
+      assert.equal(c.rangesFromNode, true);
+      assert.deepEqual(c.ranges, []);
+      assert.equal(parseConfig({ kubernetes: { nodeName: 'node-a' }, ranges: ['10.9.0.0/24'] }).rangesFromNode, false, 'static ranges win');
+      process.env.KNI_NODE_NAME = 'from-env';
+      assert.equal(parseConfig({}).kubernetes.nodeName, 'from-env');
+      process.env.KNI_NODE_NAME = 'Bad_Name';
+      assert.throws(() => parseConfig({}), /KNI_NODE_NAME "Bad_Name" is not a Node name/);
+    } finally {
+      if (saved === undefined) delete process.env.KNI_NODE_NAME;
+      else process.env.KNI_NODE_NAME = saved;
+    }
+  });
+  it('tells a live change from one that needs a restart', async () => {
+    const { diffConfig } = await import('../plugin/kube/config-watch');
+    const cur = parseConfig({ kubernetes: { nodeName: 'n' } });
+    cur.ranges = [parseCidr('10.244.1.0/24')]; // adopted from the Node: not a change
+    assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, logLevel: 'debug', backend: 'vxlan', masquerade: false })), { live: ['logLevel', 'backend', 'masquerade'], fixed: [] });
+    assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, bridge: 'br9', mtu: 1400 })), { live: [], fixed: ['bridge', 'mtu'] });
+    assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, ranges: ['10.9.0.0/24'] })).fixed, ['ranges', 'rangesFromNode']);
+  });
   it('names every problem at once', () => {
     assert.throws(() => parseConfig({ mtu: 1, ranges: ['x'] }), /mtu 1.*not a CIDR|not a CIDR.*mtu 1/);
   });
