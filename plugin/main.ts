@@ -84,7 +84,7 @@ async function main(): Promise<void> {
     if (cfg.rangesFromNode) cfg.ranges = readRangesFile(opts.stateDir) ?? [];
   }
   const rt = new NetworkRuntime(cfg, opts.stateDir);
-  if (cfg.rangesFromNode && !cfg.ranges.length) rt.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
+  if (cfg.rangesFromNode && !cfg.ranges.length) rt.node.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
   await rt.start();
   const agent = api ? new NodeAgent(rt, cfg, opts.stateDir, api) : undefined;
   agent?.start();
@@ -101,7 +101,7 @@ async function main(): Promise<void> {
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
-  rt.onNodeReady(() => {
+  rt.node.onReady(() => {
     try {
       const files = installCni(cfg.cni, cfg.name);
       if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });

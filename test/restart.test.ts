@@ -5,7 +5,6 @@ import path from 'node:path';
 import { hostVethName } from '../plugin/core/network-runtime';
 import { inNetns, ping, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
-import { waitFor } from './helpers/wait';
 
 describe('restart', () => {
   let d: TestDaemon;

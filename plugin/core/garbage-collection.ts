@@ -4,6 +4,7 @@ import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import * as validate from './validate';
 import { EntryPoint, gcReleasedTotal } from '../observe/metrics';
+import { releaseNetns } from './owned-netns';
 
 export interface GcResult {
   releasedSandboxes: string[];
@@ -46,7 +47,7 @@ export function sweepUnclaimedNetns(rt: NetworkRuntime, live?: Set<string>): str
       ? live !== undefined && !live.has(n.sandboxId) && !rt.sandboxes.has(n.sandboxId)
       : Date.parse(n.createdAt) < cutoff;
     if (!orphan) continue;
-    rt.releaseNetns(n);
+    releaseNetns(rt, n);
     released.push(n.path);
   }
   gcReleasedTotal.inc({ object: 'netns' }, released.length);

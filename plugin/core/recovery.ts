@@ -13,6 +13,8 @@ import { socketInNetns } from '../netns/netns';
 import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
 import { unwirePod, VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
+import { checkRecord } from './sandbox-check';
+import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 
 export interface ReconcileReport {
   repaired: string[];
@@ -177,10 +179,10 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   };
   // Pods are checked against a node that is set up: a bridge deleted behind kni's back is made
   // again first, and the pods whose ports it took are then re-wired below.
-  const before = rt.nodeStatus();
+  const before = rt.node.status();
   try {
     // Waiting for pod ranges from the Node is not drift: nothing to repair until they come.
-    if (rt.cfg.ranges.length) await rt.ensureNode();
+    if (rt.cfg.ranges.length) await rt.node.ensure();
     if (!before.ready) found(`node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
     found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
@@ -226,11 +228,11 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
     rec.netnsInode = ns.inode; // a record from before kni kept the inode: remember it from now on
     rt.store.sandboxes.put(rec.id, rec);
   }
-  const problems = rt.checkRecord(rec, ns);
+  const problems = checkRecord(rt, rec, ns);
   if (!problems.length) return;
   try {
-    await rt.unwire(rec);
-    await rt.wire(rec, ns);
+    await unwireSandbox(rec);
+    await wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
     found(`sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
   } catch (e) {

@@ -106,7 +106,7 @@ export class ConfigWatch {
           break;
         case 'masquerade':
           c.masquerade = next.masquerade;
-          await this.rt.applyMasquerade().catch((e) => log('error', 'cannot apply masquerade', { error: (e as Error).message }));
+          await this.rt.node.applyMasquerade().catch((e) => log('error', 'cannot apply masquerade', { error: (e as Error).message }));
           break;
         case 'backend':
         case 'vxlan':

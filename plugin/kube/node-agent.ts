@@ -103,7 +103,7 @@ export class NodeAgent {
     apiConnected.set(0);
     watchRestartsTotal.inc({ resource: 'nodes' });
     log('warn', 'Node watch broke; starting it again (routes stay as they are)', { error: this.lastError, retryInMs: this.backoffMs });
-    if (!this.cfg.ranges.length) this.rt.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${this.lastError})`);
+    if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${this.lastError})`);
     if (this.restartTimer) clearTimeout(this.restartTimer);
     this.restartTimer = setTimeout(() => void this.informer?.start().catch((e) => this.watchBroke(e)), this.backoffMs);
     this.restartTimer.unref();
@@ -128,13 +128,13 @@ export class NodeAgent {
       const nodes = this.informer?.list() ?? [];
       const self = nodes.find((n) => n.metadata?.name === this.nodeName);
       if (self) await this.ownNode(self);
-      else this.rt.waitForRanges(`waiting for Node ${this.nodeName} to be registered`);
+      else this.rt.node.waitForRanges(`waiting for Node ${this.nodeName} to be registered`);
       if (!self || !this.cfg.ranges.length) return;
       const views = nodes.map(nodeView);
       const status = this.peers.sync(nodeView(self), views);
       const peerCidrs: Cidr[] = [];
       for (const v of views) if (v.name !== this.nodeName) for (const t of v.podCidrs) try { peerCidrs.push(parseCidr(t)); } catch { /* reported by the route */ }
-      await this.rt.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
+      await this.rt.node.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
       this.report(views.length - 1, status);
     } catch (e) {
       log('error', 'node agent sync failed', { error: (e as Error).message });
@@ -160,12 +160,12 @@ export class NodeAgent {
     this.nodePodCidrs = cidrs.map((c) => c.text);
     if (!cidrs.length) {
       this.rangesProblem = `Node ${this.nodeName} has no spec.podCIDRs yet (is node IPAM on: kube-controller-manager --allocate-node-cidrs?)`;
-      if (!this.cfg.ranges.length) this.rt.waitForRanges(`waiting for pod ranges: ${this.rangesProblem}`);
+      if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for pod ranges: ${this.rangesProblem}`);
       return;
     }
     if (sameRanges(cidrs, this.cfg.ranges)) {
       this.rangesProblem = '';
-      if (!this.rt.nodeStatus().ready) await this.rt.adoptRanges(cidrs).catch((e) => log('error', 'node network setup failed', { error: (e as Error).message }));
+      if (!this.rt.node.status().ready) await this.rt.node.adoptRanges(cidrs).catch((e) => log('error', 'node network setup failed', { error: (e as Error).message }));
       return;
     }
     if (this.cfg.ranges.length && this.rt.podCount() > 0) {
@@ -174,7 +174,7 @@ export class NodeAgent {
     }
     try {
       writeRangesFile(this.stateDir, cidrs, this.nodeName);
-      await this.rt.adoptRanges(cidrs);
+      await this.rt.node.adoptRanges(cidrs);
       this.rangesProblem = '';
     } catch (e) {
       this.refuse(node, `cannot take pod ranges ${this.nodePodCidrs.join(',')} from Node ${this.nodeName}: ${(e as Error).message}`);
@@ -183,7 +183,7 @@ export class NodeAgent {
 
   private refuse(node: K8s.V1Node, message: string): void {
     this.rangesProblem = message;
-    if (!this.cfg.ranges.length) this.rt.waitForRanges(message);
+    if (!this.cfg.ranges.length) this.rt.node.waitForRanges(message);
     if (this.refusedKey === message) return;
     this.refusedKey = message;
     log('error', 'pod range change refused', { node: this.nodeName, message });
@@ -196,7 +196,7 @@ export class NodeAgent {
     peerRoutes.reset();
     for (const s of status) peerRoutes.inc({ backend: s.backend || 'none', state: s.state });
     const bad = status.filter((s) => s.state !== 'installed');
-    const ready = this.rt.nodeStatus().ready;
+    const ready = this.rt.node.status().ready;
     this.writer.setCondition(
       ready && !bad.length
         ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: `kni: node network set up, routes to ${peerCount} other node(s) in place` }
@@ -204,7 +204,7 @@ export class NodeAgent {
             type: 'NetworkUnavailable',
             status: 'True',
             reason: 'KniRoutesMissing',
-            message: ready ? `kni: no route to ${bad.map((s) => `${s.node} ${s.destination} (${s.error})`).join('; ')}`.slice(0, 1000) : `kni: node network not ready: ${this.rt.nodeStatus().reason}`,
+            message: ready ? `kni: no route to ${bad.map((s) => `${s.node} ${s.destination} (${s.error})`).join('; ')}`.slice(0, 1000) : `kni: node network not ready: ${this.rt.node.status().reason}`,
           },
     );
   }

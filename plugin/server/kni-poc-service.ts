@@ -7,6 +7,7 @@ import { invalid } from '../core/errors';
 import { NetworkRuntime } from '../core/network-runtime';
 import { SandboxRecord } from '../store/records';
 import { unary } from './unary';
+import { createNetwork, deleteNetwork } from '../core/owned-netns';
 
 type Map = Record<string, string>;
 
@@ -24,7 +25,7 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
       if (prefix && prefix !== rt.cfg.netnsDir) {
         throw invalid(`netns_path_prefix ${JSON.stringify(req.netns_path_prefix)} is not kni's netns dir ${rt.cfg.netnsDir}`);
       }
-      const n = await rt.createNetwork({ name: req.name, namespace: req.namespace, uid: req.uid });
+      const n = await createNetwork(rt, { name: req.name, namespace: req.namespace, uid: req.uid });
       return { netns_path: n.path, extradata: {} };
     }),
 
@@ -47,7 +48,7 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
     }),
 
     DeleteNetwork: u('DeleteNetwork', async (req: { id: string; netns_path: string }) => {
-      await rt.deleteNetwork(req.id, req.netns_path);
+      await deleteNetwork(rt, req.id, req.netns_path);
       return {};
     }),
 
@@ -57,12 +58,12 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
     }),
 
     SetupNodeNetwork: u('SetupNodeNetwork', async () => {
-      await rt.setupNode();
+      await rt.node.setup();
       return {};
     }),
 
     QueryNodeNetworks: u('QueryNodeNetworks', () => {
-      const s = rt.nodeStatus();
+      const s = rt.node.status();
       const extradata: Map = { bridge: s.bridge, ranges: s.ranges.join(','), mtu: String(s.mtu) };
       if (s.reason) extradata.reason = s.reason;
       return { networks: [{ name: s.name, ready: s.ready, extradata }], extradata: {} };

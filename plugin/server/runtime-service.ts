@@ -6,6 +6,7 @@ import { SandboxRecord } from '../store/records';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
+import { podRoutes } from '../core/sandbox-check';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -22,7 +23,7 @@ export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<strin
       vm_tap: i.tap ?? '',
       addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
     })),
-    routes: rt.routes(rec),
+    routes: podRoutes(rec),
     runtime_handler: rec.runtimeHandler,
     kind: rec.kind ?? 'container',
     created_at: rec.createdAt,
@@ -95,7 +96,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
-      const s = rt.nodeStatus();
+      const s = rt.node.status();
       return { ready: s.ready, networks: [s], ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
     }),
     GetIPAMStatus: u('GetIPAMStatus', () => {

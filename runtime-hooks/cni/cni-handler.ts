@@ -68,7 +68,7 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
         return ok(undefined);
       }
       case 'STATUS': {
-        const node = rt.nodeStatus();
+        const node = rt.node.status();
         if (!node.ready) throw new CniFailure(CNI_ERR.NOT_AVAILABLE, 'node network is not ready', node.reason);
         const full = rt.ipamStatus().filter((r) => r.exhausted);
         if (full.length) throw new CniFailure(CNI_ERR.NOT_AVAILABLE, 'pod ranges exhausted: no more pods on this node', full.map((r) => r.cidr).join(', '));

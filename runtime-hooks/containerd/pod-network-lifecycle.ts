@@ -6,6 +6,7 @@ import { NetworkRuntime } from '../../plugin/core/network-runtime';
 import { loadProto } from '../../plugin/server/protos';
 import { unary } from '../../plugin/server/unary';
 import { SandboxRecord } from '../../plugin/store/records';
+import { podRoutes } from '../../plugin/core/sandbox-check';
 
 const SERVICE = 'containerd.services.networking.v1.PodNetworkLifecycle';
 
@@ -24,7 +25,7 @@ function setupResponse(rt: NetworkRuntime, rec: SandboxRecord, dns: unknown): Re
       state: 'UP',
       addresses: i.addresses.map((a) => `${a.address}/${a.prefixLength}`),
     })),
-    routes: rt.routes(rec).map((r) => ({
+    routes: podRoutes(rec).map((r) => ({
       destination: r.gateway ? 'default' : r.destination,
       gateway: r.gateway,
       interface_name: r.interface,
@@ -55,7 +56,7 @@ export function podNetworkLifecycleHandlers(rt: NetworkRuntime): grpc.UntypedSer
       return {};
     }),
     CheckHealth: u('CheckHealth', () => {
-      const node = rt.nodeStatus();
+      const node = rt.node.status();
       if (!node.ready) return { ready: false, message: node.reason };
       // Exhaustion is "no more pods", not NotReady: running pods must not be disturbed.
       const full = rt.ipamStatus().filter((r) => r.exhausted).map((r) => r.cidr);

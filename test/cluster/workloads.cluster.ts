@@ -4,8 +4,6 @@
 // Cross-node traffic and Services need the node-agent work (routes between nodes): not here yet.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import path from 'node:path';
-import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictl, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 

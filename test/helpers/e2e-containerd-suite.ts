@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Client } from '../../plugin/client/clients';
 import { ContainerdEnv, Flavour, IMAGE } from './containerd-env';
-import { ping, RUN, sh, trySh } from './sh';
+import { ping, RUN, trySh } from './sh';
 import { TestDaemon } from './test-daemon';
 import { waitFor } from './wait';
 

@@ -1,0 +1,138 @@
+// The node side of the network runtime: setting the node network up (and again when its
+// bridge went away), readiness and its reason, the pod ranges (adopted from the Node by the
+// node agent), and the other nodes' pod CIDRs that pod traffic reaches unmasqueraded.
+import { KniError } from './errors';
+import { log } from './log';
+import type { NetworkRuntime, NodeStatus } from './network-runtime';
+import { Cidr } from '../ipam/ip';
+import { Ipam } from '../ipam/ipam';
+import { IFF_UP, linkByName, linkDel } from '../netlink/link';
+import { removeMasquerade, syncMasquerade } from '../node/masquerade';
+import { setupNodeNetwork } from '../node/node-network';
+
+export class NodeLifecycle {
+  bridgeIndex = 0;
+  private ready = false;
+  private reason = 'node network not set up yet';
+  /** Other nodes' pod CIDRs (from the node agent): pod traffic to them is not masqueraded. */
+  private peerCidrs: Cidr[] = [];
+  /** Why there are no pod ranges yet (ranges from the Node: set by the node agent). */
+  private noRangesReason = 'no pod ranges configured';
+  private readyListeners: (() => void)[] = [];
+
+  constructor(private readonly rt: NetworkRuntime) {}
+
+  /** Whether setup succeeded last time (status() also looks at the bridge). */
+  get isSetUp(): boolean {
+    return this.ready;
+  }
+
+  get waitingReason(): string {
+    return this.noRangesReason;
+  }
+
+  /** Calls cb each time the node network becomes ready (now, if it is). */
+  onReady(cb: () => void): void {
+    this.readyListeners.push(cb);
+    if (this.ready) cb();
+  }
+
+  async setup(): Promise<void> {
+    try {
+      if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
+      this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs);
+      const wasReady = this.ready;
+      this.ready = true;
+      this.reason = '';
+      if (!wasReady) for (const cb of this.readyListeners) cb();
+    } catch (e) {
+      this.ready = false;
+      this.reason = (e as Error).message;
+      if (e instanceof KniError) throw e;
+      throw new KniError('FAILED_PRECONDITION', `node network setup failed: ${this.reason}`);
+    }
+  }
+
+  /** Until the pod ranges are known (from the Node), the node is not ready for this reason. */
+  waitForRanges(reason: string): void {
+    this.noRangesReason = reason;
+    if (!this.rt.cfg.ranges.length) this.reason = reason;
+  }
+
+  /**
+   * Takes the node's pod ranges (from its Node's spec.podCIDRs). While any sandbox holds an
+   * address from the current ranges a change is refused; with none, the bridge is made again
+   * with the new gateways.
+   */
+  async adoptRanges(ranges: Cidr[]): Promise<void> {
+    const same = ranges.length === this.rt.cfg.ranges.length && ranges.every((c) => this.rt.cfg.ranges.some((o) => o.text === c.text));
+    if (same) {
+      if (!this.ready) await this.setup();
+      return;
+    }
+    if (this.rt.sandboxes.size) {
+      throw new KniError('FAILED_PRECONDITION', `pod ranges ${ranges.map((c) => c.text).join(',')} differ from ${this.rt.cfg.ranges.map((c) => c.text).join(',')}, which ${this.rt.sandboxes.size} sandbox(es) use: not applied`);
+    }
+    const old = this.rt.cfg.ranges;
+    if (old.length) {
+      await removeMasquerade(old);
+      if (linkByName(this.rt.host, this.rt.cfg.bridge)) this.rt.host.request(linkDel(this.rt.cfg.bridge));
+    }
+    this.rt.cfg.ranges = ranges;
+    this.rt.ipam = new Ipam(ranges);
+    this.ready = false;
+    log('info', 'pod ranges adopted', { ranges: ranges.map((c) => c.text), previous: old.map((c) => c.text) });
+    await this.setup();
+  }
+
+  /** Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). */
+  async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
+    const key = (l: Cidr[]) => l.map((c) => c.text).sort().join(',');
+    if (key(cidrs) === key(this.peerCidrs)) return;
+    this.peerCidrs = cidrs;
+    if (this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, [...this.rt.cfg.ranges, ...cidrs]);
+  }
+
+  /** Masquerade turned on or off live. */
+  async applyMasquerade(): Promise<void> {
+    if (!this.rt.cfg.ranges.length) return;
+    if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, [...this.rt.cfg.ranges, ...this.peerCidrs]);
+    else await removeMasquerade(this.rt.cfg.ranges);
+  }
+
+  /**
+   * Sets the node network up again when it is not, or when the bridge kni set up is gone
+   * (deleted behind kni's back: its index would make the next veth fail). One RTM_GETLINK.
+   */
+  async ensure(): Promise<void> {
+    if (this.ready && linkByName(this.rt.host, this.rt.cfg.bridge)?.index === this.bridgeIndex) return;
+    if (this.ready) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.rt.cfg.bridge });
+    this.ready = false;
+    try {
+      await this.setup();
+    } catch (e) {
+      throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
+    }
+  }
+
+  status(): NodeStatus {
+    let ready = this.ready;
+    let reason = this.reason;
+    if (ready) {
+      const br = linkByName(this.rt.host, this.rt.cfg.bridge);
+      if (!br || !(br.flags & IFF_UP)) {
+        ready = false;
+        reason = `bridge ${this.rt.cfg.bridge} is ${br ? 'down' : 'missing'}`;
+      }
+    }
+    return {
+      name: this.rt.cfg.name,
+      ready,
+      reason,
+      bridge: this.rt.cfg.bridge,
+      mtu: this.rt.cfg.mtu,
+      ranges: this.rt.cfg.ranges.map((c) => c.text),
+      gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
+    };
+  }
+}

@@ -1,0 +1,53 @@
+// The network namespaces kni itself makes (the KNI POC flow where the network runtime creates
+// the pod's netns): pinned under netnsDir, recorded before the pin so a crash leaves no
+// unrecorded pin, released with their sandbox or by path.
+import crypto from 'node:crypto';
+import { KniError, invalid } from './errors';
+import { log } from './log';
+import type { NetworkRuntime } from './network-runtime';
+import * as validate from './validate';
+import { createPinnedNetns, removePinnedNetns } from '../netns/netns';
+import { NetnsRecord, PodRef } from '../store/records';
+
+/** A new netns, pinned in netnsDir, recorded as kni's (KNI CreateNetwork). */
+export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): Promise<NetnsRecord> {
+  const ref = rt.podRef(pod);
+  const name = `kni-${crypto.randomBytes(8).toString('hex')}`;
+  const rec: NetnsRecord = { name, path: `${rt.cfg.netnsDir}/${name}`, pod: ref, sandboxId: '', createdAt: new Date().toISOString() };
+  // Recorded first, so a crash before the pin leaves a record (dropped at start), never a pin.
+  rt.store.netns.put(name, rec);
+  try {
+    createPinnedNetns(rt.cfg.netnsDir, name);
+  } catch (e) {
+    rt.store.netns.delete(name);
+    throw new KniError('INTERNAL', `cannot create network namespace ${rec.path}: ${(e as Error).message}`);
+  }
+  rt.netns.set(name, rec);
+  log('info', 'netns created', { netns: rec.path, pod: ref });
+  return rec;
+}
+
+/** Releases what a sandbox holds and the netns kni made for it (by id or by path). */
+export async function deleteNetwork(rt: NetworkRuntime, sandboxId: string, netnsPath: string): Promise<void> {
+  if (!sandboxId && !netnsPath) throw invalid('neither a sandbox id nor a netns path was given');
+  if (sandboxId) {
+    validate.sandboxId(sandboxId);
+    await rt.detach(sandboxId, true);
+  }
+  if (netnsPath && (typeof netnsPath !== 'string' || netnsPath.length > 4096)) throw invalid('netns path is not a valid path');
+  // Only a path given: what was attached in that netns is released now, not at the next reconcile.
+  if (netnsPath) {
+    for (const rec of [...rt.sandboxes.values()]) if (rec.netnsPath === netnsPath) await rt.detach(rec.id, true);
+  }
+  for (const n of [...rt.netns.values()]) {
+    if ((sandboxId && n.sandboxId === sandboxId) || (netnsPath && n.path === netnsPath)) releaseNetns(rt, n);
+  }
+}
+
+/** Unpins a netns kni made and forgets it. */
+export function releaseNetns(rt: NetworkRuntime, n: NetnsRecord): void {
+  removePinnedNetns(n.path);
+  rt.store.netns.delete(n.name);
+  rt.netns.delete(n.name);
+  log('info', 'netns released', { netns: n.path });
+}

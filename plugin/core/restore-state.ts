@@ -1,0 +1,43 @@
+// Start-up: the records of the state dir brought back — pins that exist, addresses reserved
+// again, attaches and detaches a crash interrupted rolled back — then what the kernel still
+// holds and no readable record describes rebuilt (recovery.ts).
+import { log } from './log';
+import type { NetworkRuntime } from './network-runtime';
+import { ATTACHED, DETACHING } from './runtime-types';
+import { rebuildFromKernel } from './recovery';
+import { removePinnedNetns } from '../netns/netns';
+import { isNetnsPin } from '../netns/open-netns';
+import { SandboxRecord } from '../store/records';
+
+export async function restoreState(rt: NetworkRuntime): Promise<void> {
+    const netnsState = rt.store.netns.loadAll();
+    const sandboxState = rt.store.sandboxes.loadAll();
+    const corrupt = [...netnsState.corrupt.map((f) => `netns/${f}`), ...sandboxState.corrupt.map((f) => `sandboxes/${f}`)];
+    for (const n of netnsState.records) {
+      if (isNetnsPin(n.path)) {
+        rt.netns.set(n.name, n);
+      } else {
+        removePinnedNetns(n.path); // the crash came before the pin: at most an empty file
+        rt.store.netns.delete(n.name);
+      }
+    }
+    const interrupted: SandboxRecord[] = [];
+    for (const rec of sandboxState.records) {
+      const addresses = rec.interfaces.flatMap((i) => i.addresses);
+      const lost = rt.ipam.restore(rec.id, addresses);
+      if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
+      if (rt.store.sandboxes.marked(rec.id, DETACHING)) rec.phase = 'detaching';
+      else if (rt.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';
+      rt.sandboxes.set(rec.id, rec);
+      if (rec.phase !== 'attached') interrupted.push(rec);
+      const owned = rt.netns.get(rec.ownedNetns);
+      if (owned) owned.sandboxId = rec.id;
+    }
+    for (const rec of interrupted) {
+      const what = rec.phase === 'detaching' ? 'a detach' : 'an attach';
+      log('warn', `rolling back ${what} interrupted by a restart`, { sandbox: rec.id });
+      await rt.release(rec, rec.phase === 'detaching').catch((e) => log('error', `cannot roll back ${what}; reconcile retries`, { sandbox: rec.id, error: (e as Error).message }));
+    }
+    if (corrupt.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { files: corrupt });
+  rebuildFromKernel(rt);
+}

@@ -1,0 +1,47 @@
+// What the network runtime's callers and helpers share: requests and answers, the annotations
+// that tell a sandbox's kind, the state store's marks, and the host veth naming.
+import crypto from 'node:crypto';
+import { PodRef } from '../store/records';
+import { EntryPoint } from '../observe/metrics';
+
+export interface AttachRequest {
+  sandboxId: string;
+  netnsPath: string;
+  interfaceName?: string;
+  pod?: Partial<PodRef>;
+  labels?: Record<string, string>;
+  annotations?: Record<string, string>;
+  runtimeHandler?: string;
+  /** Who asked (metrics, spans, logs); default kni. */
+  entryPoint?: EntryPoint;
+}
+
+export interface RouteInfo {
+  destination: string;
+  gateway: string;
+  interface: string;
+}
+
+export interface NodeStatus {
+  name: string;
+  ready: boolean;
+  reason: string;
+  bridge: string;
+  mtu: number;
+  ranges: string[];
+  gateways: string[];
+}
+
+/** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */
+export const KIND_ANNOTATION = 'kni.dev/sandbox-kind';
+export const HANDLER_ANNOTATION = 'kni.dev/runtime-handler';
+
+/** The state store's marks: the attach finished; a release began (the kernel may be half undone). */
+export const ATTACHED = 'attached';
+export const DETACHING = 'detaching';
+
+/** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
+export const hostVethName = (sandboxId: string, ifName: string): string =>
+  `kni${crypto.createHash('sha256').update(`${sandboxId}/${ifName}`).digest('hex').slice(0, 12)}`;
+
+export const isHostVethName = (name: string): boolean => /^kni[0-9a-f]{12}$/.test(name);
