@@ -144,6 +144,33 @@ describe('shipped configs', () => {
     const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), 'utf8')).map((d) => d.toJS());
     const cm = docs.find((d) => d.kind === 'ConfigMap');
     assert.equal(parseConfig(YAML.parse(cm.data['config.yaml'])).cri.socket, '/run/containerd/containerd.sock');
+    // The DaemonSet's kni takes its ranges from its Node: the downward API names it.
+    const ds = docs.find((d) => d.kind === 'DaemonSet');
+    const env = ds.spec.template.spec.containers[0].env;
+    assert.deepEqual(env.find((e: any) => e.name === 'KNI_NODE_NAME').valueFrom, { fieldRef: { fieldPath: 'spec.nodeName' } });
+    assert.equal(ds.spec.template.spec.serviceAccountName, 'kni');
+    const saved = process.env.KNI_NODE_NAME;
+    process.env.KNI_NODE_NAME = 'some-node';
+    try {
+      const c = parseConfig(YAML.parse(cm.data['config.yaml']));
+      assert.equal(c.rangesFromNode, true);
+      assert.equal(c.kubernetes.configMap, `${cm.metadata.namespace}/${cm.metadata.name}`);
+    } finally {
+      if (saved === undefined) delete process.env.KNI_NODE_NAME;
+      else process.env.KNI_NODE_NAME = saved;
+    }
+  });
+  it('kind-config/kind-cluster.yaml: several nodes, no default CNI, dual-stack pod subnet, NRI on', async () => {
+    const YAML = (await import('yaml')).default;
+    const fs = await import('node:fs');
+    const path = await import('node:path');
+    const { packageRoot } = await import('../plugin/server/protos');
+    const k = YAML.parse(fs.readFileSync(path.join(packageRoot(), 'kind-config/kind-cluster.yaml'), 'utf8'));
+    assert.equal(k.networking.disableDefaultCNI, true);
+    assert.equal(k.networking.ipFamily, 'dual');
+    assert.deepEqual(k.networking.podSubnet.split(',').map((c: string) => parseCidr(c).family), [4, 6]);
+    assert.ok(k.nodes.filter((n: any) => n.role === 'worker').length >= 2);
+    assert.match(k.containerdConfigPatches[0], /\[plugins\."io\.containerd\.nri\.v1\.nri"\]\s*\n\s*disable = false/);
   });
   it('the Kata RuntimeClass handler is a vm in the default config and a runtime in every containerd and CRI-O snippet', async () => {
     const YAML = (await import('yaml')).default;

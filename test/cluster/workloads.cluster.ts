@@ -1,9 +1,11 @@
 // kni as the network of a real Kubernetes cluster (hack/cluster/cluster.sh: API server, controller
 // manager, scheduler, two workers with containerd 2.x, kubelet and kube-proxy, each node a netns).
-// kni runs from this checkout on every worker (the DaemonSet from its image comes later).
-// Cross-node traffic and Services need the node-agent work (routes between nodes): not here yet.
+// kni runs from this checkout on every worker (daemonset.cluster.ts: from its image; node
+// agent, cross-node traffic and Services: node-agent.cluster.ts).
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
+import path from 'node:path';
+import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictl, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
@@ -81,6 +83,31 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
       const onNode = runningPods().filter((p: any) => p.spec.nodeName === `kc-${w}`).length;
       await waitFor(() => knictl(w, 'pods').length === onNode, 60_000, () => `kni on ${w} lists ${knictl(w, 'pods').length}, the node runs ${onNode}`);
       assert.equal(kniVeths(w).length, onNode, `veths on kc-${w}`);
+    }
+  });
+
+  it('a RuntimeClass whose handler kni maps to vm (containerd runtime "kata", backed by runc here): its pod is wired as a vm sandbox', async () => {
+    const YAML = (await import('yaml')).default;
+    const fs = await import('node:fs');
+    const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config/runtimeclass-kata.yaml'), 'utf8')).map((d) => d.toJS());
+    const rc = docs.find((d) => d.kind === 'RuntimeClass');
+    const example = docs.find((d) => d.kind === 'Pod');
+    apply(YAML.stringify(rc));
+    // The shipped example pod, on the image built here.
+    example.metadata.name = 'vm-pod';
+    example.spec.containers[0] = { name: 'app', image: 'kni.local/e2e:1', imagePullPolicy: 'Never', command: ['/pause'] };
+    example.spec.terminationGracePeriodSeconds = 1;
+    apply(YAML.stringify(example));
+    try {
+      await waitFor(() => kubectlJson('get', 'pod', 'vm-pod').status.phase === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+      const p = kubectlJson('get', 'pod', 'vm-pod');
+      const w = p.spec.nodeName.replace(/^kc-/, '');
+      const rec = knictl(w, 'pods').find((x: any) => x.pod?.name === 'vm-pod');
+      assert.ok(rec, `kni on ${p.spec.nodeName} does not know vm-pod`);
+      assert.equal(knictl(w, 'pod', rec.sandbox_id).kind, 'vm');
+      assert.equal(rec.interfaces[0].addresses[0].address, p.status.podIPs[0].ip);
+    } finally {
+      kubectl('delete', 'pod', 'vm-pod', '--wait=true');
     }
   });
 
