@@ -24,8 +24,16 @@ IMAGE=kni.local/e2e:1
 MASK4=${KNI_CLUSTER_NODE_MASK4:-24}
 PATH=$BIN:$PATH
 
-ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) echo 10.240.0.12 ;; host) echo 10.240.0.1 ;; esac; }
-ip6() { case $1 in cp) echo fd00:240::10 ;; w1) echo fd00:240::11 ;; w2) echo fd00:240::12 ;; host) echo fd00:240::1 ;; esac; }
+# KNI_CLUSTER_ROUTED=1 at `up`: kc-w2 sits on a second subnet (10.240.1.0/24, fd00:240:1::/64)
+# that kc-wire routes to, so no node can reach kc-w2 directly (kni's auto backend: vxlan).
+routed() { [ -f "$CL/routed" ]; }
+ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) if routed; then echo 10.240.1.12; else echo 10.240.0.12; fi ;; host) echo 10.240.0.1 ;; esac; }
+ip6() { case $1 in cp) echo fd00:240::10 ;; w1) echo fd00:240::11 ;; w2) if routed; then echo fd00:240:1::12; else echo fd00:240::12; fi ;; host) echo fd00:240::1 ;; esac; }
+# The router's address on a node's subnet, and the other subnet (routed clusters only).
+gw4() { if [ "$1" = w2 ]; then echo 10.240.1.254; else echo 10.240.0.254; fi; }
+gw6() { if [ "$1" = w2 ]; then echo fd00:240:1::254; else echo fd00:240::254; fi; }
+far4() { if [ "$1" = w2 ]; then echo 10.240.0.0/24; else echo 10.240.1.0/24; fi; }
+far6() { if [ "$1" = w2 ]; then echo fd00:240::/64; else echo fd00:240:1::/64; fi; }
 ns() { echo "kc-$1"; }
 sock() { echo "$CL/$1/root/run/containerd/containerd.sock"; } # a worker's containerd, seen from the host
 log() { printf 'cluster: %s\n' "$*" >&2; }
@@ -120,13 +128,26 @@ make_network() {
   ip netns add "$(ns wire)"
   ip -n "$(ns wire)" link add wire0 type bridge
   ip -n "$(ns wire)" link set wire0 up
+  if routed; then
+    ip -n "$(ns wire)" link add wire1 type bridge
+    ip -n "$(ns wire)" link set wire1 up
+    ip -n "$(ns wire)" addr add 10.240.0.254/24 dev wire0
+    ip -n "$(ns wire)" -6 addr add fd00:240::254/64 dev wire0 nodad
+    ip -n "$(ns wire)" addr add 10.240.1.254/24 dev wire1
+    ip -n "$(ns wire)" -6 addr add fd00:240:1::254/64 dev wire1 nodad
+    ip netns exec "$(ns wire)" sysctl -qw net.ipv4.ip_forward=1 net.ipv6.conf.all.forwarding=1
+  fi
   for n in host cp "${WORKERS[@]}"; do
-    local peer="kcw-$n"
+    local peer="kcw-$n" bridge=wire0
     if [ "$n" = host ]; then
       ip link add kni-cluster type veth peer name "$peer" netns "$(ns wire)"
       ip addr add "$(ip4 host)/24" dev kni-cluster
       ip -6 addr add "$(ip6 host)/64" dev kni-cluster nodad
       ip link set kni-cluster up
+      if routed; then
+        ip route add 10.240.1.0/24 via 10.240.0.254 dev kni-cluster
+        ip -6 route add fd00:240:1::/64 via fd00:240::254 dev kni-cluster
+      fi
     else
       ip netns add "$(ns "$n")"
       ip -n "$(ns "$n")" link set lo up
@@ -134,9 +155,16 @@ make_network() {
       ip -n "$(ns "$n")" addr add "$(ip4 "$n")/24" dev eth0
       ip -n "$(ns "$n")" -6 addr add "$(ip6 "$n")/64" dev eth0 nodad
       ip -n "$(ns "$n")" link set eth0 up
-      ip -n "$(ns "$n")" route add default via "$(ip4 host)"
+      if routed && [ "$n" = w2 ]; then
+        bridge=wire1
+        ip -n "$(ns "$n")" route add default via "$(gw4 "$n")"
+      else
+        ip -n "$(ns "$n")" route add default via "$(ip4 host)"
+        if routed; then ip -n "$(ns "$n")" route add "$(far4 "$n")" via "$(gw4 "$n")"; fi
+      fi
+      if routed; then ip -n "$(ns "$n")" -6 route add "$(far6 "$n")" via "$(gw6 "$n")"; fi
     fi
-    ip -n "$(ns wire)" link set "$peer" master wire0 up
+    ip -n "$(ns wire)" link set "$peer" master "$bridge" up
   done
 }
 
@@ -226,6 +254,7 @@ up() {
     [ -x "$BIN/$b" ] || { log "building the components (hack/cluster/build-components.sh)"; bash "$here/build-components.sh" all > /dev/null; break; }
   done
   mkdir -p "$CL/run"
+  if [ "${KNI_CLUSTER_ROUTED:-0}" = 1 ]; then touch "$CL/routed"; fi
   trap 'log "up failed; see $CL/run/*.log (down removes everything)"' ERR
   make_pki
   [ -f "$CL/image.tar" ] || bash "$repo/hack/e2e/build-image.sh" "$CL/image.tar" "$IMAGE"

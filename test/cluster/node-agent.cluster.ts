@@ -1,8 +1,10 @@
 // kni as a Kubernetes node agent in the test cluster (hack/cluster/cluster.sh, kni run as the
-// DaemonSet runs it: its ConfigMap, its service account's rights, KNI_NODE_NAME): pod ranges
-// from the Node, routes to the other node's pods (host-gw, then vxlan switched on live), a
-// Node added and deleted, an API server outage with kni restarted in it, a pod range run out
-// (the cluster's IPv4 node mask is /28 here), and live and refused ConfigMap edits.
+// DaemonSet runs it: its ConfigMap, its service account's rights, KNI_NODE_NAME). The cluster is
+// routed here: kc-w2 is on another subnet than kc-w1, behind a router netns, so backend auto
+// reaches it through vxlan, and a Node added on kc-w1's subnet through host-gw from kc-w1. Pod
+// ranges from the Node, a Node added and deleted, an API server outage with kni restarted in
+// it, a pod range run out (the IPv4 node mask is /28 here), live and refused ConfigMap edits.
+// (host-gw between the two workers: workloads.cluster.ts, on a one-subnet cluster.)
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { criClient } from '../helpers/containerd-env';
@@ -49,21 +51,24 @@ function fetchFrom(from: string, to: string): string {
 
 describe('cluster: kni as the node agent', function () {
   this.timeout(300_000);
-  const mask = process.env.KNI_CLUSTER_NODE_MASK4;
+  const saved = { mask: process.env.KNI_CLUSTER_NODE_MASK4, routed: process.env.KNI_CLUSTER_ROUTED };
 
   before(() => {
     cluster('down');
     process.env.KNI_CLUSTER_NODE_MASK4 = '28';
+    process.env.KNI_CLUSTER_ROUTED = '1';
     cluster('up');
     cluster('kni');
   });
   after(() => {
     cluster('down');
-    if (mask === undefined) delete process.env.KNI_CLUSTER_NODE_MASK4;
-    else process.env.KNI_CLUSTER_NODE_MASK4 = mask;
+    for (const [k, v] of [['KNI_CLUSTER_NODE_MASK4', saved.mask], ['KNI_CLUSTER_ROUTED', saved.routed]] as const) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
   });
 
-  it('each kni takes its pod ranges from its Node, sets NetworkUnavailable False, and knictl node shows the peer and its routes', async () => {
+  it('each kni takes its pod ranges from its Node, reaches the other (on another subnet) through vxlan, sets NetworkUnavailable False; knictl node and the metrics show it', async () => {
     for (const w of WORKERS) {
       const n = node(`kc-${w}`);
       await waitFor(() => condition(node(`kc-${w}`), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node(`kc-${w}`).status.conditions));
@@ -73,11 +78,12 @@ describe('cluster: kni as the node agent', function () {
       assert.equal(s.cluster.api.connected, true);
       const other = WORKERS.find((x) => x !== w)!;
       const routes = peerRoutes(w);
-      assert.deepEqual(routes.map((r: any) => [r.node, r.destination, r.backend, r.state]), node(`kc-${other}`).spec.podCIDRs.map((c: string) => [`kc-${other}`, c, 'host-gw', 'installed']));
+      assert.deepEqual(routes.map((r: any) => [r.node, r.destination, r.backend, r.state]), node(`kc-${other}`).spec.podCIDRs.map((c: string) => [`kc-${other}`, c, 'vxlan', 'installed']));
+      assert.match(execFileSync('ip', ['-n', `kc-${w}`, '-d', 'link', 'show', 'kni.vxlan'], { encoding: 'utf8' }), /vxlan id 4096 local 10\.240\.[01]\.1[12] .*dstport 8472 nolearning/);
       assert.equal(condition(node(`kc-${w}`), 'kni.dev/IPAMExhausted').status, 'False');
       const metrics = execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' });
       assert.match(metrics, /^kni_peer_nodes 1$/m);
-      assert.match(metrics, /^kni_peer_routes\{backend="host-gw",state="installed"\} 2$/m);
+      assert.match(metrics, /^kni_peer_routes\{backend="vxlan",state="installed"\} 2$/m);
       assert.match(metrics, /^kni_kubernetes_api_connected 1$/m);
     }
   });
@@ -97,6 +103,8 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     assert.equal(fetchFrom('who-1', b6), a6);
     assert.equal(fetchFrom('who-2', a4), b4);
     assert.equal(fetchFrom('who-2', a6), b6);
+    // The router between the subnets knows no pod range: only the overlay crossed it.
+    assert.doesNotMatch(execFileSync('ip', ['-n', 'kc-wire', 'route'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', 'kc-wire', '-6', 'route'], { encoding: 'utf8' }), /10\.244\.|fd00:10:244/);
     // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.
     const masqueraded = () => Number(/^\s*(\d+)\s+\d+\s+MASQUERADE/m.exec(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-L', 'KNI-MASQ', '-v', '-x', '-n'], { encoding: 'utf8' }))?.[1] ?? -1);
     const before = masqueraded();
@@ -119,18 +127,20 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     }
   });
 
-  it('a Node added gets routes on every node; deleted, its routes go', async () => {
+  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); deleted, they go', async () => {
     apply(`apiVersion: v1
 kind: Node
 metadata: {name: kc-extra}
 spec: {podCIDRs: ["10.244.200.0/28", "fd00:10:244:c8::/64"], podCIDR: "10.244.200.0/28", taints: [{key: example.com/not-real, effect: NoSchedule}]}
 status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP, address: "fd00:240::50"}]}
 `);
-    for (const w of WORKERS) {
-      await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50/.test(kernelRoutes(w)) && /fd00:10:244:c8::\/64 via fd00:240::50/.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
-    }
+    await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')) && /fd00:10:244:c8::\/64 via fd00:240::50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
+    await waitFor(() => /10\.244\.200\.0\/28 via 10\.244\.200\.1 dev kni\.vxlan onlink/.test(kernelRoutes('w2')) && /fd00:10:244:c8::\/64 via fd00:10:244:c8::1 dev kni\.vxlan/.test(kernelRoutes('w2')), 30_000, () => kernelRoutes('w2'));
+    const fdb = () => execFileSync('bridge', ['-n', 'kc-w2', 'fdb', 'show', 'dev', 'kni.vxlan'], { encoding: 'utf8' });
+    assert.match(fdb(), /dst 10\.240\.0\.50 self permanent/);
     kubectl('delete', 'node', 'kc-extra');
     for (const w of WORKERS) await waitFor(() => !/10\.244\.200\./.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
+    assert.doesNotMatch(fdb(), /10\.240\.0\.50/);
   });
 
   it('API server away: pods keep talking across nodes; kni restarted meanwhile comes back from its state and wires a sandbox made through CRI; when the API returns it catches up', async () => {
@@ -149,7 +159,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
       const s = knictl('w1', 'node');
       assert.equal(s.cluster.api.connected, false, 'the API server is down, yet kni says it is connected');
       assert.equal(knictl('w1', 'pods').length, podsBefore, 'pods lost across the restart');
-      assert.match(kernelRoutes('w1'), /via 10\.240\.0\.12/, 'routes to the other node went with the restart');
+      assert.match(kernelRoutes('w1'), /dev kni\.vxlan/, 'routes to the other node went with the restart');
       // Pod to pod across nodes still works (kubectl exec needs the API: from the pod netns directly).
       const w1pod = knictl('w1', 'pods').find((p: any) => p.pod?.name === 'who-1');
       const target = knictl('w2', 'pods').find((p: any) => p.pod?.name === 'who-2').interfaces[0].addresses[0].address;
@@ -179,7 +189,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
 `);
     try {
       // w1 was restarted in the outage; w2's watch broke and resumed: both catch up.
-      for (const w of WORKERS) await waitFor(() => /10\.244\.201\.0\/28 via 10\.240\.0\.51/.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
+      for (const w of WORKERS) await waitFor(() => /10\.244\.201\.0\/28 via /.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
       assert.ok(knictl('w2', 'node').cluster.api.watch_restarts >= 1, 'w2 never saw its watch break: the outage proves nothing');
     } finally {
       kubectl('delete', 'node', 'kc-late');
@@ -219,7 +229,7 @@ spec:
     kubectl('delete', 'deployment', 'spill', '--wait=false');
   });
 
-  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (vxlan then carries pod traffic)', async () => {
+  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again)', async () => {
     const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
     const original: string = cm.data['config.yaml'];
     const edit = (text: string) => kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
@@ -234,20 +244,23 @@ spec:
 
       const logLines = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes('"level":"debug"')).length;
       const before = logLines();
+      // host-gw cannot reach a node on another subnet: reported, and NetworkUnavailable says so.
       assert.match(original, /^backend: auto$/m);
-      edit(`${original.replace(/^backend: auto$/m, 'backend: vxlan')}\nlogLevel: debug\n`);
-      await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'vxlan' && r.state === 'installed') && peerRoutes('w2').every((r: any) => r.backend === 'vxlan' && r.state === 'installed'), 30_000, () => JSON.stringify(peerRoutes('w1')));
-      assert.match(execFileSync('ip', ['-n', 'kc-w1', '-d', 'link', 'show', 'kni.vxlan'], { encoding: 'utf8' }), /vxlan id 4096/);
-      const [a4, a6] = podIps('who-1');
-      const [b4, b6] = podIps('who-2');
-      assert.equal(fetchFrom('who-1', b4), a4);
-      assert.equal(fetchFrom('who-2', a6), b6);
+      edit(`${original.replace(/^backend: auto$/m, 'backend: host-gw')}\nlogLevel: debug\n`);
+      await waitFor(() => peerRoutes('w1').every((r: any) => r.state === 'unreachable'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+      assert.match(peerRoutes('w1')[0].error, /InternalIP 10\.240\.1\.12 is not on a subnet this node is connected to/);
+      await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'True', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
+      assert.equal(condition(node('kc-w1'), 'NetworkUnavailable').reason, 'KniRoutesMissing');
+      assert.doesNotMatch(kernelRoutes('w1'), /kni\.vxlan/);
       // Something logged at debug level: the new level took effect without a restart.
       await waitFor(() => logLines() > before, 30_000, () => 'no debug line after logLevel: debug');
     } finally {
       edit(original);
     }
-    await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'host-gw'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+    await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'vxlan' && r.state === 'installed'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+    await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
+    const [a4] = podIps('who-1');
+    assert.equal(fetchFrom('who-2', a4), podIps('who-2')[0]);
   });
 
   // Last: it replaces kc-w1's Node object (its podCIDRs cannot be edited in place).

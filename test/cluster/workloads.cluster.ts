@@ -62,6 +62,22 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
     }
   });
 
+  it('pods on different nodes reach each other over HTTP (IPv4 and IPv6) through host-gw routes (the nodes share a subnet)', () => {
+    const pods = runningPods();
+    const a = pods.find((p: any) => p.spec.nodeName === 'kc-w1');
+    const b = pods.find((p: any) => p.spec.nodeName === 'kc-w2');
+    for (const [from, to] of [[a, b], [b, a]]) {
+      for (const ip of to.status.podIPs.map((x: any) => x.ip)) {
+        const out = kubectl('exec', from.metadata.name, '--', '/bin/busybox', 'sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${ip} 80`);
+        assert.match(out, /hello from kni e2e/, `${from.metadata.name} (${from.spec.nodeName}) → ${ip}`);
+      }
+    }
+    for (const w of WORKERS) {
+      const routes = knictl(w, 'node').cluster.peers.flatMap((p: any) => p.routes);
+      assert.deepEqual(routes.map((r: any) => [r.backend, r.state]), [['host-gw', 'installed'], ['host-gw', 'installed']], `kc-${w}`);
+    }
+  });
+
   it('knictl on each worker lists exactly the pods the API server places on that node', () => {
     const pods = runningPods();
     for (const w of WORKERS) {
