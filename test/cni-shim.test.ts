@@ -57,6 +57,48 @@ describe('CNI shim (kni-cni)', () => {
     assert.equal(cni('DEL', env('never-added', ''), conf).code, 0, 'DEL of an unknown sandbox must succeed');
   });
 
+  it('honours a requested static IP and MAC (ips and mac capabilities, CNI_ARGS IP=); refuses bad ones clearly, taking nothing', async () => {
+    const netns = d.makePodNetns('cni-static');
+    const asked = { ...conf, runtimeConfig: { ips: ['10.244.0.77/24', 'fd00:10:244::77/64'], mac: 'C2:11:22:33:44:55' } };
+    const r = cni('ADD', env('cni-static', netns), asked);
+    assert.equal(r.code, 0, r.raw);
+    assert.deepEqual(r.out.ips.map((i: any) => i.address), ['10.244.0.77/24', 'fd00:10:244::77/64']);
+    assert.equal(r.out.interfaces[1].mac, 'c2:11:22:33:44:55');
+    const link = inNetns(netns, 'ip', ['-o', 'addr', 'show', 'eth0']).out + inNetns(netns, 'ip', ['-o', 'link', 'show', 'eth0']).out;
+    assert.match(link, /inet 10\.244\.0\.77\/24/);
+    assert.match(link, /inet6 fd00:10:244::77\/64/);
+    assert.match(link, /link\/ether c2:11:22:33:44:55/);
+
+    // CNI_ARGS IP= (one family given: the other is allocated).
+    const netns2 = d.makePodNetns('cni-static2');
+    const r2 = cni('ADD', { ...env('cni-static2', netns2), CNI_ARGS: `${k8sArgs('cni-static2')};IP=10.244.0.78` }, conf);
+    assert.equal(r2.code, 0, r2.raw);
+    assert.equal(r2.out.ips[0].address, '10.244.0.78/24');
+    assert.match(r2.out.ips[1].address, /^fd00:10:244::/);
+
+    const used = () => d.rt().GetIPAMStatus({}).then((s: any) => s.ranges.map((x: any) => x.used).join(','));
+    const bad: [Record<string, unknown>, number, RegExp][] = [
+      [{ ips: ['10.244.0.77'] }, 102, /requested address 10\.244\.0\.77 is in use by sandbox cni-static/],
+      [{ ips: ['10.9.9.9/24'] }, 4, /requested address 10\.9\.9\.9 is outside pod range 10\.244\.0\.0\/24/],
+      [{ ips: ['10.244.0.1'] }, 4, /is the gateway of pod range/],
+      [{ ips: ['10.244.0.255'] }, 4, /is the broadcast address/],
+      [{ ips: ['10.244.0.80', '10.244.0.81'] }, 4, /two IPv4 addresses requested/],
+      [{ ips: ['not-an-ip'] }, 4, /requested IP "not-an-ip" is not an address/],
+      [{ mac: '01:00:5e:00:00:01' }, 4, /multicast/],
+      [{ mac: 'c2:11' }, 4, /six hex pairs/],
+    ];
+    const before = await used();
+    for (const [i, [runtimeConfig, code, re]] of bad.entries()) {
+      const nsX = d.makePodNetns(`cni-bad${i}`);
+      const x = cni('ADD', env(`cni-bad${i}`, nsX), { ...conf, runtimeConfig });
+      assert.equal(x.code, 1, `${JSON.stringify(runtimeConfig)}: ${x.raw}`);
+      assert.equal(x.out.code, code, `${JSON.stringify(runtimeConfig)}: ${x.raw}`);
+      assert.match(x.out.msg, re);
+      assert.equal(await used(), before, `${JSON.stringify(runtimeConfig)} took an address`);
+    }
+    for (const id of ['cni-static', 'cni-static2']) assert.equal(cni('DEL', env(id, ''), conf).code, 0);
+  });
+
   it('1.1.0 results carry the MTU, 0.4.0 results the IP version', () => {
     const n1 = d.makePodNetns('cni-v11');
     const r11 = cni('ADD', env('cni-v11', n1), { ...conf, cniVersion: '1.1.0' });

@@ -157,10 +157,11 @@ export class NetworkRuntime {
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
     const kind = this.sandboxKind(runtimeHandler, annotations);
+    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac) };
     // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
     const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
     try {
-      return await this.locks.run(id, () => this.attachLocked(id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni' }));
+      return await this.locks.run(id, () => this.attachLocked(id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni' }, requested));
     } finally {
       ns.close();
     }
@@ -171,6 +172,7 @@ export class NetworkRuntime {
     ifName: string,
     ns: NetnsHandle,
     meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
+    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string },
   ): Promise<SandboxRecord> {
     let existing = this.sandboxes.get(id);
     if (existing && existing.phase !== 'attached') {
@@ -193,7 +195,7 @@ export class NetworkRuntime {
     await this.node.ensure();
     let addresses;
     try {
-      addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id));
+      addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id, requested.ips));
     } finally {
       this.ipamChanged();
     }
@@ -208,7 +210,7 @@ export class NetworkRuntime {
       interfaces: [{
         name: ifName,
         hostVeth: hostVethName(id, ifName),
-        mac: podMac(addresses.find((a) => a.family === 4)?.address),
+        mac: requested.mac ?? podMac(addresses.find((a) => a.family === 4)?.address),
         mtu: this.cfg.mtu,
         addresses,
         // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.

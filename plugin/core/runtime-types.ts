@@ -12,6 +12,10 @@ export interface AttachRequest {
   labels?: Record<string, string>;
   annotations?: Record<string, string>;
   runtimeHandler?: string;
+  /** Addresses the caller asks for (CNI `ips` capability, CNI_ARGS IP=), IP or CIDR, one per family. */
+  requestedIps?: string[];
+  /** The pod interface's MAC the caller asks for (CNI `mac` capability). */
+  requestedMac?: string;
   /** Who asked (metrics, spans, logs); default kni. */
   entryPoint?: EntryPoint;
 }

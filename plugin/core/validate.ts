@@ -1,6 +1,7 @@
 // Validation of everything a caller hands the core. Each failure names the field and why.
 import path from 'node:path';
 import { invalid } from './errors';
+import { Family, parseIp } from '../ipam/ip';
 
 /** A value quoted in an error message, cut short: callers may send megabytes. */
 const q = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
@@ -69,4 +70,33 @@ export function netnsPath(p: unknown, field = 'netns path'): string {
   if (!path.isAbsolute(p)) throw invalid(`${field} ${q(p)} is not absolute`);
   if (path.normalize(p) !== p || p.endsWith('/')) throw invalid(`${field} ${q(p)} is not normalised (no '..', '.', '//' or trailing '/')`);
   return p;
+}
+
+/** Requested pod addresses: "10.1.2.3" or "10.1.2.3/24" (the prefix is the range's anyway), one per family. */
+export function requestedIps(v: unknown): { family: Family; value: bigint }[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.length > 2) throw invalid('requested IPs must be a list of at most two addresses (one per family)');
+  const out: { family: Family; value: bigint }[] = [];
+  for (const s of v) {
+    if (typeof s !== 'string' || s.length > 64) throw invalid(`requested IP ${JSON.stringify(s)} is not an address`);
+    let ip;
+    try {
+      ip = parseIp(s.split('/')[0]);
+    } catch {
+      throw invalid(`requested IP ${JSON.stringify(s)} is not an address`);
+    }
+    if (out.some((o) => o.family === ip.family)) throw invalid(`two IPv${ip.family} addresses requested: at most one per family`);
+    out.push(ip);
+  }
+  return out;
+}
+
+/** A unicast MAC as six hex pairs ("c2:11:22:33:44:55"), lower-cased. */
+export function requestedMac(v: unknown): string | undefined {
+  if (v === undefined || v === null || v === '') return undefined;
+  if (typeof v !== 'string' || !/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(v)) throw invalid(`requested MAC ${JSON.stringify(v)} is not six hex pairs like c2:11:22:33:44:55`);
+  const mac = v.toLowerCase();
+  if (parseInt(mac.slice(0, 2), 16) & 1) throw invalid(`requested MAC ${mac} is a multicast address`);
+  if (mac === '00:00:00:00:00:00') throw invalid('requested MAC 00:00:00:00:00:00 is not an address');
+  return mac;
 }

@@ -1,6 +1,7 @@
 // IPAM across the node's pod ranges: one address per range per sandbox, all or nothing.
 import { Cidr, cidrContains, Family, formatIp, parseIp } from './ip';
 import { RangeAllocator } from './range-allocator';
+import { KniError } from '../core/errors';
 
 export interface AllocatedAddress {
   family: Family;
@@ -26,11 +27,16 @@ export class Ipam {
     this.ranges = cidrs.map((c) => new RangeAllocator(c));
   }
 
-  allocate(owner: string): AllocatedAddress[] {
+  /** One address per range; `requested` (at most one per family) instead of the next free one. */
+  allocate(owner: string, requested: { family: Family; value: bigint }[] = []): AllocatedAddress[] {
+    for (const q of requested) {
+      if (!this.ranges.some((r) => r.family === q.family)) throw new KniError('INVALID_ARGUMENT', `requested address ${formatIp(q.family, q.value)}: there is no IPv${q.family} pod range`);
+    }
     const out: AllocatedAddress[] = [];
     try {
       for (const r of this.ranges) {
-        const v = r.allocate(owner);
+        const want = requested.find((q) => q.family === r.family);
+        const v = want ? r.claim(want.value, owner) : r.allocate(owner);
         out.push({ family: r.family, address: r.format(v), prefixLength: r.cidr.prefixLength, gateway: r.format(r.gateway), range: r.cidr.text });
       }
     } catch (e) {

@@ -49,6 +49,19 @@ export class RangeAllocator {
     return v;
   }
 
+  /** Gives the owner exactly this address (a caller asked for it), or says why not. */
+  claim(value: bigint, owner: string): bigint {
+    const text = this.format(value);
+    if (!cidrContains(this.cidr, this.family, value)) throw new KniError('INVALID_ARGUMENT', `requested address ${text} is outside pod range ${this.cidr.text}`);
+    if (value < this.first || value > this.last) {
+      throw new KniError('INVALID_ARGUMENT', `requested address ${text} is the ${value === this.gateway ? 'gateway' : value === this.cidr.base ? 'network address' : 'broadcast address'} of pod range ${this.cidr.text}`);
+    }
+    const current = this.owners.get(value);
+    if (current !== undefined && current !== owner) throw new KniError('ALREADY_EXISTS', `requested address ${text} is in use by sandbox ${current}`);
+    this.owners.set(value, owner);
+    return value;
+  }
+
   /** Marks an address as taken (restoring state); false if it belongs to someone else. */
   reserve(address: string, owner: string): boolean {
     const { family, value } = parseIp(address);

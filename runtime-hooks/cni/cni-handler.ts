@@ -48,12 +48,17 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
       case 'ADD': {
         const args = parseCniArgs(env.get('CNI_ARGS') ?? '');
         const podAnnotations = conf.runtimeConfig?.['io.kubernetes.cri.pod-annotations'];
+        // The `ips` and `mac` capabilities, or CNI_ARGS IP=a[,b] / MAC= (as the static IPAM plugin reads them).
+        const ips = conf.runtimeConfig?.ips ?? (args.IP ? args.IP.split(',') : undefined);
+        const mac = conf.runtimeConfig?.mac ?? args.MAC;
         const rec = await rt.attach({
           sandboxId: containerId,
           netnsPath: env.get('CNI_NETNS') ?? '',
           interfaceName: env.get('CNI_IFNAME') || 'eth0',
           pod: { name: args.K8S_POD_NAME, namespace: args.K8S_POD_NAMESPACE, uid: args.K8S_POD_UID },
           annotations: typeof podAnnotations === 'object' && podAnnotations !== null ? podAnnotations : undefined,
+          requestedIps: ips,
+          requestedMac: mac,
           entryPoint: 'cni',
         });
         return ok(cniResult(version, rec));

@@ -43,7 +43,12 @@ const running = (name: string) => {
 /** GET /cgi-bin/ip from inside pod `from` to address `to`: the address the server saw. */
 function fetchFrom(from: string, to: string): string {
   const host = to.includes(':') ? `[${to}]` : to;
-  const out = kubectl('exec', from, '--', '/bin/busybox', 'sh', '-c', `printf 'GET /cgi-bin/ip HTTP/1.0\\r\\nHost: ${host}\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${to} 80`);
+  let out: string;
+  try {
+    out = kubectl('exec', from, '--', '/bin/busybox', 'sh', '-c', `printf 'GET /cgi-bin/ip HTTP/1.0\\r\\nHost: ${host}\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${to} 80`);
+  } catch (e) {
+    out = String((e as { stderr?: string }).stderr ?? e);
+  }
   const seen = /from=(\S+)/.exec(out)?.[1];
   // busybox httpd listens on one dual-stack socket: IPv4 peers show as [::ffff:a.b.c.d].
   return seen ? seen.replace(/^\[|\]$/g, '').replace(/^::ffff:(?=\d+\.)/, '') : `(no answer: ${out.slice(0, 200)})`;
@@ -89,7 +94,7 @@ describe('cluster: kni as the node agent', function () {
   });
 
   it('pods on different nodes reach each other over IPv4 and IPv6 and see each other\'s pod IP as source; a ClusterIP Service answers from every node, hairpin included', async () => {
-    apply(WHOAMI('who-1', 'kc-w1'));
+    apply(WHOAMI('who-1', 'kc-w1', 'app: whoami, who: one'));
     apply(WHOAMI('who-2', 'kc-w2'));
     apply(`apiVersion: v1
 kind: Service
@@ -119,6 +124,15 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
         for (let i = 0; i < 12; i++) seen.add(fetchFrom(from, ip));
         assert.ok([...seen].every((x) => !x.startsWith('(no answer')), `${from} → Service ${ip}: ${[...seen].join(' ')}`);
       }
+    }
+    // Hairpin for sure: a Service whose only endpoint is the asking pod.
+    apply(`apiVersion: v1
+kind: Service
+metadata: {name: who-one}
+spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}
+`);
+    for (const ip of kubectlJson('get', 'service', 'who-one').spec.clusterIPs as string[]) {
+      await waitFor(() => !fetchFrom('who-1', ip).startsWith('(no answer'), 30_000, () => `who-1 → its own Service ${ip}: ${fetchFrom('who-1', ip)}`);
     }
     // From every node's own network namespace (kube-proxy's rules on the node, pods elsewhere).
     for (const w of WORKERS) {
