@@ -24,6 +24,7 @@ import { restoreState } from './restore-state';
 import { checkSandbox } from './sandbox-check';
 import { kernelError, unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
+import type { PortMapping } from '../node/host-ports';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -157,7 +158,7 @@ export class NetworkRuntime {
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
     const kind = this.sandboxKind(runtimeHandler, annotations);
-    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac) };
+    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings) };
     // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
     const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
     try {
@@ -172,7 +173,7 @@ export class NetworkRuntime {
     ifName: string,
     ns: NetnsHandle,
     meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
-    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string },
+    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string; ports: PortMapping[] },
   ): Promise<SandboxRecord> {
     let existing = this.sandboxes.get(id);
     if (existing && existing.phase !== 'attached') {
@@ -193,6 +194,10 @@ export class NetworkRuntime {
       return existing;
     }
     await this.node.ensure();
+    for (const m of requested.ports) {
+      const holder = [...this.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
+      if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
+    }
     let addresses;
     try {
       addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id, requested.ips));
@@ -216,6 +221,7 @@ export class NetworkRuntime {
         // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
         ...(meta.kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
       }],
+      ...(requested.ports.length ? { portMappings: requested.ports } : {}),
       createdAt: new Date().toISOString(),
     };
     try {
@@ -228,6 +234,8 @@ export class NetworkRuntime {
     this.sandboxes.set(id, rec);
     try {
       await wireSandbox(this, rec, ns);
+      // Only a pod that asks for host ports costs an iptables call.
+      if (rec.portMappings) await withSpan('hostports', {}, () => this.node.syncHostPorts());
     } catch (e) {
       await this.rollback(rec);
       throw kernelError(e, rec);
@@ -305,6 +313,7 @@ export class NetworkRuntime {
     else await unwireSandbox(rec);
     this.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
     this.sandboxes.delete(rec.id);
+    if (rec.portMappings) await this.node.syncHostPorts().catch((e) => log('error', 'cannot remove host ports; reconcile retries', { sandbox: rec.id, error: (e as Error).message }));
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
     this.ipamChanged();
   }

@@ -9,6 +9,7 @@ import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeMasquerade, syncMasquerade } from '../node/masquerade';
 import { setupNodeNetwork } from '../node/node-network';
+import { syncHostPorts } from '../node/host-ports';
 
 export class NodeLifecycle {
   bridgeIndex = 0;
@@ -20,7 +21,29 @@ export class NodeLifecycle {
   private noRangesReason = 'no pod ranges configured';
   private readyListeners: (() => void)[] = [];
 
+  private hostPortWrites: Promise<void> = Promise.resolve();
+  private hostPortRules = true; // unknown at start: the first write clears what a crash left
+
   constructor(private readonly rt: NetworkRuntime) {}
+
+  /**
+   * Rewrites the host-port chains from the records, one write at a time (each computes from the
+   * records when its turn comes, so the last write always has every pod's ports).
+   */
+  syncHostPorts(): Promise<void> {
+    const next = this.hostPortWrites.then(async () => {
+      const targets = [...this.rt.sandboxes.values()].filter((r) => r.portMappings?.length && r.phase !== 'detaching').map((r) => ({
+        sandbox: r.id,
+        addresses: r.interfaces[0]?.addresses ?? [],
+        mappings: r.portMappings!,
+      }));
+      if (!targets.length && !this.hostPortRules) return;
+      await syncHostPorts(this.rt.cfg.ranges, targets);
+      this.hostPortRules = targets.length > 0;
+    });
+    this.hostPortWrites = next.catch(() => undefined);
+    return next;
+  }
 
   /** Whether setup succeeded last time (status() also looks at the bridge). */
   get isSetUp(): boolean {
@@ -41,6 +64,7 @@ export class NodeLifecycle {
     try {
       if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs);
+      await this.syncHostPorts();
       const wasReady = this.ready;
       this.ready = true;
       this.reason = '';

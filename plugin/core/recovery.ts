@@ -220,6 +220,8 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
     });
   }
   for (const l of unownedHostVeths(rt)) await removeStrayVeth(rt, l, report, found);
+  // Host ports rewritten from the records (no call at all while no pod has any).
+  if (rt.cfg.ranges.length) await rt.node.syncHostPorts().catch((e) => found(`cannot write host ports: ${(e as Error).message}`, {}));
   return report;
 }
 

@@ -16,6 +16,8 @@ export interface AttachRequest {
   requestedIps?: string[];
   /** The pod interface's MAC the caller asks for (CNI `mac` capability). */
   requestedMac?: string;
+  /** Host ports to DNAT to the pod: { protocol, containerPort, hostPort, hostIp } each. */
+  portMappings?: unknown[];
   /** Who asked (metrics, spans, logs); default kni. */
   entryPoint?: EntryPoint;
 }

@@ -2,6 +2,7 @@
 import path from 'node:path';
 import { invalid } from './errors';
 import { Family, parseIp } from '../ipam/ip';
+import type { PortMapping } from '../node/host-ports';
 
 /** A value quoted in an error message, cut short: callers may send megabytes. */
 const q = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
@@ -99,4 +100,34 @@ export function requestedMac(v: unknown): string | undefined {
   if (parseInt(mac.slice(0, 2), 16) & 1) throw invalid(`requested MAC ${mac} is a multicast address`);
   if (mac === '00:00:00:00:00:00') throw invalid('requested MAC 00:00:00:00:00:00 is not an address');
   return mac;
+}
+
+const PROTOCOLS = ['tcp', 'udp', 'sctp'];
+
+/** Port mappings as entry points hand them over (protocol in any case; '' or absent = tcp). */
+export function portMappings(v: unknown): PortMapping[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v) || v.length > 256) throw invalid('port mappings must be a list of at most 256 entries');
+  const port = (x: unknown, what: string): number => {
+    if (!Number.isInteger(x) || (x as number) < 1 || (x as number) > 65535) throw invalid(`port mapping ${what} ${JSON.stringify(x)} is not a port from 1 to 65535`);
+    return x as number;
+  };
+  const out: PortMapping[] = [];
+  for (const m of v as Record<string, unknown>[]) {
+    if (typeof m !== 'object' || m === null) throw invalid('a port mapping is not an object');
+    const protocol = String(m.protocol ?? '').toLowerCase() || 'tcp';
+    if (!PROTOCOLS.includes(protocol)) throw invalid(`port mapping protocol ${JSON.stringify(m.protocol)} is not tcp, udp or sctp`);
+    const hostIp = typeof m.hostIp === 'string' ? m.hostIp : '';
+    if (hostIp && hostIp !== '0.0.0.0' && hostIp !== '::') {
+      try {
+        parseIp(hostIp);
+      } catch {
+        throw invalid(`port mapping hostIP ${JSON.stringify(hostIp)} is not an address`);
+      }
+    }
+    const mapping: PortMapping = { protocol: protocol as PortMapping['protocol'], containerPort: port(m.containerPort, 'containerPort'), hostPort: port(m.hostPort, 'hostPort'), hostIp: hostIp === '0.0.0.0' || hostIp === '::' ? '' : hostIp };
+    if (out.some((o) => o.hostPort === mapping.hostPort && o.protocol === mapping.protocol && o.hostIp === mapping.hostIp)) throw invalid(`host port ${mapping.protocol}/${mapping.hostPort} is mapped twice`);
+    out.push(mapping);
+  }
+  return out;
 }

@@ -29,7 +29,7 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
       return { netns_path: n.path, extradata: {} };
     }),
 
-    AttachInterface: u('AttachInterface', async (req: { name: string; id: string; namespace: string; isolation: { path: string } | null; labels: Map; annotations: Map; extradata: Map }) => {
+    AttachInterface: u('AttachInterface', async (req: { name: string; id: string; namespace: string; isolation: { path: string } | null; labels: Map; annotations: Map; extradata: Map; port_mappings?: { protocol: string | number; container_port: number; host_port: number; host_ip: string }[] }) => {
       const netnsPath = req.isolation?.path || req.extradata?.netns || '';
       if (!netnsPath) throw invalid('no network namespace given: set isolation.path or extradata["netns"]');
       const rec = await rt.attach({
@@ -38,6 +38,8 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
         pod: { name: req.name, namespace: req.namespace },
         labels: req.labels,
         annotations: req.annotations,
+        // The KNI POC Protocol enum: TCP = 0, UDP = 1, SCTP = 2 (names when the loader gives names).
+        portMappings: (req.port_mappings ?? []).map((m) => ({ protocol: typeof m.protocol === 'number' ? (['tcp', 'udp', 'sctp'][m.protocol] ?? String(m.protocol)) : m.protocol, containerPort: m.container_port, hostPort: m.host_port, hostIp: m.host_ip })),
       });
       return { ipconfigs: ipconfigs(rec), extradata: { netns: rec.netnsPath } };
     }),

@@ -1,5 +1,6 @@
 // What the state store holds: one record per sandbox kni wired, one per netns kni created.
 import { AllocatedAddress } from '../ipam/ipam';
+import type { PortMapping } from '../node/host-ports';
 
 export interface PodRef {
   name: string;
@@ -38,6 +39,8 @@ export interface SandboxRecord {
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;
   interfaces: InterfaceRecord[];
+  /** Host ports DNATed to this pod (absent: none). */
+  portMappings?: PortMapping[];
   createdAt: string;
 }
 

@@ -47,6 +47,7 @@ export function podNetworkLifecycleHandlers(rt: NetworkRuntime): grpc.UntypedSer
         pod: { name: req.pod_name, namespace: req.pod_namespace, uid: req.pod_uid },
         labels: req.labels,
         annotations: req.annotations,
+        portMappings: (req.port_mappings ?? []).map((m: { protocol: string; container_port: number; host_port: number; host_ip: string }) => ({ protocol: m.protocol, containerPort: m.container_port, hostPort: m.host_port, hostIp: m.host_ip })),
         entryPoint: 'containerd',
       });
       return setupResponse(rt, rec, req.dns_config);

@@ -1,0 +1,61 @@
+// Host ports (CRI port mappings, the CNI portMappings capability, KNI POC and containerd's
+// PodNetworkLifecycle): DNAT from the node's addresses to the pod, as the portmap plugin does.
+// Level-triggered: the chains are rewritten whole from the records, so a crash, a missed
+// release or a restart can leave nothing behind — the next write has only what records hold.
+// Written only when a pod with port mappings comes or goes (and at node setup and reconcile
+// when any rule exists): a pod without port mappings costs no iptables call.
+import { Cidr, Family } from '../ipam/ip';
+import { ensureNatRule, restoreNatChains } from './iptables';
+
+export const HOSTPORT_CHAIN = 'KNI-HOSTPORTS';
+export const HOSTPORT_SNAT_CHAIN = 'KNI-HOSTPORTS-SNAT';
+
+export interface PortMapping {
+  protocol: 'tcp' | 'udp' | 'sctp';
+  containerPort: number;
+  hostPort: number;
+  /** '' = every address of the node. */
+  hostIp: string;
+}
+
+export interface HostPortTarget {
+  sandbox: string;
+  /** The pod's address of each family. */
+  addresses: { family: Family; address: string }[];
+  mappings: PortMapping[];
+}
+
+const JUMP_LOCAL = ['-m', 'addrtype', '--dst-type', 'LOCAL', '-m', 'comment', '--comment', 'kni:hostports', '-j', HOSTPORT_CHAIN];
+const JUMP_SNAT = ['-m', 'comment', '--comment', 'kni:hostports-hairpin', '-j', HOSTPORT_SNAT_CHAIN];
+
+/**
+ * The DNAT and hairpin-SNAT rules of one family, for every target. `podRanges`: this node's pod
+ * ranges of that family; only a pod's own connections through a host port are masqueraded
+ * (its reply must come back through the node), a client elsewhere keeps its source address.
+ */
+export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: string[]): { dnat: string[][]; snat: string[][] } {
+  const dnat: string[][] = [];
+  const snat: string[][] = [];
+  for (const t of targets) {
+    const pod = t.addresses.find((a) => a.family === f)?.address;
+    if (!pod) continue;
+    for (const m of t.mappings) {
+      if (m.hostIp && (m.hostIp.includes(':') ? 6 : 4) !== f) continue;
+      const to = f === 4 ? `${pod}:${m.containerPort}` : `[${pod}]:${m.containerPort}`;
+      dnat.push([...(m.hostIp ? ['-d', m.hostIp] : []), '-p', m.protocol, '--dport', String(m.hostPort), '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'DNAT', '--to-destination', to]);
+      for (const range of podRanges) snat.push(['-s', range, '-d', pod, '-p', m.protocol, '--dport', String(m.containerPort), '-m', 'conntrack', '--ctstate', 'DNAT', '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'MASQUERADE']);
+    }
+  }
+  return { dnat, snat };
+}
+
+/** Makes the node's host-port rules exactly those of `targets`, for each family of `ranges`. */
+export async function syncHostPorts(ranges: Cidr[], targets: HostPortTarget[]): Promise<void> {
+  for (const f of [...new Set(ranges.map((c) => c.family))]) {
+    const { dnat, snat } = hostPortRules(f, targets, ranges.filter((c) => c.family === f).map((c) => c.text));
+    await restoreNatChains(f, { [HOSTPORT_CHAIN]: dnat, [HOSTPORT_SNAT_CHAIN]: snat });
+    await ensureNatRule(f, 'PREROUTING', JUMP_LOCAL);
+    await ensureNatRule(f, 'OUTPUT', JUMP_LOCAL);
+    await ensureNatRule(f, 'POSTROUTING', JUMP_SNAT);
+  }
+}

@@ -1,0 +1,101 @@
+// Host ports on the built-in network (the CNI portMappings capability here; KNI POC and
+// PodNetworkLifecycle hand the same mappings to the core): DNAT from the node's addresses to
+// the pod, hairpin from a pod, rules gone with the pod, and after a crash that missed the DEL.
+import assert from 'node:assert/strict';
+import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import { cni } from './helpers/cni-exec';
+import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
+
+describe('host ports (real kernel, iptables)', () => {
+  let d: TestDaemon;
+  let conf: Record<string, unknown>;
+  const client = `${RUN}-hpclient`;
+  const www = `/tmp/${RUN}-www`;
+  const servers: ChildProcess[] = [];
+  const env = (id: string, netns: string) => ({ CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${id};K8S_POD_UID=u-${id}` });
+
+  before(async () => {
+    d = await TestDaemon.start({ cni: { confDir: '', binDir: '' } });
+    conf = { cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: d.cniSocket };
+    // Another host on a link to the node: 192.168.90.2 → node 192.168.90.1.
+    sh('ip', ['netns', 'add', client]);
+    sh('ip', ['link', 'add', `${RUN}hp0`, 'netns', d.nodeNetnsName, 'type', 'veth', 'peer', 'name', `${RUN}hp1`, 'netns', client]);
+    sh('ip', ['-n', d.nodeNetnsName, 'addr', 'add', '192.168.90.1/24', 'dev', `${RUN}hp0`]);
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', `${RUN}hp0`, 'up']);
+    sh('ip', ['-n', client, 'addr', 'add', '192.168.90.2/24', 'dev', `${RUN}hp1`]);
+    sh('ip', ['-n', client, 'link', 'set', `${RUN}hp1`, 'up']);
+    sh('ip', ['-n', client, 'link', 'set', 'lo', 'up']);
+    fs.mkdirSync(www, { recursive: true });
+    fs.writeFileSync(`${www}/index.html`, 'hello through a host port\n');
+  });
+  after(() => {
+    for (const s of servers) s.kill('SIGKILL');
+    trySh('ip', ['netns', 'del', client]);
+    fs.rmSync(www, { recursive: true, force: true });
+    d?.cleanup();
+  });
+
+  function serve(netns: string): void {
+    const s = spawn('nsenter', [`--net=${netns}`, '/bin/busybox', 'httpd', '-f', '-p', '80', '-h', www], { stdio: 'ignore' });
+    servers.push(s);
+  }
+  const fetch = (fromNetns: string, host: string, port: number): string =>
+    inNetns(fromNetns, '/bin/busybox', ['sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 ${host} ${port}`]).out;
+  const chain = (name: string) => inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', name]).out.split('\n').filter((l) => l.startsWith('-A'));
+
+  it('a pod asking for host port 8080 answers on the node\'s address, from another host, the node itself and another pod; DEL takes the rules away', async () => {
+    const netns = d.makePodNetns('hp-a');
+    const r = cni('ADD', env('hp-a', netns), { ...conf, runtimeConfig: { portMappings: [{ hostPort: 8080, containerPort: 80, protocol: 'tcp' }] } });
+    assert.equal(r.code, 0, r.raw);
+    const podIp = r.out.ips[0].address.split('/')[0];
+    serve(netns);
+    await waitFor(() => /hello through a host port/.test(fetch(netns, '127.0.0.1', 80)), 10_000, () => 'the pod\'s server never answered');
+    assert.match(chain('KNI-HOSTPORTS').join('\n'), new RegExp(`--dport 8080 .*--to-destination ${podIp.replace(/\./g, '\\.')}:80`));
+    // The client's link is new: its first exchange may wait on neighbour resolution.
+    await waitFor(() => /hello through a host port/.test(fetch(`/run/netns/${client}`, '192.168.90.1', 8080)), 15_000, () => `from another host: ${fetch(`/run/netns/${client}`, '192.168.90.1', 8080)}\n${chain('KNI-HOSTPORTS').join('\n')}`);
+    assert.match(fetch(d.nodeNetns, '192.168.90.1', 8080), /hello through a host port/, 'from the node itself');
+    const other = d.makePodNetns('hp-b');
+    assert.equal(cni('ADD', env('hp-b', other), conf).code, 0);
+    assert.match(fetch(other, '192.168.90.1', 8080), /hello through a host port/, 'from another pod (hairpin through the node)');
+    // The same host port for a second pod is refused, taking nothing.
+    const clash = cni('ADD', env('hp-c', d.makePodNetns('hp-c')), { ...conf, runtimeConfig: { portMappings: [{ hostPort: 8080, containerPort: 81, protocol: 'tcp' }] } });
+    assert.equal(clash.code, 1);
+    assert.match(clash.out.msg, /host port tcp\/8080 is already mapped to sandbox hp-a/);
+
+    assert.equal(cni('DEL', env('hp-a', netns), conf).code, 0);
+    assert.deepEqual(chain('KNI-HOSTPORTS'), []);
+    assert.deepEqual(chain('KNI-HOSTPORTS-SNAT'), []);
+    assert.doesNotMatch(fetch(`/run/netns/${client}`, '192.168.90.1', 8080), /hello/);
+    assert.equal(cni('DEL', env('hp-b', other), conf).code, 0);
+  });
+
+  it('invalid port mappings are refused with a precise error', () => {
+    const cases: [unknown, RegExp][] = [
+      [[{ hostPort: 0, containerPort: 80 }], /hostPort 0 is not a port/],
+      [[{ hostPort: 8081, containerPort: 70000 }], /containerPort 70000 is not a port/],
+      [[{ hostPort: 8081, containerPort: 80, protocol: 'icmp' }], /protocol "icmp" is not tcp, udp or sctp/],
+      [[{ hostPort: 8081, containerPort: 80 }, { hostPort: 8081, containerPort: 81 }], /host port tcp\/8081 is mapped twice/],
+      [[{ hostPort: 8081, containerPort: 80, hostIP: 'nope' }], /hostIP "nope" is not an address/],
+    ];
+    for (const [i, [portMappings, re]] of cases.entries()) {
+      const x = cni('ADD', env(`hp-bad${i}`, d.makePodNetns(`hp-bad${i}`)), { ...conf, runtimeConfig: { portMappings } });
+      assert.equal(x.code, 1, x.raw);
+      assert.match(x.out.msg, re);
+    }
+  });
+
+  it('kni killed, the pod gone meanwhile (no DEL): the restart finds the host port and removes it', async () => {
+    const netns = d.makePodNetns('hp-crash');
+    assert.equal(cni('ADD', env('hp-crash', netns), { ...conf, runtimeConfig: { portMappings: [{ hostPort: 9090, containerPort: 80, protocol: 'udp' }] } }).code, 0);
+    assert.equal(chain('KNI-HOSTPORTS').length, 1);
+    await d.stop('SIGKILL');
+    sh('ip', ['netns', 'del', netns.split('/').pop()!]);
+    d.closeClients();
+    await d.launch();
+    await waitFor(() => chain('KNI-HOSTPORTS').length === 0, 20_000, () => chain('KNI-HOSTPORTS').join('\n'));
+    assert.equal((await d.rt().ListPods({})).pods.length, 0);
+  });
+});
