@@ -25,6 +25,7 @@ import { checkSandbox } from './sandbox-check';
 import { kernelError, unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import type { PortMapping } from '../node/host-ports';
+import type { Bandwidth } from '../pod/bandwidth';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -158,7 +159,7 @@ export class NetworkRuntime {
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
     const kind = this.sandboxKind(runtimeHandler, annotations);
-    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings) };
+    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings), bandwidth: validate.bandwidth(req.bandwidth, annotations) };
     // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
     const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
     try {
@@ -173,7 +174,7 @@ export class NetworkRuntime {
     ifName: string,
     ns: NetnsHandle,
     meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
-    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string; ports: PortMapping[] },
+    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string; ports: PortMapping[]; bandwidth?: Bandwidth },
   ): Promise<SandboxRecord> {
     let existing = this.sandboxes.get(id);
     if (existing && existing.phase !== 'attached') {
@@ -222,6 +223,7 @@ export class NetworkRuntime {
         ...(meta.kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
       }],
       ...(requested.ports.length ? { portMappings: requested.ports } : {}),
+      ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
       createdAt: new Date().toISOString(),
     };
     try {

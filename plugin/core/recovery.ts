@@ -15,6 +15,7 @@ import { unwirePod, VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
 import { checkRecord } from './sandbox-check';
 import { unwireSandbox, wireSandbox } from './sandbox-wiring';
+import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 
 export interface ReconcileReport {
   repaired: string[];
@@ -220,6 +221,14 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
     });
   }
   for (const l of unownedHostVeths(rt)) await removeStrayVeth(rt, l, report, found);
+  // ifb devices of pods no record holds (a crash between shaping and the record's release).
+  const shaped = new Set([...rt.sandboxes.values()].filter((r) => r.bandwidth).map((r) => ifbName(r.id)));
+  for (const i of kniIfbs(rt.host)) {
+    if (shaped.has(i.name)) continue;
+    removeIfb(rt.host, i.name, i.index);
+    report.removedVeths.push(i.name);
+    found(`removed ifb ${i.name} that no sandbox record owns`, { ifb: i.name, sandbox: i.sandbox });
+  }
   // Host ports rewritten from the records (no call at all while no pod has any).
   if (rt.cfg.ranges.length) await rt.node.syncHostPorts().catch((e) => found(`cannot write host ports: ${(e as Error).message}`, {}));
   return report;

@@ -16,6 +16,8 @@ export interface AttachRequest {
   requestedIps?: string[];
   /** The pod interface's MAC the caller asks for (CNI `mac` capability). */
   requestedMac?: string;
+  /** Bandwidth limits (CNI bandwidth capability: bits/s and bits); else from the pod annotations. */
+  bandwidth?: unknown;
   /** Host ports to DNAT to the pod: { protocol, containerPort, hostPort, hostIp } each. */
   portMappings?: unknown[];
   /** Who asked (metrics, spans, logs); default kni. */

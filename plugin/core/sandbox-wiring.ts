@@ -3,7 +3,8 @@
 import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
-import { NetlinkError } from '../netlink/socket';
+import { NetlinkError, NetlinkSocket } from '../netlink/socket';
+import { ifbName, removeIfb, shapePod } from '../pod/bandwidth';
 import { NotANetnsError, socketInNetns } from '../netns/netns';
 import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
@@ -24,6 +25,7 @@ export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: Ne
       wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
     }
   }
+  if (rec.bandwidth) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, rec.interfaces[0].hostVeth, rec.bandwidth!));
   const taps = rec.interfaces.filter((i) => i.tap);
   if (taps.length) {
     const pod = socketInNetns(ns.fd);
@@ -38,6 +40,14 @@ export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: Ne
 /** Deletes what wireSandbox made: taps, then the veths (the kernel removes the pod ends with them). */
 export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
   unwireTaps(rec);
+  if (rec.bandwidth) {
+    const sock = new NetlinkSocket();
+    try {
+      removeIfb(sock, ifbName(rec.id));
+    } finally {
+      sock.close();
+    }
+  }
   for (const itf of rec.interfaces) unwirePod(itf);
 }
 

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { invalid } from './errors';
 import { Family, parseIp } from '../ipam/ip';
 import type { PortMapping } from '../node/host-ports';
+import type { Bandwidth } from '../pod/bandwidth';
 
 /** A value quoted in an error message, cut short: callers may send megabytes. */
 const q = (v: string): string => JSON.stringify(v.length > 64 ? `${v.slice(0, 64)}…` : v);
@@ -130,4 +131,42 @@ export function portMappings(v: unknown): PortMapping[] {
     out.push(mapping);
   }
   return out;
+}
+
+export const INGRESS_BANDWIDTH = 'kubernetes.io/ingress-bandwidth';
+export const EGRESS_BANDWIDTH = 'kubernetes.io/egress-bandwidth';
+const MIN_RATE = 1000;
+const MAX_RATE = 1e15;
+const SUFFIX: Record<string, number> = { '': 1, k: 1e3, M: 1e6, G: 1e9, T: 1e12, P: 1e15, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40, Pi: 2 ** 50 };
+
+/** A Kubernetes quantity of bits per second ("10M", "1Gi", "500k"), as the bandwidth annotations hold. */
+export function bitRate(v: string, what: string): number {
+  const m = /^([0-9]+(?:\.[0-9]+)?)(k|M|G|T|P|Ki|Mi|Gi|Ti|Pi)?$/.exec(v.trim());
+  if (!m) throw invalid(`${what} ${q(v)} is not a quantity like 10M or 1Gi`);
+  const bits = Number(m[1]) * SUFFIX[m[2] ?? ''];
+  if (!(bits >= MIN_RATE && bits <= MAX_RATE)) throw invalid(`${what} ${q(v)} is outside 1k to 1P bits per second`);
+  return Math.floor(bits);
+}
+
+/**
+ * The pod's bandwidth limits: the CNI bandwidth capability when given (bits/s and bits), else
+ * the pod annotations. undefined: no limit.
+ */
+export function bandwidth(explicit: unknown, annotations: Record<string, string>): Bandwidth | undefined {
+  const out: Bandwidth = {};
+  if (explicit !== undefined && explicit !== null) {
+    if (typeof explicit !== 'object' || Array.isArray(explicit)) throw invalid('bandwidth must be an object of rates and bursts');
+    const e = explicit as Record<string, unknown>;
+    for (const k of ['ingressRate', 'ingressBurst', 'egressRate', 'egressBurst'] as const) {
+      const x = e[k];
+      if (x === undefined || x === null || x === 0) continue;
+      const rate = k.endsWith('Rate');
+      if (typeof x !== 'number' || !Number.isFinite(x) || x < (rate ? MIN_RATE : 1) || x > (rate ? MAX_RATE : 2 ** 35)) throw invalid(`bandwidth ${k} ${JSON.stringify(x)} is out of range (${rate ? 'rates: 1000 to 1e15 bits/s' : 'bursts: 1 to 2^35 bits'})`);
+      out[k] = Math.floor(x);
+    }
+  } else {
+    if (annotations[INGRESS_BANDWIDTH] !== undefined) out.ingressRate = bitRate(annotations[INGRESS_BANDWIDTH], `annotation ${INGRESS_BANDWIDTH}`);
+    if (annotations[EGRESS_BANDWIDTH] !== undefined) out.egressRate = bitRate(annotations[EGRESS_BANDWIDTH], `annotation ${EGRESS_BANDWIDTH}`);
+  }
+  return out.ingressRate || out.egressRate ? out : undefined;
 }

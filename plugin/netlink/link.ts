@@ -72,6 +72,19 @@ export function bridgeAdd(name: string, mtu: number, mac: string): NetlinkReques
   };
 }
 
+/** An ifb device (it re-queues what is redirected to it: a pod's egress is shaped there). */
+export function ifbAdd(name: string, alias: string): NetlinkRequest[] {
+  return [
+    {
+      type: RTM_NEWLINK,
+      flags: NLM_F_CREATE | NLM_F_EXCL,
+      what: `add ifb ${name}`,
+      body: Buffer.concat([ifinfomsg(0, IFF_UP, IFF_UP), attrString(IFLA_IFNAME, name), attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'ifb')])]),
+    },
+    { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrString(IFLA_IFALIAS, alias)]) },
+  ];
+}
+
 export interface VxlanSpec {
   name: string;
   vni: number;

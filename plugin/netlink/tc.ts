@@ -1,6 +1,7 @@
 // Traffic control (RTM_NEWQDISC / RTM_NEWTFILTER, struct tcmsg): the ingress qdisc and a u32
 // "match everything" filter whose mirred action redirects every frame to another device's
-// egress — the pairing Kata's tcfilter model uses between a pod's veth and a VM's tap.
+// egress — the pairing Kata's tcfilter model uses between a pod's veth and a VM's tap, and
+// the way a pod's egress reaches the ifb device it is shaped on — and the TBF qdisc.
 import { attr, attrNested, attrString } from './attr';
 import { NetlinkRequest, NLM_F_CREATE, NLM_F_EXCL } from './socket';
 
@@ -19,6 +20,12 @@ const TCA_ACT_OPTIONS = 2;
 const TCA_MIRRED_PARMS = 2;
 const TC_ACT_STOLEN = 4;
 const TCA_EGRESS_REDIR = 1;
+
+const TC_H_ROOT = 0xffffffff;
+const TCA_TBF_PARMS = 1;
+const TCA_TBF_RATE64 = 4;
+const TCA_TBF_BURST = 6;
+const TC_LINKLAYER_ETHERNET = 1;
 
 function tcmsg(index: number, handle: number, parent: number, info: number): Buffer {
   const b = Buffer.alloc(20);
@@ -58,6 +65,33 @@ export function redirectFilterAdd(index: number, name: string, target: number, t
       tcmsg(index, 0, INGRESS_HANDLE, (1 << 16) | ETH_P_ALL_BE),
       attrString(TCA_KIND, 'u32'),
       attrNested(TCA_OPTIONS, [attr(TCA_U32_SEL, sel), attrNested(TCA_U32_ACT, [action])]),
+    ]),
+  };
+}
+
+/**
+ * A token bucket filter as the root qdisc: `rate` bytes/s, `burst` bytes, `limit` bytes queued
+ * (tc qdisc add dev X root tbf rate R burst B limit L). The burst travels as TCA_TBF_BURST, so
+ * no rate table is needed; rates above 4 GB/s travel as TCA_TBF_RATE64.
+ */
+export function tbfQdiscAdd(index: number, name: string, rate: bigint, burst: number, limit: number): NetlinkRequest {
+  // struct tc_tbf_qopt: rate and peakrate (struct tc_ratespec, 12 bytes each), limit, buffer, mtu.
+  const qopt = Buffer.alloc(36);
+  qopt.writeUInt8(TC_LINKLAYER_ETHERNET, 1);
+  qopt.writeUInt32LE(rate > 0xffffffffn ? 0xffffffff : Number(rate), 8);
+  qopt.writeUInt32LE(limit, 24);
+  const rate64 = Buffer.alloc(8);
+  rate64.writeBigUInt64LE(rate);
+  const burstU32 = Buffer.alloc(4);
+  burstU32.writeUInt32LE(burst);
+  return {
+    type: RTM_NEWQDISC,
+    flags: NLM_F_CREATE | NLM_F_EXCL,
+    what: `add tbf qdisc on ${name}`,
+    body: Buffer.concat([
+      tcmsg(index, 0x00010000, TC_H_ROOT, 0),
+      attrString(TCA_KIND, 'tbf'),
+      attrNested(TCA_OPTIONS, [attr(TCA_TBF_PARMS, qopt), ...(rate > 0xffffffffn ? [attr(TCA_TBF_RATE64, rate64)] : []), attr(TCA_TBF_BURST, burstU32)]),
     ]),
   };
 }

@@ -1,6 +1,7 @@
 // What the state store holds: one record per sandbox kni wired, one per netns kni created.
 import { AllocatedAddress } from '../ipam/ipam';
 import type { PortMapping } from '../node/host-ports';
+import type { Bandwidth } from '../pod/bandwidth';
 
 export interface PodRef {
   name: string;
@@ -39,6 +40,8 @@ export interface SandboxRecord {
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;
   interfaces: InterfaceRecord[];
+  /** Rate limits on the pod's first interface (absent: none). */
+  bandwidth?: Bandwidth;
   /** Host ports DNATed to this pod (absent: none). */
   portMappings?: PortMapping[];
   createdAt: string;

@@ -59,6 +59,7 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
           annotations: typeof podAnnotations === 'object' && podAnnotations !== null ? podAnnotations : undefined,
           requestedIps: ips,
           requestedMac: mac,
+          bandwidth: conf.runtimeConfig?.bandwidth,
           portMappings: Array.isArray(conf.runtimeConfig?.portMappings)
             ? conf.runtimeConfig.portMappings.map((m: Record<string, unknown>) => ({ protocol: m?.protocol, containerPort: m?.containerPort, hostPort: m?.hostPort, hostIp: m?.hostIP }))
             : conf.runtimeConfig?.portMappings,
