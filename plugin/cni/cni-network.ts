@@ -1,0 +1,125 @@
+// One CNI network run the way libcni runs it: ADD through every plugin in order with the
+// previous result chained in, DEL in reverse order with the cached result, CHECK in order with
+// it, STATUS and plugin GC where the config's version has them; runtimeConfig built from the
+// capabilities each plugin declares; the final result converted to the config's version.
+import { CniResultCache } from './cni-result-cache';
+import { NetworkConfList, PluginConf, versionAtLeast } from './conflist';
+import { CniPluginError, execPlugin } from './plugin-exec';
+
+export interface CniRuntime {
+  containerId: string;
+  netns: string;
+  ifName: string;
+  /** CNI_ARGS. */
+  args?: string;
+  /** Capability name → value (portMappings, bandwidth, ips, mac, dns, io.kubernetes.cri.pod-annotations …). */
+  capabilityArgs?: Record<string, unknown>;
+}
+
+/** A result in another spec version (0.3.x/0.4.0 carry ips[].version, 1.x does not). */
+export function convertResult(result: unknown, to: string): unknown {
+  if (typeof result !== 'object' || result === null) return result;
+  const r: Record<string, unknown> = { ...(result as Record<string, unknown>), cniVersion: to };
+  if (Array.isArray(r.ips)) {
+    r.ips = (r.ips as Record<string, unknown>[]).map((ip) => {
+      const { version: _v, ...rest } = ip;
+      void _v;
+      if (versionAtLeast(to, '1.0.0')) return rest;
+      return { version: String(ip.address ?? '').includes(':') ? '6' : '4', ...rest };
+    });
+  }
+  return r;
+}
+
+export class CniNetwork {
+  constructor(readonly list: NetworkConfList, private readonly binDirs: string[], private readonly cache: CniResultCache) {}
+
+  get name(): string {
+    return this.list.name;
+  }
+
+  private pluginConfig(p: PluginConf, prevResult: unknown, rt?: CniRuntime): Record<string, unknown> {
+    const conf: Record<string, unknown> = { ...p, name: this.list.name, cniVersion: this.list.cniVersion };
+    const caps = Object.entries(p.capabilities ?? {}).filter(([, on]) => on).map(([k]) => k);
+    const runtimeConfig: Record<string, unknown> = {};
+    for (const c of caps) if (rt?.capabilityArgs?.[c] !== undefined) runtimeConfig[c] = rt.capabilityArgs[c];
+    if (Object.keys(runtimeConfig).length) conf.runtimeConfig = runtimeConfig;
+    if (prevResult !== undefined) conf.prevResult = prevResult;
+    return conf;
+  }
+
+  /** ADD through the chain; on a failure, DEL through the whole chain (nothing is left half made). */
+  async add(rt: CniRuntime): Promise<unknown> {
+    let result: unknown;
+    try {
+      for (const p of this.list.plugins) {
+        result = await execPlugin(this.binDirs, p.type, { command: 'ADD', ...this.inv(rt) }, this.pluginConfig(p, result, rt));
+      }
+    } catch (e) {
+      await this.delChain(rt, undefined).catch(() => undefined);
+      throw e;
+    }
+    const final = convertResult(result, this.list.cniVersion);
+    this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, result: final });
+    return final;
+  }
+
+  /** DEL in reverse order with the cached result (also after a restart); idempotent. */
+  async del(rt: CniRuntime): Promise<void> {
+    const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
+    const full = cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs } : rt;
+    await this.delChain(full, cached?.result);
+    this.cache.delete(this.name, rt.containerId, rt.ifName);
+  }
+
+  private async delChain(rt: CniRuntime, prevResult: unknown): Promise<void> {
+    const prev = versionAtLeast(this.list.cniVersion, '0.4.0') ? prevResult : undefined;
+    let first: unknown;
+    for (const p of [...this.list.plugins].reverse()) {
+      try {
+        await execPlugin(this.binDirs, p.type, { command: 'DEL', ...this.inv(rt) }, this.pluginConfig(p, prev, rt));
+      } catch (e) {
+        first ??= e;
+      }
+    }
+    if (first) throw first;
+  }
+
+  /** CHECK in order against the cached result (0.4.0 and later, unless disableCheck). */
+  async check(rt: CniRuntime): Promise<void> {
+    if (!versionAtLeast(this.list.cniVersion, '0.4.0') || this.list.disableCheck) return;
+    const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
+    if (!cached) throw new CniPluginError(this.name, 3, `no cached result for ${rt.containerId}/${rt.ifName}: it was never added (or was deleted)`);
+    const full = { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs };
+    for (const p of this.list.plugins) await execPlugin(this.binDirs, p.type, { command: 'CHECK', ...this.inv(full) }, this.pluginConfig(p, cached.result, full));
+  }
+
+  /** STATUS through every plugin (1.1.0 and later; earlier versions have none: ready). */
+  async status(): Promise<void> {
+    if (!versionAtLeast(this.list.cniVersion, '1.1.0')) return;
+    for (const p of this.list.plugins) await execPlugin(this.binDirs, p.type, { command: 'STATUS' }, this.pluginConfig(p, undefined));
+  }
+
+  /**
+   * GC as libcni does it: DEL every cached attachment not in `valid` (any version), then the
+   * plugins' own GC with the valid list (1.1.0 and later, unless disableGC). Returns what was deleted.
+   */
+  async gc(valid: { containerId: string; ifName: string }[]): Promise<string[]> {
+    const keep = new Set(valid.map((v) => `${v.containerId}/${v.ifName}`));
+    const deleted: string[] = [];
+    for (const a of this.cache.list(this.name)) {
+      if (keep.has(`${a.containerId}/${a.ifName}`)) continue;
+      await this.del({ containerId: a.containerId, ifName: a.ifName, netns: a.netns, args: a.args, capabilityArgs: a.capabilityArgs }).catch(() => undefined);
+      deleted.push(a.containerId);
+    }
+    if (versionAtLeast(this.list.cniVersion, '1.1.0') && !this.list.disableGC) {
+      const attachments = valid.map((v) => ({ containerID: v.containerId, ifname: v.ifName }));
+      for (const p of this.list.plugins) await execPlugin(this.binDirs, p.type, { command: 'GC' }, { ...this.pluginConfig(p, undefined), 'cni.dev/valid-attachments': attachments });
+    }
+    return deleted;
+  }
+
+  private inv(rt: CniRuntime) {
+    return { containerId: rt.containerId, netns: rt.netns, ifName: rt.ifName, args: rt.args };
+  }
+}

@@ -1,0 +1,66 @@
+// Executing one CNI plugin binary as the spec says: the CNI_* environment, the config on stdin,
+// a result or an error object on stdout. Found on the configured plugin directories.
+import { execFile } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+
+export interface CniInvocation {
+  command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC' | 'VERSION';
+  containerId?: string;
+  netns?: string;
+  ifName?: string;
+  /** CNI_ARGS: "K=V;K=V". */
+  args?: string;
+}
+
+/** A plugin's failure: its error object (code, msg, details) or what went wrong running it. */
+export class CniPluginError extends Error {
+  constructor(readonly plugin: string, readonly code: number, readonly msg: string, readonly details = '') {
+    super(`CNI plugin ${plugin}: ${msg}${details ? ` (${details})` : ''}`);
+  }
+}
+
+const TIMEOUT_MS = 60_000;
+
+export function findPlugin(binDirs: string[], type: string): string {
+  for (const d of binDirs) {
+    const f = path.join(d, type);
+    try {
+      fs.accessSync(f, fs.constants.X_OK);
+      return f;
+    } catch {
+      // next dir
+    }
+  }
+  throw new CniPluginError(type, 7, `no executable ${type} in ${binDirs.join(', ') || '(no plugin directory configured)'}`);
+}
+
+/** Runs one plugin; resolves with its parsed stdout (undefined when empty). */
+export function execPlugin(binDirs: string[], type: string, inv: CniInvocation, stdin: unknown): Promise<unknown> {
+  const file = findPlugin(binDirs, type);
+  const env: Record<string, string> = {
+    CNI_COMMAND: inv.command,
+    CNI_PATH: binDirs.join(':'),
+    PATH: process.env.PATH || '/usr/sbin:/usr/bin:/sbin:/bin',
+  };
+  if (inv.containerId !== undefined) env.CNI_CONTAINERID = inv.containerId;
+  if (inv.netns !== undefined) env.CNI_NETNS = inv.netns;
+  if (inv.ifName !== undefined) env.CNI_IFNAME = inv.ifName;
+  if (inv.args) env.CNI_ARGS = inv.args;
+  return new Promise((resolve, reject) => {
+    const child = execFile(file, [], { env, timeout: TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
+      let out: unknown;
+      try {
+        out = stdout.trim() ? JSON.parse(stdout) : undefined;
+      } catch {
+        out = undefined;
+      }
+      if (!err) return resolve(out);
+      const e = out as { code?: unknown; msg?: unknown; details?: unknown } | undefined;
+      if (e && typeof e.code === 'number' && typeof e.msg === 'string') return reject(new CniPluginError(type, e.code, e.msg, typeof e.details === 'string' ? e.details : ''));
+      const killed = (err as { killed?: boolean }).killed;
+      reject(new CniPluginError(type, 999, killed ? `did not answer ${inv.command} within ${TIMEOUT_MS / 1000} s` : `${inv.command} failed: ${(stderr || stdout || err.message).trim().slice(0, 500)}`));
+    });
+    child.stdin?.end(JSON.stringify(stdin));
+  });
+}

@@ -1,0 +1,132 @@
+// kni's CNI runner (plugin/cni/) with Debian's reference plugins, inside a node netns: a chained
+// conflist (bridge + host-local + portmap + tuning), results in 0.4.0, 1.0.0 and 1.1.0, DEL
+// from a new process (a kni restart) with the cached result, a failing plugin mid-chain leaving
+// nothing, CHECK catching drift, GC of attachments not in the valid list, and config errors.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { CniConfigError, parseNetworkConfig } from '../plugin/cni/conflist';
+import { packageRoot } from '../plugin/server/protos';
+import { inNetns, RUN, sh, trySh } from './helpers/sh';
+
+const BIN = ['/usr/lib/cni'];
+
+describe('CNI runner with the reference plugins (real kernel)', () => {
+  const node = `${RUN}-cninode`;
+  const dir = `/tmp/${RUN}-cni`;
+  const pods: string[] = [];
+  const cli = path.join(packageRoot(), 'dist/test/helpers/cni-runner-cli.js');
+
+  const conflist = (version: string, plugins: unknown[]) => JSON.stringify({ cniVersion: version, name: 'chain', plugins });
+  const bridge = (subnet = '10.77.0.0/24') => ({ type: 'bridge', bridge: 'cni-k0', isGateway: true, ipMasq: false, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet }]], routes: [{ dst: '0.0.0.0/0' }] } });
+  const portmap = { type: 'portmap', capabilities: { portMappings: true }, snat: true };
+  const tuning = (sysctl: Record<string, string> = { 'net.ipv4.conf.eth0.arp_notify': '1' }) => ({ type: 'tuning', sysctl });
+
+  function run(op: string, list: string, extra: Record<string, unknown> = {}): any {
+    const out = execFileSync('nsenter', [`--net=/run/netns/${node}`, process.execPath, cli, JSON.stringify({ op, conflist: list, binDirs: BIN, cacheDir: `${dir}/cache`, ...extra })], { encoding: 'utf8' });
+    return JSON.parse(out);
+  }
+  function pod(name: string): { rt: Record<string, unknown>; netns: string } {
+    const full = `${RUN}-${name}`;
+    sh('ip', ['netns', 'add', full]);
+    pods.push(full);
+    return { netns: `/run/netns/${full}`, rt: { containerId: name, netns: `/run/netns/${full}`, ifName: 'eth0', args: `IgnoreUnknown=1;K8S_POD_NAME=${name}`, capabilityArgs: { portMappings: [{ hostPort: 8088, containerPort: 80, protocol: 'tcp' }] } } };
+  }
+  const ipamFiles = () => (fs.existsSync(`${dir}/ipam/chain`) ? fs.readdirSync(`${dir}/ipam/chain`).filter((f) => /^\d/.test(f)) : []);
+  const nodeVeths = () => sh('ip', ['-n', node, '-o', 'link', 'show', 'type', 'veth']).trim();
+  const dnat = () => inNetns(`/run/netns/${node}`, 'iptables', ['-t', 'nat', '-S']).out.split('\n').filter((l) => l.includes('8088'));
+
+  before(() => {
+    sh('ip', ['netns', 'add', node]);
+    sh('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
+    fs.mkdirSync(dir, { recursive: true });
+  });
+  after(() => {
+    for (const p of pods) trySh('ip', ['netns', 'del', p]);
+    trySh('ip', ['netns', 'del', node]);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('ADD runs the chain in order with prevResult (bridge + host-local + portmap + tuning); DEL from a new process uses the cached result and leaves nothing', () => {
+    const list = conflist('1.0.0', [bridge(), portmap, tuning()]);
+    const a = pod('a');
+    const r = run('add', list, { rt: a.rt });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal(r.result.cniVersion, '1.0.0');
+    assert.match(r.result.ips[0].address, /^10\.77\.0\.\d+\/24$/);
+    assert.equal(r.result.ips[0].version, undefined);
+    assert.match(inNetns(a.netns, 'ip', ['-o', 'addr', 'show', 'eth0']).out, new RegExp(r.result.ips[0].address.replace(/\./g, '\\.')));
+    assert.equal(inNetns(a.netns, 'cat', ['/proc/sys/net/ipv4/conf/eth0/arp_notify']).out.trim(), '1', 'tuning (last in the chain) did not run');
+    assert.ok(dnat().length > 0, 'portmap got no portMappings from the capability');
+    assert.ok(fs.readdirSync(`${dir}/cache`).length === 1);
+    // Each call is a new process: DEL knows the result only from the cache on disk.
+    const d = run('del', list, { rt: { containerId: 'a', netns: a.netns, ifName: 'eth0' } });
+    assert.ok(d.ok, JSON.stringify(d));
+    assert.deepEqual(ipamFiles(), []);
+    assert.equal(nodeVeths(), '');
+    assert.deepEqual(dnat(), [], 'portmap DEL did not get the cached mappings');
+    assert.deepEqual(fs.readdirSync(`${dir}/cache`), []);
+    assert.ok(run('del', list, { rt: { containerId: 'a', netns: a.netns, ifName: 'eth0' } }).ok, 'DEL twice must succeed');
+  });
+
+  it('results come in the version the config asks: 0.4.0 with ips[].version, 1.0.0 without; a 1.0.0 result converts to 1.1.0', () => {
+    const b = pod('b');
+    const r4 = run('add', conflist('0.4.0', [bridge()]), { rt: b.rt });
+    assert.ok(r4.ok, JSON.stringify(r4));
+    assert.equal(r4.result.cniVersion, '0.4.0');
+    assert.equal(r4.result.ips[0].version, '4');
+    assert.ok(run('del', conflist('0.4.0', [bridge()]), { rt: b.rt }).ok);
+    const c = run('convert', '', { result: { cniVersion: '1.0.0', ips: [{ address: 'fd00::5/64' }] }, to: '1.1.0' });
+    assert.deepEqual(c.result, { cniVersion: '1.1.0', ips: [{ address: 'fd00::5/64' }] });
+    assert.deepEqual(run('convert', '', { result: c.result, to: '0.4.0' }).result.ips, [{ version: '6', address: 'fd00::5/64' }]);
+  });
+
+  it('a plugin failing in the middle of the chain fails the ADD and leaves nothing behind (the earlier plugins\' DEL ran)', () => {
+    const e = pod('e');
+    const list = conflist('1.0.0', [bridge(), tuning({ 'net.ipv4.conf.eth0.no_such_knob': '1' }), portmap]);
+    const r = run('add', list, { rt: e.rt });
+    assert.equal(r.ok, false);
+    assert.equal(r.error.plugin, 'tuning');
+    assert.deepEqual(ipamFiles(), [], 'the address host-local gave is still taken');
+    assert.equal(nodeVeths(), '', 'the veth the bridge plugin made is still there');
+    assert.deepEqual(fs.readdirSync(`${dir}/cache`), []);
+  });
+
+  it('CHECK passes on a healthy attachment and fails once the pod interface lost its address', () => {
+    const list = conflist('1.0.0', [bridge()]);
+    const c = pod('c');
+    assert.ok(run('add', list, { rt: c.rt }).ok);
+    assert.ok(run('check', list, { rt: c.rt }).ok);
+    sh('ip', ['-n', `${RUN}-c`, 'addr', 'flush', 'dev', 'eth0']);
+    const r = run('check', list, { rt: c.rt });
+    assert.equal(r.ok, false);
+    assert.match(r.error.msg, /10\.77\.0\.\d+|address|not found/i);
+    assert.ok(run('del', list, { rt: c.rt }).ok);
+  });
+
+  it('GC deletes every cached attachment not in the valid list, and keeps the valid one', () => {
+    const list = conflist('1.0.0', [bridge()]);
+    const keep = pod('keep');
+    const drop = pod('drop');
+    assert.ok(run('add', list, { rt: keep.rt }).ok);
+    assert.ok(run('add', list, { rt: drop.rt }).ok);
+    const r = run('gc', list, { valid: [{ containerId: 'keep', ifName: 'eth0' }] });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.deepEqual(r.result, ['drop']);
+    assert.equal(ipamFiles().length, 1);
+    assert.ok(run('check', list, { rt: keep.rt }).ok);
+    assert.ok(run('del', list, { rt: keep.rt }).ok);
+  });
+
+  it('a bad config is refused with every problem named; a missing plugin binary says where it looked', () => {
+    assert.throws(() => parseNetworkConfig('{"cniVersion":"9.9.9","name":"bad name","plugins":[{"type":"../x"},{"capabilities":{"a":1}}]}', 'f.conflist'), (e: Error) =>
+      e instanceof CniConfigError && /cniVersion "9\.9\.9"/.test(e.message) && /name "bad name"/.test(e.message) && /plugins\[0\]\.type "\.\.\/x"/.test(e.message) && /plugins\[1\]\.type/.test(e.message) && /plugins\[1\]\.capabilities/.test(e.message));
+    assert.throws(() => parseNetworkConfig('{', 'f.conflist'), /not JSON/);
+    const single = parseNetworkConfig('{"cniVersion":"0.4.0","name":"one","type":"bridge","bridge":"x"}', 'one.conf');
+    assert.deepEqual(single.plugins, [{ type: 'bridge', bridge: 'x' }]);
+    const r = run('add', conflist('1.0.0', [{ type: 'nonexistent-plugin' }]), { rt: pod('m').rt });
+    assert.equal(r.ok, false);
+    assert.match(r.error.msg, /no executable nonexistent-plugin in \/usr\/lib\/cni/);
+  });
+});
