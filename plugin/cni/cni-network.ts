@@ -64,6 +64,11 @@ export class CniNetwork {
     return final;
   }
 
+  /** What ADD returned for an attachment, in the config's version (undefined: none cached). */
+  cachedResult(containerId: string, ifName: string): unknown {
+    return this.cache.get(this.name, containerId, ifName)?.result;
+  }
+
   /** DEL in reverse order with the cached result (also after a restart); idempotent. */
   async del(rt: CniRuntime): Promise<void> {
     const cached = this.cache.get(this.name, rt.containerId, rt.ifName);

@@ -50,6 +50,13 @@ export interface KubernetesConfig {
   configKey: string;
 }
 
+export interface DefaultNetworkConfig {
+  /** A CNI conflist (or .conf) run for every pod instead of kni's built-in network ('' = built-in). */
+  cni: string;
+  /** Where its plugins are looked up, in order. */
+  binDirs: string[];
+}
+
 export interface VxlanConfig {
   vni: number;
   port: number;
@@ -69,6 +76,7 @@ export interface Config {
   kubernetes: KubernetesConfig;
   backend: Backend;
   vxlan: VxlanConfig;
+  defaultNetwork: DefaultNetworkConfig;
   /** Where CreateNetwork pins the netns it makes. */
   netnsDir: string;
   /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
@@ -106,6 +114,8 @@ export const defaultConfig = (): Config => ({
   backend: 'auto',
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
+  // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
+  defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
   netnsDir: '/run/netns',
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
@@ -118,7 +128,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -184,8 +194,24 @@ function parseKubernetes(r: Record<string, unknown>, cfg: Config, problems: stri
     if (typeof r.logLevel !== 'string' || !LOG_LEVELS.includes(r.logLevel)) problems.push(`logLevel must be one of ${LOG_LEVELS.join(', ')}`);
     else cfg.logLevel = r.logLevel;
   }
-  cfg.rangesFromNode = cfg.kubernetes.nodeName !== '' && r.ranges === undefined;
-  if (cfg.rangesFromNode) cfg.ranges = [];
+  if (r.defaultNetwork !== undefined) {
+    const d = r.defaultNetwork as Record<string, unknown>;
+    if (typeof d !== 'object' || d === null || Array.isArray(d)) problems.push('defaultNetwork must be a map of settings');
+    else {
+      for (const key of Object.keys(d)) if (!['cni', 'binDirs'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
+      if (d.cni !== undefined) {
+        if (typeof d.cni !== 'string' || (d.cni !== '' && !path.isAbsolute(d.cni))) problems.push('defaultNetwork.cni must be the absolute path of a CNI conflist (or empty: the built-in network)');
+        else cfg.defaultNetwork.cni = d.cni;
+      }
+      if (d.binDirs !== undefined) {
+        if (!Array.isArray(d.binDirs) || d.binDirs.length === 0 || d.binDirs.some((b) => typeof b !== 'string' || !path.isAbsolute(b))) problems.push('defaultNetwork.binDirs must list absolute directories');
+        else cfg.defaultNetwork.binDirs = d.binDirs as string[];
+      }
+    }
+  }
+  if (cfg.defaultNetwork.cni && r.ranges !== undefined) problems.push('ranges belong to the built-in network: with defaultNetwork.cni the plugins\' IPAM hands out addresses');
+  cfg.rangesFromNode = !cfg.defaultNetwork.cni && cfg.kubernetes.nodeName !== '' && r.ranges === undefined;
+  if (cfg.rangesFromNode || cfg.defaultNetwork.cni) cfg.ranges = [];
 }
 
 export function parseConfig(raw: unknown, source = 'config'): Config {

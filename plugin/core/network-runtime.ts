@@ -1,6 +1,7 @@
 // The network runtime: every entry point (KNI POC API, kni API, CNI, NRI, containerd) calls
 // attach and detach here. It owns the sandboxes, the IPAM, the state store and the netlink
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
+import path from 'node:path';
 import { Config, SandboxKind } from './config';
 import { ATTACHED, AttachRequest, DETACHING, HANDLER_ANNOTATION, hostVethName, KIND_ANNOTATION } from './runtime-types';
 import { KniError, invalid } from './errors';
@@ -26,6 +27,9 @@ import { kernelError, unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import type { PortMapping } from '../node/host-ports';
 import type { Bandwidth } from '../pod/bandwidth';
+import { attachCni, cniAttachment } from './cni-attach';
+import { CniNetwork } from '../cni/cni-network';
+import { loadCniNetwork } from '../cni/load-network';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -46,9 +50,13 @@ export class NetworkRuntime {
   private ipamListeners: (() => void)[] = [];
   private sweeper?: NodeJS.Timeout;
 
+  /** The CNI network that wires every pod instead of the built-in one (defaultNetwork.cni). */
+  readonly cni?: CniNetwork;
+
   constructor(readonly cfg: Config, stateDir: string) {
     this.store = new StateStore(stateDir);
     this.ipam = new Ipam(cfg.ranges);
+    if (cfg.defaultNetwork.cni) this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
   }
 
   /** Loads state, rolls back attaches a crash interrupted, and sets up the node network. */
@@ -56,7 +64,7 @@ export class NetworkRuntime {
     this.host = new NetlinkSocket();
     ensureNetnsDir(this.cfg.netnsDir);
     await restoreState(this);
-    if (!this.cfg.ranges.length) log('info', 'node network waits for its pod ranges', { reason: this.node.waitingReason });
+    if (!this.cfg.ranges.length && !this.cni) log('info', 'node network waits for its pod ranges', { reason: this.node.waitingReason });
     else {
       try {
         await this.node.setup();
@@ -195,6 +203,17 @@ export class NetworkRuntime {
       return existing;
     }
     await this.node.ensure();
+    if (this.cni) {
+      const rec: SandboxRecord = {
+        id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode,
+        ownedNetns: [...this.netns.values()].find((n) => n.path === ns.path)?.name ?? '',
+        interfaces: [{ name: ifName, hostVeth: '', mac: '', mtu: 0, addresses: [] }], backend: 'cni', createdAt: new Date().toISOString(),
+      };
+      const done = await attachCni(this, rec, ifName, ns, requested);
+      const owner = this.netns.get(done.ownedNetns);
+      if (owner) owner.sandboxId = id;
+      return done;
+    }
     for (const m of requested.ports) {
       const holder = [...this.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
       if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
@@ -311,7 +330,12 @@ export class NetworkRuntime {
       rec.phase = 'detaching';
     }
     const owned = this.netns.get(rec.ownedNetns);
-    if (releaseNetns && owned) unpinOwnedNetns(this, owned);
+    if (rec.backend === 'cni') {
+      // DEL through the chain first: the plugins need the netns to find what they made.
+      if (!this.cni) throw new KniError('FAILED_PRECONDITION', `sandbox ${rec.id} was attached by a CNI network that is no longer configured (defaultNetwork.cni)`);
+      await withSpan('cni.del', { 'kni.cni.network': this.cni.name }, () => this.cni!.del(cniAttachment(rec)));
+      if (releaseNetns && owned) unpinOwnedNetns(this, owned);
+    } else if (releaseNetns && owned) unpinOwnedNetns(this, owned);
     else await unwireSandbox(rec);
     this.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
     this.sandboxes.delete(rec.id);
@@ -350,9 +374,17 @@ export class NetworkRuntime {
 
   // --- queries ---
 
-  /** Compares a sandbox's record with the kernel; returns what does not match. */
-  check(sandboxId: string): string[] {
-    return checkSandbox(this, sandboxId);
+  /** Compares a sandbox's record with the kernel (CNI networks: the plugins' CHECK); returns what does not match. */
+  async check(sandboxId: string): Promise<string[]> {
+    const rec = this.get(sandboxId);
+    if (rec.backend !== 'cni') return checkSandbox(this, sandboxId);
+    if (!this.cni) return ['attached by a CNI network that is no longer configured'];
+    try {
+      await this.cni.check(cniAttachment(rec));
+      return [];
+    } catch (e) {
+      return [(e as Error).message];
+    }
   }
 
   get(sandboxId: string): SandboxRecord {

@@ -62,6 +62,15 @@ export class NodeLifecycle {
 
   async setup(): Promise<void> {
     try {
+      if (this.rt.cni) {
+        // A CNI default network: the node is ready when its plugins say so (STATUS, CNI 1.1.0).
+        await this.rt.cni.status();
+        const wasReady = this.ready;
+        this.ready = true;
+        this.reason = '';
+        if (!wasReady) for (const cb of this.readyListeners) cb();
+        return;
+      }
       if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs);
       await this.syncHostPorts();
@@ -129,6 +138,7 @@ export class NodeLifecycle {
    * (deleted behind kni's back: its index would make the next veth fail). One RTM_GETLINK.
    */
   async ensure(): Promise<void> {
+    if (this.ready && this.rt.cni) return;
     if (this.ready && linkByName(this.rt.host, this.rt.cfg.bridge)?.index === this.bridgeIndex) return;
     if (this.ready) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.rt.cfg.bridge });
     this.ready = false;
@@ -142,7 +152,7 @@ export class NodeLifecycle {
   status(): NodeStatus {
     let ready = this.ready;
     let reason = this.reason;
-    if (ready) {
+    if (ready && !this.rt.cni) {
       const br = linkByName(this.rt.host, this.rt.cfg.bridge);
       if (!br || !(br.flags & IFF_UP)) {
         ready = false;

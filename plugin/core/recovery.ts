@@ -183,7 +183,7 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   const before = rt.node.status();
   try {
     // Waiting for pod ranges from the Node is not drift: nothing to repair until they come.
-    if (rt.cfg.ranges.length) await rt.node.ensure();
+    if (rt.cfg.ranges.length || rt.cni) await rt.node.ensure();
     if (!before.ready) found(`node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
     found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
@@ -214,7 +214,11 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
         return release(rec, ns.reason, false);
       }
       try {
-        await repair(rt, rec, ns.handle, report, found);
+        // A CNI network's pods are the plugins' to check (CHECK): drift is reported, not re-wired.
+        if (rec.backend === 'cni') {
+          const problems = await rt.check(rec.id);
+          if (problems.length) found(`sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
+        } else await repair(rt, rec, ns.handle, report, found);
       } finally {
         ns.handle.close();
       }

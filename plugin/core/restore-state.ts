@@ -24,7 +24,8 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
     const interrupted: SandboxRecord[] = [];
     for (const rec of sandboxState.records) {
       const addresses = rec.interfaces.flatMap((i) => i.addresses);
-      const lost = rt.ipam.restore(rec.id, addresses);
+      // A CNI network's addresses are its plugins' IPAM's, not kni's.
+    const lost = rec.backend === 'cni' ? [] : rt.ipam.restore(rec.id, addresses);
       if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
       if (rt.store.sandboxes.marked(rec.id, DETACHING)) rec.phase = 'detaching';
       else if (rt.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';

@@ -1,6 +1,7 @@
 // A sandbox's record compared with the kernel (Check, reconcile), and the routes a record
 // implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
+import { parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByName } from '../netlink/link';
 import { socketInNetns } from '../netns/netns';
@@ -10,8 +11,9 @@ import { SandboxRecord } from '../store/records';
 export function podRoutes(rec: SandboxRecord): RouteInfo[] {
   return rec.interfaces.flatMap((itf) =>
     itf.addresses.flatMap((a) => [
-      { destination: a.range, gateway: '', interface: itf.name },
-      { destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name },
+      // A CNI network's address names no kni range: its subnet is the address's own prefix.
+      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : a.range, gateway: '', interface: itf.name },
+      ...(a.gateway ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
     ]),
   );
 }

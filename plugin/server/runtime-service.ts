@@ -89,8 +89,8 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       return podNetwork(rt, rec);
     }),
     Detach: u('Detach', async (req: { sandbox_id: string }) => ({ released: await rt.detach(req.sandbox_id, true) })),
-    Check: u('Check', (req: { sandbox_id: string }) => {
-      const problems = rt.check(req.sandbox_id);
+    Check: u('Check', async (req: { sandbox_id: string }) => {
+      const problems = await rt.check(req.sandbox_id);
       return { ok: problems.length === 0, problems };
     }),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),

@@ -40,6 +40,8 @@ export interface SandboxRecord {
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;
   interfaces: InterfaceRecord[];
+  /** 'cni': attached by the CNI network of defaultNetwork.cni (absent: kni's built-in network). */
+  backend?: 'cni';
   /** Rate limits on the pod's first interface (absent: none). */
   bandwidth?: Bandwidth;
   /** Host ports DNATed to this pod (absent: none). */

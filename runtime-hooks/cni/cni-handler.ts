@@ -1,5 +1,6 @@
 // One CNI call (env + stdin, as the runtime gave them to kni-cni) onto the core.
 import { KniError } from '../../plugin/core/errors';
+import { convertResult } from '../../plugin/cni/cni-network';
 import { NetworkRuntime } from '../../plugin/core/network-runtime';
 import { CNI_ERR, cniCodeFor, cniError, cniResult, SUPPORTED_VERSIONS } from './cni-result';
 
@@ -65,14 +66,16 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
             : conf.runtimeConfig?.portMappings,
           entryPoint: 'cni',
         });
-        return ok(cniResult(version, rec));
+        // A CNI default network: the plugins' own result, in the version the caller asked.
+        const cached = rec.backend === 'cni' ? rt.cni?.cachedResult(rec.id, rec.interfaces[0]?.name ?? 'eth0') : undefined;
+        return ok(cached ? convertResult(cached, version) : cniResult(version, rec));
       }
       case 'DEL':
         // Succeeds when the sandbox is unknown or already released (spec: DEL is idempotent).
         await rt.detach(containerId, true, 'cni');
         return ok(undefined);
       case 'CHECK': {
-        const problems = rt.check(containerId);
+        const problems = await rt.check(containerId);
         if (problems.length) throw new CniFailure(CNI_ERR.CHECK_FAILED, `sandbox ${containerId} does not match its record`, problems.join('; '));
         return ok(undefined);
       }

@@ -1,0 +1,118 @@
+// A CNI conflist as kni's default network (defaultNetwork.cni): kni in front of the plugins a
+// cluster already has (Debian's reference plugins: bridge + host-local + portmap + tuning).
+// Every entry point reaches it; the core keeps records, rollback, release, CHECK, GC.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import { Client } from '../plugin/client/clients';
+import { cni } from './helpers/cni-exec';
+import { rejectsWith } from './helpers/expect';
+import { inNetns, ping, RUN, sh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+describe('a CNI conflist as the default network', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  const dir = `/tmp/${RUN}-cnidef`;
+  const conflistFile = `${dir}/chain.conflist`;
+  const ipamFiles = () => (fs.existsSync(`${dir}/ipam/chain`) ? fs.readdirSync(`${dir}/ipam/chain`).filter((f) => /^\d/.test(f)) : []);
+  const veths = () => sh('ip', ['-n', d.nodeNetnsName, '-o', 'link', 'show', 'type', 'veth']).trim();
+  const dnat = () => inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S']).out.split('\n').filter((l) => l.includes('8089'));
+
+  before(async () => {
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(conflistFile, JSON.stringify({
+      cniVersion: '1.0.0',
+      name: 'chain',
+      plugins: [
+        { type: 'bridge', bridge: 'cni-k1', isGateway: true, ipMasq: false, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.78.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }] } },
+        { type: 'portmap', capabilities: { portMappings: true } },
+        { type: 'tuning', sysctl: { 'net.ipv4.conf.eth0.arp_notify': '1' } },
+      ],
+    }));
+    d = await TestDaemon.start({ defaultNetwork: { cni: conflistFile, binDirs: ['/usr/lib/cni'] }, cni: { confDir: '', binDir: '' } });
+    rt = d.rt();
+  });
+  after(() => {
+    d?.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function attach(id: string): Promise<{ netns: string; ip: string }> {
+    const netns = d.makePodNetns(id);
+    const p = await rt.Attach({ sandbox_id: id, netns_path: netns, pod: { name: id, namespace: 'default', uid: `u-${id}` } });
+    return { netns, ip: p.interfaces[0].addresses[0].address };
+  }
+
+  it('pods attached over gRPC get addresses from the plugins\' IPAM and reach each other; GetPod and GetNode tell it', async () => {
+    assert.equal((await rt.GetNode({})).ready, true);
+    const a = await attach('cd-a');
+    const b = await attach('cd-b');
+    assert.match(a.ip, /^10\.78\.0\.\d+$/);
+    assert.ok(ping(a.netns, b.ip), `${a.ip} cannot ping ${b.ip}`);
+    assert.equal(inNetns(a.netns, 'cat', ['/proc/sys/net/ipv4/conf/eth0/arp_notify']).out.trim(), '1', 'tuning, last in the chain, did not run');
+    const pod = await rt.GetPod({ sandbox_id: 'cd-a' });
+    assert.equal(pod.interfaces[0].addresses[0].prefix_length, 24);
+    assert.deepEqual((await rt.Check({ sandbox_id: 'cd-a' })).problems, []);
+    await rt.Detach({ sandbox_id: 'cd-b' });
+    assert.equal(ipamFiles().length, 1);
+  });
+
+  it('through kni-cni: the plugins\' result in 0.4.0, 1.0.0 and 1.1.0; port mappings reach portmap', () => {
+    for (const [i, v] of ['0.4.0', '1.0.0', '1.1.0'].entries()) {
+      const id = `cd-shim${i}`;
+      const netns = d.makePodNetns(id);
+      const env = { CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${id};K8S_POD_UID=u` };
+      const conf = { cniVersion: v, name: 'kni', type: 'kni-cni', socket: d.cniSocket, ...(i === 0 ? { runtimeConfig: { portMappings: [{ hostPort: 8089, containerPort: 80, protocol: 'tcp' }] } } : {}) };
+      const r = cni('ADD', env, conf);
+      assert.equal(r.code, 0, r.raw);
+      assert.equal(r.out.cniVersion, v);
+      assert.match(r.out.ips[0].address, /^10\.78\.0\.\d+\/24$/);
+      assert.equal(r.out.ips[0].version, v === '0.4.0' ? '4' : undefined);
+      assert.ok(r.out.interfaces.some((x: any) => x.name === 'cni-k1'), 'not the bridge plugin\'s own result');
+      if (i === 0) assert.ok(dnat().length > 0, 'portmap got no port mappings');
+      assert.equal(cni('DEL', env, conf).code, 0);
+    }
+    assert.deepEqual(dnat(), [], 'portmap DEL did not run with the mappings');
+  });
+
+  it('kni killed: the detach after the restart runs DEL through the chain with the cached result and leaves nothing', async () => {
+    await d.restart('SIGKILL');
+    rt = d.rt();
+    assert.equal((await rt.ListPods({})).pods.length, 1);
+    await rt.Detach({ sandbox_id: 'cd-a' });
+    assert.deepEqual(ipamFiles(), []);
+    assert.equal(veths(), '');
+  });
+
+  it('CHECK reports drift; GC releases what the live list lacks through DEL', async () => {
+    const c = await attach('cd-c');
+    await attach('cd-keep');
+    sh('ip', ['netns', 'exec', c.netns.split('/').pop()!, 'ip', 'addr', 'flush', 'dev', 'eth0']);
+    const problems = (await rt.Check({ sandbox_id: 'cd-c' })).problems;
+    assert.equal(problems.length, 1);
+    assert.match(problems[0], /CNI plugin bridge/);
+    const gc = await rt.GarbageCollect({ live_sandbox_ids: ['cd-keep'] });
+    assert.deepEqual(gc.released_sandbox_ids, ['cd-c']);
+    assert.equal(ipamFiles().length, 1);
+    await rt.Detach({ sandbox_id: 'cd-keep' });
+    assert.deepEqual(ipamFiles(), []);
+  });
+
+  it('a plugin that fails makes the attach fail with its message, and nothing is kept', async () => {
+    await rejectsWith(rt.Attach({ sandbox_id: 'cd-bad', netns_path: '/run/netns/does-not-exist', pod: { name: 'x', namespace: 'default', uid: 'u' } }), grpc.status.NOT_FOUND, /does not exist/);
+    assert.equal((await rt.ListPods({})).pods.length, 0);
+  });
+});
+
+describe('defaultNetwork.cni misconfigured', () => {
+  it('kni refuses to start and names the file and every problem', async () => {
+    const f = `/tmp/${RUN}-bad.conflist`;
+    fs.writeFileSync(f, '{"cniVersion":"7","name":"x","plugins":[]}');
+    try {
+      await assert.rejects(TestDaemon.start({ defaultNetwork: { cni: f } }), (e: Error) => /defaultNetwork\.cni: .*bad\.conflist: cniVersion "7".*plugins must list/.test(e.message));
+    } finally {
+      fs.rmSync(f, { force: true });
+    }
+  });
+});
