@@ -4,8 +4,8 @@
 # It loads with `ctr -n k8s.io images import OUT.tar` or `kind load image-archive OUT.tar`.
 # The root filesystem is assembled from this machine (Debian 12): the node binary and the
 # shared libraries it links, the compiled daemon (dist/plugin, dist/runtime-hooks), proto/,
-# production node_modules, kni-cni, and iptables (nft backend) with its extensions and
-# libraries, the one tool kni runs (node setup's masquerade rules). Containerfile builds the
+# production node_modules, kni-cni, iptables (nft backend) with its extensions and libraries
+# (masquerade and host-port rules), and Debian's CNI reference plugins (/usr/lib/cni). Containerfile builds the
 # equivalent image where a container engine exists; test/image.test.ts checks this one.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -47,6 +47,8 @@ case "$xt" in *xtables-nft-multi) ;; *) xt=/usr/sbin/xtables-nft-multi ;; esac
 with_libs "$xt" /usr/lib/x86_64-linux-gnu/xtables/*.so
 for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
 cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
+# Debian's CNI reference plugins (static Go binaries), for defaultNetwork.cni conflists.
+mkdir -p "$root/usr/lib/cni" && cp -L /usr/lib/cni/* "$root/usr/lib/cni/"
 
 cp -r "$repo/dist/plugin" "$repo/dist/runtime-hooks" "$root/app/dist/"
 mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$root/app/dist/bin/"

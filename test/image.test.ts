@@ -38,6 +38,9 @@ describe('kni image', function () {
     const shim = spawnSync('chroot', [root, '/app/dist/bin/kni-cni'], { encoding: 'utf8', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
     assert.match(shim.stdout, /"supportedVersions"/);
     assert.ok(!fs.existsSync(`${root}/app/node_modules/mocha`), 'dev dependencies in the image');
+    // The CNI reference plugins run from the image (for defaultNetwork.cni).
+    const bridge = spawnSync('chroot', [root, '/usr/lib/cni/bridge'], { encoding: 'utf8', input: '{"cniVersion":"1.0.0"}', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
+    assert.match(bridge.stdout, /"supportedVersions"/, bridge.stderr);
   });
 
   it('the Containerfile is equivalent: same entrypoint, same paths under /app, iptables installed', () => {
@@ -48,5 +51,6 @@ describe('kni image', function () {
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);
+    assert.match(cf, /apt-get install .*containernetworking-plugins/);
   });
 });
