@@ -3,7 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { Command, Option } from 'commander';
 import fs from 'node:fs';
-import { Client, listAllPods, runtimeClient } from './client/clients';
+import { Client, listAllPods, runtimeClient, watchEvents } from './client/clients';
 
 const program = new Command()
   .name('knictl')
@@ -115,5 +115,36 @@ program.command('reconcile').description('compare every record with the kernel n
   const r = await withClient((c) => c.Reconcile({}));
   print(o.output, r, () => (r.findings.length ? r.findings.map((f: string) => `${f}\n`).join('') : 'kernel and records agree\n'));
 });
+
+program
+  .command('events')
+  .description('pod network changes as they happen (attached, detached, repaired, released, extension_failed), each with a resume token')
+  .option('-f, --follow', 'keep watching (default when no --since is given)')
+  .option('--since <token>', 'start right after the event with this resume token')
+  .option('--sandbox <id>', "only this sandbox's events")
+  .addOption(output())
+  .action(async (o: { follow?: boolean; since?: string; sandbox?: string; output: string }) => {
+    const socket = program.opts<{ socket: string }>().socket;
+    if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket}`);
+    const follow = o.follow || !o.since;
+    await new Promise<void>((resolve) => {
+      let quiet: NodeJS.Timeout | undefined;
+      const again = () => {
+        if (follow) return;
+        if (quiet) clearTimeout(quiet);
+        quiet = setTimeout(() => { w.close(); resolve(); }, 300);
+      };
+      const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: o.sandbox ?? '' }, (e) => {
+        const ips = e.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
+        process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : `${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]\n`);
+        again();
+      }, (err) => {
+        if (err && err.code !== grpc.status.CANCELLED) fail(`${grpc.status[err.code]}: ${err.details}`);
+        resolve();
+      });
+      again();
+      process.once('SIGINT', () => { w.close(); resolve(); });
+    });
+  });
 
 program.parseAsync().catch((e) => fail((e as Error).message));

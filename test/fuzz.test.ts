@@ -83,6 +83,25 @@ const ANSWERS: Record<string, (req: any, res: any) => void> = {
 // Precise answers: what a bad request may get. INTERNAL, UNKNOWN or UNAVAILABLE mean a bug.
 const PRECISE = new Set([grpc.status.INVALID_ARGUMENT, grpc.status.NOT_FOUND, grpc.status.ALREADY_EXISTS, grpc.status.RESOURCE_EXHAUSTED, grpc.status.FAILED_PRECONDITION, grpc.status.UNIMPLEMENTED]);
 
+/** A server stream (Watch): its error, or null once it has stayed open 100 ms (then cancelled). */
+function openStream(stream: grpc.ClientReadableStream<unknown>): Promise<[grpc.ServiceError | null, undefined]> {
+  return new Promise((resolve) => {
+    let done = false;
+    const timer = setTimeout(() => {
+      done = true;
+      stream.cancel();
+      resolve([null, undefined]);
+    }, 100);
+    stream.on('data', () => undefined);
+    stream.on('error', (e: grpc.ServiceError) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve([e, undefined]);
+    });
+  });
+}
+
 describe('hostile input (fast-check)', () => {
   let d: TestDaemon;
   let keep: any;
@@ -115,7 +134,9 @@ describe('hostile input (fast-check)', () => {
           // A GC with a live list of valid ids would (rightly) release "keep": keep one bad id in it.
           if (method === 'GarbageCollect') arb = arb.map((r) => ({ ...r, live_sandbox_ids: ['a/b', ...((r.live_sandbox_ids as string[]) ?? [])] }));
           await check(fc.asyncProperty(arb, async (req) => {
-            const [err, res] = await new Promise<[grpc.ServiceError | null, any]>((resolve) => (client as any)[method](req, { deadline: Date.now() + 10_000 }, (e: grpc.ServiceError | null, r: any) => resolve([e, r])));
+            const [err, res] = m.responseStream
+              ? await openStream((client as any)[method](req, { deadline: Date.now() + 10_000 }))
+              : await new Promise<[grpc.ServiceError | null, any]>((resolve) => (client as any)[method](req, { deadline: Date.now() + 10_000 }, (e: grpc.ServiceError | null, r: any) => resolve([e, r])));
             if (!err) {
               ANSWERS[method]?.(req, res);
               return;
@@ -141,8 +162,10 @@ describe('hostile input (fast-check)', () => {
         // Not GarbageCollect: bytes that decode to an empty live list rightly release everything.
         for (const method of Object.keys(def.service).filter((m) => m !== 'GarbageCollect')) {
           await check(fc.asyncProperty(fc.uint8Array({ maxLength: 2048 }), async (bytes) => {
-            const err = await new Promise<grpc.ServiceError | null>((resolve) =>
-              client.makeUnaryRequest(`/${name}/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes), (e) => resolve(e)));
+            const err = (def.service as any)[method].responseStream
+              ? (await openStream(client.makeServerStreamRequest(`/${name}/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes))))[0]
+              : await new Promise<grpc.ServiceError | null>((resolve) =>
+                client.makeUnaryRequest(`/${name}/${method}`, (b: Buffer) => b, (b: Buffer) => b, Buffer.from(bytes), (e) => resolve(e)));
             if (err) assert.ok(PRECISE.has(err.code), `${method} answered garbage with ${grpc.status[err.code]}: ${err.details}`);
           }), { numRuns: 15, seed: SEED });
         }

@@ -16,8 +16,27 @@ function wrap(raw: grpc.Client, methods: string[]): Client {
   return out as Client;
 }
 
+/** The unary methods (Watch streams: see watchEvents). */
 function methodsOf(ctor: grpc.ServiceClientConstructor): string[] {
-  return Object.keys(ctor.service);
+  return Object.keys(ctor.service).filter((m) => !ctor.service[m].responseStream);
+}
+
+/** Watch: calls onEvent for each event until the stream ends; returns the stream (cancel() stops it). */
+export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void } {
+  const Ctor = runtimeService();
+  const raw = new Ctor(`unix://${socketPath}`, grpc.credentials.createInsecure());
+  const stream = (raw as any).Watch(req) as grpc.ClientReadableStream<unknown>;
+  stream.on('data', onEvent);
+  let ended = false;
+  const end = (e?: grpc.ServiceError) => {
+    if (ended) return;
+    ended = true;
+    onEnd(e);
+  };
+  // A failed stream emits 'error'; 'end' may follow it: the first one tells.
+  stream.on('error', (e: grpc.ServiceError) => end(e));
+  stream.on('end', () => end());
+  return Object.assign(stream, { close: () => { stream.cancel(); raw.close(); } });
 }
 
 export function runtimeClient(socketPath: string): Client {

@@ -30,6 +30,7 @@ import type { Bandwidth } from '../pod/bandwidth';
 import { attachCni, cniAttachment } from './cni-attach';
 import { CniNetwork } from '../cni/cni-network';
 import { loadCniNetwork } from '../cni/load-network';
+import { EventLog } from './events';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -47,6 +48,8 @@ export class NetworkRuntime {
   ipam: Ipam;
   host!: NetlinkSocket;
   readonly node = new NodeLifecycle(this);
+  /** Every pod network change, for Watch. */
+  readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];
   private sweeper?: NodeJS.Timeout;
 
@@ -212,6 +215,7 @@ export class NetworkRuntime {
       const done = await attachCni(this, rec, ifName, ns, requested);
       const owner = this.netns.get(done.ownedNetns);
       if (owner) owner.sandboxId = id;
+      this.events.emit('attached', done);
       return done;
     }
     for (const m of requested.ports) {
@@ -273,6 +277,7 @@ export class NetworkRuntime {
     }
     rec.phase = 'attached';
     if (owned) owned.sandboxId = id;
+    this.events.emit('attached', rec);
     return rec;
   }
 
@@ -321,6 +326,8 @@ export class NetworkRuntime {
    * docs/architecture.md); the host end disappears with it shortly after.
    */
   async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+    // A rolled-back attach was never seen attached: no event for it.
+    const wasAttached = rec.phase !== 'attaching';
     if (rec.phase === 'attached') {
       try {
         this.store.sandboxes.mark(rec.id, DETACHING);
@@ -342,6 +349,7 @@ export class NetworkRuntime {
     if (rec.portMappings) await this.node.syncHostPorts().catch((e) => log('error', 'cannot remove host ports; reconcile retries', { sandbox: rec.id, error: (e as Error).message }));
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
     this.ipamChanged();
+    if (wasAttached) this.events.emit('detached', rec);
   }
 
   /**

@@ -192,6 +192,7 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
     try {
       await rt.release(rec, releaseNetns);
       report.released.push(rec.id);
+      rt.events.emit('released', rec, why);
       found(`sandbox ${rec.id}: ${why}; released its addresses and veth`, { sandbox: rec.id });
     } catch (e) {
       found(`sandbox ${rec.id}: ${why}; cannot release it yet: ${(e as Error).message}`, { sandbox: rec.id });
@@ -249,6 +250,7 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
     await unwireSandbox(rec);
     await wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
+    rt.events.emit('repaired', rec, problems.join('; '));
     found(`sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
   } catch (e) {
     await rt.release(rec, true).catch(() => undefined);

@@ -7,6 +7,7 @@ import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
+import { watch } from './watch';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -103,6 +104,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
       return { ranges, exhausted: ranges.some((r) => r.exhausted) };
     }),
+    Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {
       const r = await rt.reconcile();
       return { repaired_sandbox_ids: r.repaired, released_sandbox_ids: r.released, removed_veths: r.removedVeths, findings: r.findings };

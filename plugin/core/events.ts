@@ -1,0 +1,67 @@
+// Pod network changes as a stream: every attach, detach, repair and release (and, later,
+// extension failures) gets a sequence number in this process's event log. A watcher resumes
+// after the last event it saw with its token ("<boot>-<seq>"); the log keeps the last
+// EVENT_LOG_SIZE events, so a watcher away for longer (or from before a kni restart) is told to
+// re-list instead of silently missing changes.
+import crypto from 'node:crypto';
+import { KniError } from './errors';
+import { InterfaceRecord, PodRef, SandboxRecord } from '../store/records';
+
+export type PodEventType = 'attached' | 'detached' | 'repaired' | 'released' | 'extension_failed';
+
+export interface PodEvent {
+  seq: number;
+  token: string;
+  type: PodEventType;
+  sandboxId: string;
+  pod: PodRef;
+  netnsPath: string;
+  interfaces: InterfaceRecord[];
+  message: string;
+  time: string;
+}
+
+export const EVENT_LOG_SIZE = 10_000;
+
+export class EventLog {
+  readonly boot = crypto.randomBytes(6).toString('hex');
+  private seq = 0;
+  private readonly buf: PodEvent[] = [];
+  private readonly listeners = new Set<(e: PodEvent) => void>();
+
+  constructor(private readonly size = EVENT_LOG_SIZE) {}
+
+  emit(type: PodEventType, rec: SandboxRecord, message = ''): void {
+    const seq = ++this.seq;
+    const e: PodEvent = {
+      seq, token: `${this.boot}-${seq}`, type, sandboxId: rec.id, pod: rec.pod, netnsPath: rec.netnsPath,
+      interfaces: rec.interfaces, message, time: new Date().toISOString(),
+    };
+    this.buf.push(e);
+    if (this.buf.length > this.size) this.buf.shift();
+    for (const l of this.listeners) l(e);
+  }
+
+  /** The events after a token ('' = none: only what comes). Refused when they are no longer all kept. */
+  since(token: string): PodEvent[] {
+    if (!token) return [];
+    const m = /^([0-9a-f]{12})-(\d{1,15})$/.exec(token);
+    if (!m) throw new KniError('INVALID_ARGUMENT', `resume token ${JSON.stringify(token.slice(0, 64))} is not one kni gave`);
+    if (m[1] !== this.boot) throw new KniError('FAILED_PRECONDITION', 'kni restarted since that resume token: what happened meanwhile is not in its event log; list the pods (ListPods) and watch from now');
+    const after = Number(m[2]);
+    if (after > this.seq) throw new KniError('INVALID_ARGUMENT', `resume token ${token} is ahead of the event log`);
+    const oldest = this.buf[0]?.seq ?? this.seq + 1;
+    if (after + 1 < oldest) throw new KniError('FAILED_PRECONDITION', `the event log no longer holds the events after ${token} (it keeps the last ${this.size}); list the pods (ListPods) and watch from now`);
+    return this.buf.filter((e) => e.seq > after);
+  }
+
+  /** Calls cb for every event from now on; returns the unsubscribe. */
+  subscribe(cb: (e: PodEvent) => void): () => void {
+    this.listeners.add(cb);
+    return () => this.listeners.delete(cb);
+  }
+
+  get watchers(): number {
+    return this.listeners.size;
+  }
+}

@@ -1,0 +1,68 @@
+// Watch (server streaming): the events after the caller's resume token, then every new one,
+// until the caller goes away. A watcher that cannot keep up (more than MAX_BUFFERED bytes
+// waiting) is ended with RESOURCE_EXHAUSTED and resumes from its last token.
+import * as grpc from '@grpc/grpc-js';
+import { KniError } from '../core/errors';
+import { PodEvent } from '../core/events';
+import { log } from '../core/log';
+import { NetworkRuntime } from '../core/network-runtime';
+import * as validate from '../core/validate';
+import { refusal } from './request-guard';
+
+const MAX_BUFFERED = 16 << 20;
+const family = (f: 4 | 6): string => (f === 4 ? 'IPV4' : 'IPV6');
+
+function message(e: PodEvent): Record<string, unknown> {
+  return {
+    resume_token: e.token,
+    type: e.type,
+    sandbox_id: e.sandboxId,
+    pod: e.pod,
+    netns_path: e.netnsPath,
+    interfaces: e.interfaces.map((i) => ({
+      name: i.name, mac: i.mac, mtu: i.mtu, host_interface: i.hostVeth, vm_tap: i.tap ?? '',
+      addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
+    })),
+    message: e.message,
+    time: e.time,
+  };
+}
+
+export function watch(rt: NetworkRuntime, call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>): void {
+  const fail = (e: KniError): void => {
+    // grpc-js ends a server stream with a status when the call emits an error with a code.
+    call.emit('error', { code: grpc.status[e.code], details: e.message, metadata: new grpc.Metadata() });
+  };
+  const refused = refusal(call.request);
+  if (refused) return fail(new KniError(refused.code, refused.message));
+  let backlog: PodEvent[];
+  let only = '';
+  try {
+    if (call.request.sandbox_id) only = validate.sandboxId(call.request.sandbox_id);
+    backlog = rt.events.since(call.request.resume_token ?? '');
+  } catch (e) {
+    return fail(e instanceof KniError ? e : new KniError('INTERNAL', String(e)));
+  }
+  let ended = false;
+  const send = (e: PodEvent): void => {
+    if (ended || (only && e.sandboxId !== only)) return;
+    if (call.writableLength > MAX_BUFFERED) {
+      ended = true;
+      unsubscribe();
+      log('warn', 'a Watch caller does not keep up: ended; it resumes from its last token', { buffered: call.writableLength });
+      fail(new KniError('RESOURCE_EXHAUSTED', 'watcher too slow: resume with the last resume_token you received'));
+      return;
+    }
+    call.write(message(e));
+  };
+  // Subscribed in the same tick as the backlog was read: nothing falls between the two.
+  const unsubscribe = rt.events.subscribe(send);
+  const stop = () => {
+    ended = true;
+    unsubscribe();
+  };
+  call.on('cancelled', stop);
+  call.on('close', stop);
+  call.on('error', stop);
+  for (const e of backlog) send(e);
+}
