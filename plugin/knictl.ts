@@ -116,6 +116,13 @@ program.command('reconcile').description('compare every record with the kernel n
   print(o.output, r, () => (r.findings.length ? r.findings.map((f: string) => `${f}\n`).join('') : 'kernel and records agree\n'));
 });
 
+program.command('extensions').description('registered extensions: order, events, health, last error, calls, latency').addOption(output()).action(async (o) => {
+  const r = await withClient((c) => c.ListExtensions({}));
+  print(o.output, r.extensions, () =>
+    table([['NAME', 'ORDER', 'EVENTS', 'POLICY', 'HEALTHY', 'CALLS', 'FAILURES', 'LAST MS', 'LAST ERROR', 'SOCKET'], ...r.extensions.map((x: any) => [x.name, String(x.order), x.events.join(','), x.failure_policy, String(x.healthy), String(x.calls), String(x.failures), Number(x.last_call_ms).toFixed(1), x.last_error || '-', x.socket])]),
+  );
+});
+
 program
   .command('events')
   .description('pod network changes as they happen (attached, detached, repaired, released, extension_failed), each with a resume token')

@@ -53,7 +53,7 @@ export function interfaceFromResult(result: unknown, ifName: string, network: st
 
 const codeOf = (e: CniPluginError): KniError['code'] => (e.code === 11 || e.code === 50 ? 'UNAVAILABLE' : e.code === 4 || e.code === 7 ? 'INVALID_ARGUMENT' : 'INTERNAL');
 
-export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, ns: NetnsHandle, req: CniRequest): Promise<SandboxRecord> {
+export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, ns: NetnsHandle, req: CniRequest, beforeCommit: (rec: SandboxRecord) => Promise<void>): Promise<SandboxRecord> {
   const cni = rt.cni!;
   // The record (no interface yet) is on disk before any plugin runs: a crash leaves it
   // "attaching", and the next start runs DEL through the chain for it.
@@ -68,9 +68,11 @@ export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: 
     result = await withSpan('cni.add', { 'kni.cni.network': cni.name }, () => cni.add(cniRuntimeOf(rec, ifName, req)));
     rec.interfaces = [interfaceFromResult(result, ifName, cni.name)];
     rt.store.sandboxes.put(rec.id, rec);
+    await beforeCommit(rec);
     rt.store.sandboxes.mark(rec.id, ATTACHED);
   } catch (e) {
     await rt.release(rec, false).catch(() => undefined);
+    if (e instanceof KniError) throw e;
     if (e instanceof CniPluginError) throw new KniError(codeOf(e), `network ${cni.name}: ${e.message}`);
     throw new KniError('UNAVAILABLE', `sandbox ${rec.id}: ${(e as Error).message}`);
   }

@@ -77,6 +77,8 @@ export interface Config {
   backend: Backend;
   vxlan: VxlanConfig;
   defaultNetwork: DefaultNetworkConfig;
+  /** Extensions that must be registered and healthy before the node is ready for pods. */
+  extensions: { required: string[] };
   /** Where CreateNetwork pins the netns it makes. */
   netnsDir: string;
   /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
@@ -116,6 +118,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
+  extensions: { required: [] },
   netnsDir: '/run/netns',
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
@@ -128,7 +131,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -206,6 +209,17 @@ function parseKubernetes(r: Record<string, unknown>, cfg: Config, problems: stri
       if (d.binDirs !== undefined) {
         if (!Array.isArray(d.binDirs) || d.binDirs.length === 0 || d.binDirs.some((b) => typeof b !== 'string' || !path.isAbsolute(b))) problems.push('defaultNetwork.binDirs must list absolute directories');
         else cfg.defaultNetwork.binDirs = d.binDirs as string[];
+      }
+    }
+  }
+  if (r.extensions !== undefined) {
+    const x = r.extensions as Record<string, unknown>;
+    if (typeof x !== 'object' || x === null || Array.isArray(x)) problems.push('extensions must be a map of settings');
+    else {
+      for (const key of Object.keys(x)) if (key !== 'required') problems.push(`unknown setting "extensions.${key}"`);
+      if (x.required !== undefined) {
+        if (!Array.isArray(x.required) || x.required.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n))) problems.push('extensions.required must list extension names (DNS labels)');
+        else cfg.extensions.required = x.required as string[];
       }
     }
   }

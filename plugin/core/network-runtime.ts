@@ -31,6 +31,7 @@ import { attachCni, cniAttachment } from './cni-attach';
 import { CniNetwork } from '../cni/cni-network';
 import { loadCniNetwork } from '../cni/load-network';
 import { EventLog } from './events';
+import { ExtensionRegistry } from '../extensions/extension-registry';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -60,12 +61,27 @@ export class NetworkRuntime {
     this.store = new StateStore(stateDir);
     this.ipam = new Ipam(cfg.ranges);
     if (cfg.defaultNetwork.cni) this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
+    this.extensions = new ExtensionRegistry(path.join(stateDir, 'extensions'), cfg.extensions.required, () => this.node.extensionsChanged());
+  }
+
+  /** Extensions called for every attach and detach (their registrations live in the state dir). */
+  readonly extensions: ExtensionRegistry;
+
+  /** The extensions' PodAttached, before the attach commits; a failure is an event too. */
+  async callExtensions(rec: SandboxRecord): Promise<void> {
+    try {
+      await withSpan('extensions.attached', {}, () => this.extensions.podAttached(rec));
+    } catch (e) {
+      this.events.emit('extension_failed', rec, (e as Error).message);
+      throw e;
+    }
   }
 
   /** Loads state, rolls back attaches a crash interrupted, and sets up the node network. */
   async start(): Promise<void> {
     this.host = new NetlinkSocket();
     ensureNetnsDir(this.cfg.netnsDir);
+    this.extensions.load();
     await restoreState(this);
     if (!this.cfg.ranges.length && !this.cni) log('info', 'node network waits for its pod ranges', { reason: this.node.waitingReason });
     else {
@@ -82,6 +98,7 @@ export class NetworkRuntime {
 
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
+    this.extensions.close();
     this.host?.close();
   }
 
@@ -105,6 +122,7 @@ export class NetworkRuntime {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = setInterval(() => {
       sweepUnclaimedNetns(this);
+      void this.extensions.checkAll();
       void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, this.cfg.reconcileSeconds * 1000);
     this.sweeper.unref();
@@ -206,13 +224,15 @@ export class NetworkRuntime {
       return existing;
     }
     await this.node.ensure();
+    const gate = this.extensions.gateReason();
+    if (gate) throw new KniError('UNAVAILABLE', `no pods on this node yet: ${gate}`);
     if (this.cni) {
       const rec: SandboxRecord = {
         id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode,
         ownedNetns: [...this.netns.values()].find((n) => n.path === ns.path)?.name ?? '',
         interfaces: [{ name: ifName, hostVeth: '', mac: '', mtu: 0, addresses: [] }], backend: 'cni', createdAt: new Date().toISOString(),
       };
-      const done = await attachCni(this, rec, ifName, ns, requested);
+      const done = await attachCni(this, rec, ifName, ns, requested, (r) => this.callExtensions(r));
       const owner = this.netns.get(done.ownedNetns);
       if (owner) owner.sandboxId = id;
       this.events.emit('attached', done);
@@ -261,6 +281,7 @@ export class NetworkRuntime {
       await wireSandbox(this, rec, ns);
       // Only a pod that asks for host ports costs an iptables call.
       if (rec.portMappings) await withSpan('hostports', {}, () => this.node.syncHostPorts());
+      await this.callExtensions(rec);
     } catch (e) {
       await this.rollback(rec);
       throw kernelError(e, rec);
@@ -349,7 +370,10 @@ export class NetworkRuntime {
     if (rec.portMappings) await this.node.syncHostPorts().catch((e) => log('error', 'cannot remove host ports; reconcile retries', { sandbox: rec.id, error: (e as Error).message }));
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
     this.ipamChanged();
-    if (wasAttached) this.events.emit('detached', rec);
+    if (wasAttached) {
+      this.events.emit('detached', rec);
+      this.extensions.podDetached(rec);
+    }
   }
 
   /**

@@ -20,6 +20,8 @@ export class NodeLifecycle {
   /** Why there are no pod ranges yet (ranges from the Node: set by the node agent). */
   private noRangesReason = 'no pod ranges configured';
   private readyListeners: (() => void)[] = [];
+  /** The ready listeners ran (the network and the required extensions were all in place once). */
+  private announced = false;
 
   private hostPortWrites: Promise<void> = Promise.resolve();
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
@@ -57,7 +59,19 @@ export class NodeLifecycle {
   /** Calls cb each time the node network becomes ready (now, if it is). */
   onReady(cb: () => void): void {
     this.readyListeners.push(cb);
-    if (this.ready) cb();
+    if (this.announced) cb();
+  }
+
+  /** Runs the ready listeners once the network is set up and no required extension is missing. */
+  private announceIfReady(): void {
+    if (this.announced || !this.ready || this.rt.extensions.gateReason()) return;
+    this.announced = true;
+    for (const cb of this.readyListeners) cb();
+  }
+
+  /** An extension came, went or changed health. */
+  extensionsChanged(): void {
+    this.announceIfReady();
   }
 
   async setup(): Promise<void> {
@@ -65,21 +79,20 @@ export class NodeLifecycle {
       if (this.rt.cni) {
         // A CNI default network: the node is ready when its plugins say so (STATUS, CNI 1.1.0).
         await this.rt.cni.status();
-        const wasReady = this.ready;
         this.ready = true;
         this.reason = '';
-        if (!wasReady) for (const cb of this.readyListeners) cb();
+        this.announceIfReady();
         return;
       }
       if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs);
       await this.syncHostPorts();
-      const wasReady = this.ready;
       this.ready = true;
       this.reason = '';
-      if (!wasReady) for (const cb of this.readyListeners) cb();
+      this.announceIfReady();
     } catch (e) {
       this.ready = false;
+      this.announced = false;
       this.reason = (e as Error).message;
       if (e instanceof KniError) throw e;
       throw new KniError('FAILED_PRECONDITION', `node network setup failed: ${this.reason}`);
@@ -114,6 +127,7 @@ export class NodeLifecycle {
     this.rt.cfg.ranges = ranges;
     this.rt.ipam = new Ipam(ranges);
     this.ready = false;
+    this.announced = false;
     log('info', 'pod ranges adopted', { ranges: ranges.map((c) => c.text), previous: old.map((c) => c.text) });
     await this.setup();
   }
@@ -142,6 +156,7 @@ export class NodeLifecycle {
     if (this.ready && linkByName(this.rt.host, this.rt.cfg.bridge)?.index === this.bridgeIndex) return;
     if (this.ready) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.rt.cfg.bridge });
     this.ready = false;
+    this.announced = false;
     try {
       await this.setup();
     } catch (e) {
@@ -152,6 +167,11 @@ export class NodeLifecycle {
   status(): NodeStatus {
     let ready = this.ready;
     let reason = this.reason;
+    const gate = this.rt.extensions.gateReason();
+    if (ready && gate) {
+      ready = false;
+      reason = gate;
+    }
     if (ready && !this.rt.cni) {
       const br = linkByName(this.rt.host, this.rt.cfg.bridge);
       if (!br || !(br.flags & IFF_UP)) {

@@ -78,6 +78,21 @@ export const configChangesTotal = new prom.Counter({
   registers: [registry],
 });
 
+export const extensionCalls = new prom.Counter({
+  name: 'kni_extension_calls_total',
+  help: 'Calls to registered extensions, by extension, method and result (ok, error)',
+  labelNames: ['extension', 'method', 'result'] as const,
+  registers: [registry],
+});
+
+export const extensionSeconds = new prom.Histogram({
+  name: 'kni_extension_call_duration_seconds',
+  help: 'Time extensions take to answer, by extension and method',
+  labelNames: ['extension', 'method'] as const,
+  buckets,
+  registers: [registry],
+});
+
 export interface RuntimeView {
   podCount(): number;
   ipamStatus(): { range: string; size: number; used: number; free: number }[];

@@ -28,3 +28,9 @@ export function runtimeService(): ServiceCtor {
   const pkg = loadProto('kni/runtime/v1/runtime.proto') as any;
   return pkg.kni.runtime.v1.NetworkRuntime as ServiceCtor;
 }
+
+/** The service extensions serve (kni calls it). */
+export function extensionService(): ServiceCtor {
+  const pkg = loadProto('kni/extension/v1/extension.proto') as any;
+  return pkg.kni.extension.v1.Extension as ServiceCtor;
+}

@@ -8,6 +8,7 @@ import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
 import { watch } from './watch';
+import { ExtensionStatus, validateRegistration } from '../extensions/extension-registry';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -73,6 +74,13 @@ function clusterStatus(s: AgentStatus): Record<string, unknown> {
   };
 }
 
+function extensionStatus(x: ExtensionStatus): Record<string, unknown> {
+  return {
+    name: x.name, socket: x.socket, order: x.order, events: x.events, timeout_ms: x.timeoutMs, failure_policy: x.failurePolicy,
+    healthy: x.healthy, last_error: x.lastError, calls: x.calls, failures: x.failures, last_call_ms: x.lastCallMs, registered_at: x.registeredAt,
+  };
+}
+
 export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc.UntypedServiceImplementation {
   const u = <Req>(method: string, fn: (req: Req) => Promise<unknown> | unknown) =>
     unary<Req, unknown>('kni.runtime.v1.NetworkRuntime', method, fn);
@@ -104,6 +112,9 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
       return { ranges, exhausted: ranges.some((r) => r.exhausted) };
     }),
+    RegisterExtension: u('RegisterExtension', async (req: Record<string, unknown>) => extensionStatus(await rt.extensions.register(req))),
+    UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(validateRegistration({ name: req.name, socket: '/x' }).name) })),
+    ListExtensions: u('ListExtensions', () => ({ extensions: rt.extensions.list().map(extensionStatus) })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {
       const r = await rt.reconcile();
