@@ -51,6 +51,8 @@ cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
 mkdir -p "$root/usr/lib/cni" && cp -L /usr/lib/cni/* "$root/usr/lib/cni/"
 
 cp -r "$repo/dist/plugin" "$repo/dist/runtime-hooks" "$root/app/dist/"
+# The example extension (kind-config/mesh-redirect-daemonset.yaml runs it from this image).
+mkdir -p "$root/app/dist/hack" && cp -r "$repo/dist/hack/examples" "$root/app/dist/hack/"
 mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$root/app/dist/bin/"
 cp -r "$repo/proto" "$root/app/"
 cp "$repo/package.json" "$repo/package-lock.json" "$root/app/"

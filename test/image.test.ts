@@ -47,7 +47,7 @@ describe('kni image', function () {
     const cf = fs.readFileSync(path.join(packageRoot(), 'kind-config/Containerfile'), 'utf8');
     assert.equal(JSON.stringify(JSON.parse(/^ENTRYPOINT (.*)$/m.exec(cf)![1])), JSON.stringify(config.config.Entrypoint));
     const copied = [...cf.matchAll(/^COPY --from=build \S+ (\S+)$/gm)].map((m) => m[1]).sort();
-    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni'];
+    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/hack/examples'];
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);

@@ -160,6 +160,19 @@ describe('shipped configs', () => {
       else process.env.KNI_NODE_NAME = saved;
     }
   });
+  it('the example extension DaemonSet and kni share the extension socket dir and kni\'s socket', async () => {
+    const YAML = (await import('yaml')).default;
+    const fs = await import('node:fs');
+    const path = await import('node:path');
+    const { packageRoot } = await import('../plugin/server/protos');
+    const load = (f: string) => YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config', f), 'utf8')).map((d) => d.toJS()).find((d) => d.kind === 'DaemonSet');
+    const mounts = (ds: any) => new Map<string, string>(ds.spec.template.spec.containers[0].volumeMounts.map((m: any) => [m.mountPath, ds.spec.template.spec.volumes.find((v: any) => v.name === m.name).hostPath?.path ?? '']));
+    const kni = mounts(load('kni-daemonset.yaml'));
+    const ext = mounts(load('mesh-redirect-daemonset.yaml'));
+    for (const p of ['/run/kni', '/run/kni-extensions']) assert.equal(kni.get(p), ext.get(p), p);
+    const cmd: string[] = load('mesh-redirect-daemonset.yaml').spec.template.spec.containers[0].command;
+    assert.ok(cmd[cmd.indexOf('--socket') + 1].startsWith('/run/kni-extensions/'));
+  });
   it('kind-config/kind-cluster.yaml: several nodes, no default CNI, dual-stack pod subnet, NRI on', async () => {
     const YAML = (await import('yaml')).default;
     const fs = await import('node:fs');
