@@ -74,7 +74,8 @@ describe('host ports (real kernel, iptables)', () => {
 
   it('invalid port mappings are refused with a precise error', () => {
     const cases: [unknown, RegExp][] = [
-      [[{ hostPort: 0, containerPort: 80 }], /hostPort 0 is not a port/],
+      [[{ hostPort: -1, containerPort: 80 }], /hostPort -1 is not a port/],
+      [[{ hostPort: 70000, containerPort: 80 }], /hostPort 70000 is not a port/],
       [[{ hostPort: 8081, containerPort: 70000 }], /containerPort 70000 is not a port/],
       [[{ hostPort: 8081, containerPort: 80, protocol: 'icmp' }], /protocol "icmp" is not tcp, udp or sctp/],
       [[{ hostPort: 8081, containerPort: 80 }, { hostPort: 8081, containerPort: 81 }], /host port tcp\/8081 is mapped twice/],

@@ -116,6 +116,9 @@ export function portMappings(v: unknown): PortMapping[] {
   const out: PortMapping[] = [];
   for (const m of v as Record<string, unknown>[]) {
     if (typeof m !== 'object' || m === null) throw invalid('a port mapping is not an object');
+    // CRI lists every container port; only those with a host port are mappings (as containerd
+    // hands CNI only those).
+    if (m.hostPort === 0 || m.hostPort === undefined || m.hostPort === null) continue;
     const protocol = String(m.protocol ?? '').toLowerCase() || 'tcp';
     if (!PROTOCOLS.includes(protocol)) throw invalid(`port mapping protocol ${JSON.stringify(m.protocol)} is not tcp, udp or sctp`);
     const hostIp = typeof m.hostIp === 'string' ? m.hostIp : '';
