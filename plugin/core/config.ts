@@ -5,6 +5,7 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { Cidr, cidrsOverlap, parseCidr } from '../ipam/ip';
 import { interfaceName } from './validate';
+import { parseClusterSettings } from './config-cluster';
 
 export interface CniConfig {
   /** The socket kni-cni talks to. */
@@ -135,98 +136,6 @@ const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
-
-export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
-
-function parseKubernetes(r: Record<string, unknown>, cfg: Config, problems: string[]): void {
-  if (r.kubernetes !== undefined) {
-    const k = r.kubernetes as Record<string, unknown>;
-    if (typeof k !== 'object' || k === null || Array.isArray(k)) problems.push('kubernetes must be a map of settings');
-    else {
-      for (const key of Object.keys(k)) if (!['nodeName', 'kubeconfig', 'configMap', 'configKey'].includes(key)) problems.push(`unknown setting "kubernetes.${key}"`);
-      if (k.nodeName !== undefined) {
-        if (typeof k.nodeName !== 'string' || (k.nodeName !== '' && !/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.nodeName))) problems.push(`kubernetes.nodeName ${JSON.stringify(k.nodeName)} is not a Node name`);
-        else cfg.kubernetes.nodeName = k.nodeName;
-      }
-      if (k.kubeconfig !== undefined) {
-        if (typeof k.kubeconfig !== 'string' || (k.kubeconfig !== '' && !path.isAbsolute(k.kubeconfig))) problems.push('kubernetes.kubeconfig must be an absolute path (or empty for the in-cluster service account)');
-        else cfg.kubernetes.kubeconfig = k.kubeconfig;
-      }
-      if (k.configMap !== undefined) {
-        if (typeof k.configMap !== 'string' || (k.configMap !== '' && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.configMap))) problems.push(`kubernetes.configMap ${JSON.stringify(k.configMap)} must be "namespace/name"`);
-        else cfg.kubernetes.configMap = k.configMap;
-      }
-      if (k.configKey !== undefined) {
-        if (typeof k.configKey !== 'string' || !/^[-._a-zA-Z0-9]{1,253}$/.test(k.configKey)) problems.push('kubernetes.configKey must be a ConfigMap key');
-        else cfg.kubernetes.configKey = k.configKey;
-      }
-    }
-  }
-  const fromEnv = process.env.KNI_NODE_NAME;
-  if (fromEnv !== undefined && fromEnv !== '') {
-    if (!/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(fromEnv)) problems.push(`KNI_NODE_NAME ${JSON.stringify(fromEnv)} is not a Node name`);
-    else cfg.kubernetes.nodeName = fromEnv;
-  }
-  if (r.backend !== undefined) {
-    if (r.backend !== 'auto' && r.backend !== 'host-gw' && r.backend !== 'vxlan') problems.push(`backend must be auto, host-gw or vxlan, not ${JSON.stringify(r.backend)}`);
-    else cfg.backend = r.backend;
-  }
-  if (r.vxlan !== undefined) {
-    const v = r.vxlan as Record<string, unknown>;
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) problems.push('vxlan must be a map of settings');
-    else {
-      for (const key of Object.keys(v)) if (!['vni', 'port', 'device'].includes(key)) problems.push(`unknown setting "vxlan.${key}"`);
-      if (v.vni !== undefined) {
-        if (!Number.isInteger(v.vni) || (v.vni as number) < 1 || (v.vni as number) > 0xffffff) problems.push('vxlan.vni must be a whole number from 1 to 16777215');
-        else cfg.vxlan.vni = v.vni as number;
-      }
-      if (v.port !== undefined) {
-        if (!Number.isInteger(v.port) || (v.port as number) < 1 || (v.port as number) > 65535) problems.push('vxlan.port must be a port number');
-        else cfg.vxlan.port = v.port as number;
-      }
-      if (v.device !== undefined) {
-        try {
-          cfg.vxlan.device = interfaceName(v.device, 'vxlan.device');
-        } catch (e) {
-          problems.push((e as Error).message);
-        }
-      }
-    }
-  }
-  if (r.logLevel !== undefined) {
-    if (typeof r.logLevel !== 'string' || !LOG_LEVELS.includes(r.logLevel)) problems.push(`logLevel must be one of ${LOG_LEVELS.join(', ')}`);
-    else cfg.logLevel = r.logLevel;
-  }
-  if (r.defaultNetwork !== undefined) {
-    const d = r.defaultNetwork as Record<string, unknown>;
-    if (typeof d !== 'object' || d === null || Array.isArray(d)) problems.push('defaultNetwork must be a map of settings');
-    else {
-      for (const key of Object.keys(d)) if (!['cni', 'binDirs'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
-      if (d.cni !== undefined) {
-        if (typeof d.cni !== 'string' || (d.cni !== '' && !path.isAbsolute(d.cni))) problems.push('defaultNetwork.cni must be the absolute path of a CNI conflist (or empty: the built-in network)');
-        else cfg.defaultNetwork.cni = d.cni;
-      }
-      if (d.binDirs !== undefined) {
-        if (!Array.isArray(d.binDirs) || d.binDirs.length === 0 || d.binDirs.some((b) => typeof b !== 'string' || !path.isAbsolute(b))) problems.push('defaultNetwork.binDirs must list absolute directories');
-        else cfg.defaultNetwork.binDirs = d.binDirs as string[];
-      }
-    }
-  }
-  if (r.extensions !== undefined) {
-    const x = r.extensions as Record<string, unknown>;
-    if (typeof x !== 'object' || x === null || Array.isArray(x)) problems.push('extensions must be a map of settings');
-    else {
-      for (const key of Object.keys(x)) if (key !== 'required') problems.push(`unknown setting "extensions.${key}"`);
-      if (x.required !== undefined) {
-        if (!Array.isArray(x.required) || x.required.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n))) problems.push('extensions.required must list extension names (DNS labels)');
-        else cfg.extensions.required = x.required as string[];
-      }
-    }
-  }
-  if (cfg.defaultNetwork.cni && r.ranges !== undefined) problems.push('ranges belong to the built-in network: with defaultNetwork.cni the plugins\' IPAM hands out addresses');
-  cfg.rangesFromNode = !cfg.defaultNetwork.cni && cfg.kubernetes.nodeName !== '' && r.ranges === undefined;
-  if (cfg.rangesFromNode || cfg.defaultNetwork.cni) cfg.ranges = [];
-}
 
 export function parseConfig(raw: unknown, source = 'config'): Config {
   const cfg = defaultConfig();
@@ -374,7 +283,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (typeof r.vmTap !== 'boolean') problems.push('vmTap must be true or false');
     else cfg.vmTap = r.vmTap;
   }
-  parseKubernetes(r, cfg, problems);
+  parseClusterSettings(r, cfg, problems);
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;
 }

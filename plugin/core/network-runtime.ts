@@ -3,7 +3,7 @@
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
 import path from 'node:path';
 import { Config, SandboxKind } from './config';
-import { ATTACHED, AttachRequest, DETACHING, HANDLER_ANNOTATION, hostVethName, KIND_ANNOTATION } from './runtime-types';
+import { ATTACHED, AttachRequest, DETACHING, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
 import { KniError, invalid } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
@@ -14,8 +14,6 @@ import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureNetnsDir } from '../netns/netns';
 import { NetnsHandle, openNetns } from '../netns/open-netns';
-import { podMac } from '../pod/pod-wiring';
-import { tapName } from '../pod/vm-wiring';
 import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
@@ -23,15 +21,14 @@ import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
 import { restoreState } from './restore-state';
 import { checkSandbox } from './sandbox-check';
-import { kernelError, unwireSandbox, wireSandbox } from './sandbox-wiring';
+import { unwireSandbox } from './sandbox-wiring';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
-import type { PortMapping } from '../node/host-ports';
-import type { Bandwidth } from '../pod/bandwidth';
 import { attachCni, cniAttachment } from './cni-attach';
 import { CniNetwork } from '../cni/cni-network';
 import { loadCniNetwork } from '../cni/load-network';
 import { EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
+import { attachBuiltIn, BuiltInRequest } from './builtin-attach';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -107,7 +104,7 @@ export class NetworkRuntime {
     this.ipamListeners.push(cb);
   }
 
-  private ipamChanged(): void {
+  ipamChanged(): void {
     for (const cb of this.ipamListeners) {
       try {
         cb();
@@ -203,7 +200,7 @@ export class NetworkRuntime {
     ifName: string,
     ns: NetnsHandle,
     meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
-    requested: { ips: ReturnType<typeof validate.requestedIps>; mac?: string; ports: PortMapping[]; bandwidth?: Bandwidth },
+    requested: BuiltInRequest,
   ): Promise<SandboxRecord> {
     let existing = this.sandboxes.get(id);
     if (existing && existing.phase !== 'attached') {
@@ -238,76 +235,19 @@ export class NetworkRuntime {
       this.events.emit('attached', done);
       return done;
     }
-    for (const m of requested.ports) {
-      const holder = [...this.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
-      if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
-    }
-    let addresses;
-    try {
-      addresses = withSpan('ipam.allocate', {}, () => this.ipam.allocate(id, requested.ips));
-    } finally {
-      this.ipamChanged();
-    }
-    const owned = [...this.netns.values()].find((n) => n.path === ns.path);
-    const rec: SandboxRecord = {
-      id,
-      phase: 'attaching',
-      ...meta,
-      netnsPath: ns.path,
-      netnsInode: ns.inode,
-      ownedNetns: owned?.name ?? '',
-      interfaces: [{
-        name: ifName,
-        hostVeth: hostVethName(id, ifName),
-        mac: requested.mac ?? podMac(addresses.find((a) => a.family === 4)?.address),
-        mtu: this.cfg.mtu,
-        addresses,
-        // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
-        ...(meta.kind === 'vm' && this.cfg.vmTap ? { tap: tapName(0) } : {}),
-      }],
-      ...(requested.ports.length ? { portMappings: requested.ports } : {}),
-      ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
-      createdAt: new Date().toISOString(),
-    };
-    try {
-      withSpan('store.record', {}, () => this.store.sandboxes.put(id, rec)); // the addresses are on disk before anyone sees them
-    } catch (e) {
-      this.ipam.release(id, addresses);
-      this.ipamChanged();
-      throw new KniError('UNAVAILABLE', `cannot record sandbox ${id} in the state dir: ${(e as Error).message}`);
-    }
-    this.sandboxes.set(id, rec);
-    try {
-      await wireSandbox(this, rec, ns);
-      // Only a pod that asks for host ports costs an iptables call.
-      if (rec.portMappings) await withSpan('hostports', {}, () => this.node.syncHostPorts());
-      await this.callExtensions(rec);
-    } catch (e) {
-      await this.rollback(rec);
-      throw kernelError(e, rec);
-    }
-    try {
-      // The record on disk keeps phase "attaching"; the mark says the kernel work is done.
-      // The netns record is not rewritten: its owner is found from the sandbox records at start.
-      withSpan('store.commit', {}, () => this.store.sandboxes.mark(id, ATTACHED));
-    } catch (e) {
-      // Not committed means rolled back at the next start: undo it now, so no caller sees a
-      // pod that a restart would take away.
-      await this.rollback(rec);
-      throw new KniError('UNAVAILABLE', `cannot commit sandbox ${id} in the state dir (${(e as Error).message}); the attach was undone`);
-    }
-    rec.phase = 'attached';
+    const owner = (n: string) => [...this.netns.values()].find((x) => x.path === n);
+    const done = await attachBuiltIn(this, id, ifName, ns, meta, requested, owner(ns.path)?.name ?? '');
+    const owned = this.netns.get(done.ownedNetns);
     if (owned) owned.sandboxId = id;
-    this.events.emit('attached', rec);
-    return rec;
+    this.events.emit('attached', done);
+    return done;
   }
 
   /** Undoes an attach that did not commit; what cannot be undone now stays for reconcile. */
-  private async rollback(rec: SandboxRecord): Promise<void> {
+  async rollback(rec: SandboxRecord): Promise<void> {
     await this.release(rec, false).catch((err) => log('error', 'rollback of a failed attach failed; reconcile retries', { sandbox: rec.id, error: String(err) }));
   }
 
-  /** Wires every interface of a record into the netns open on ns. */
   /**
    * Releases everything attach took. Unknown or already-released ids succeed (false).
    * releaseNetns also unpins the netns kni created for the sandbox.
