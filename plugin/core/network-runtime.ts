@@ -66,6 +66,7 @@ export class NetworkRuntime {
 
   /** The extensions' PodAttached, before the attach commits; a failure is an event too. */
   async callExtensions(rec: SandboxRecord): Promise<void> {
+    if (!this.extensions.wants('attached')) return;
     try {
       await withSpan('extensions.attached', {}, () => this.extensions.podAttached(rec));
     } catch (e) {

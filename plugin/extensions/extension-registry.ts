@@ -145,6 +145,11 @@ export class ExtensionRegistry {
     return [...this.live.values()].filter((l) => l.reg.events.includes(event)).sort((a, b) => a.reg.order - b.reg.order || a.reg.name.localeCompare(b.reg.name));
   }
 
+  /** Whether any extension wants this event (no span, no call otherwise). */
+  wants(event: ExtensionEvent): boolean {
+    return [...this.live.values()].some((l) => l.reg.events.includes(event));
+  }
+
   /** Every extension in order; a failing one with policy "fail" fails the attach. */
   async podAttached(rec: SandboxRecord): Promise<void> {
     for (const l of this.ordered('attached')) {
