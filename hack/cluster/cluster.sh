@@ -50,10 +50,10 @@ start() { # start NAME NODE CMD...
 }
 
 # A worker's own mount namespace, as a kind node container has: its own /etc/cni/net.d,
-# /opt/cni/bin, /run/kni, /var/lib/kni, /run/nri, /run/containerd and /run/netns (bind mounts
+# /opt/cni/bin, /run/kni, /run/kni-extensions, /var/lib/kni, /run/nri, /run/containerd and /run/netns (bind mounts
 # of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
 # The host only gets the empty mount point dirs, which `down` removes again.
-NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /var/lib/kni /run/nri /run/containerd /run/netns)
+NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /run/kni-extensions /var/lib/kni /run/nri /run/containerd /run/netns)
 make_node_mountns() {
   local w=$1 d=$CL/$1
   mkdir -p "$CL/mnt"
