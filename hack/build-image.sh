@@ -45,6 +45,8 @@ mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
 xt=$(readlink -f /usr/sbin/iptables)
 case "$xt" in *xtables-nft-multi) ;; *) xt=/usr/sbin/xtables-nft-multi ;; esac
 with_libs "$xt" /usr/lib/x86_64-linux-gnu/xtables/*.so
+# nsenter: the example extension (hack/examples/mesh-redirect.ts) enters pod netns with it.
+with_libs /usr/bin/nsenter
 for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
 cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
 # Debian's CNI reference plugins (static Go binaries), for defaultNetwork.cni conflists.

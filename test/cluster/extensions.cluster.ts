@@ -1,0 +1,93 @@
+// The example extension as users deploy it: kni's DaemonSet and the mesh-redirect DaemonSet
+// (kind-config/mesh-redirect-daemonset.yaml, kni's image) on the test cluster. Pods created
+// after registration get the redirect; an extension failure makes pod creation fail with its
+// message in the pod's events, and the pod starts once the extension recovers; a restarted
+// kni keeps the registration.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import YAML from 'yaml';
+import { packageRoot } from '../../plugin/server/protos';
+import { waitFor } from '../helpers/wait';
+import { apply, CL, cluster, kubectl, kubectlJson } from './cluster-helpers';
+
+const knictlInPod = (node: string, ...args: string[]): any => {
+  const pod = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items[0];
+  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'node', '/app/dist/plugin/knictl.js', ...args, '-o', 'json'));
+};
+const POD = (name: string) => `apiVersion: v1
+kind: Pod
+metadata: {name: ${name}}
+spec:
+  nodeName: kc-w1
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers: [{name: c, image: kni.local/e2e:1, imagePullPolicy: Never, command: ["/pause"]}]
+`;
+const phase = (name: string) => kubectlJson('get', 'pod', name).status.phase;
+/** The pod's nat OUTPUT rules, read inside its netns (entered from the node's mount namespace). */
+const podNat = (name: string): string => {
+  const p = knictlInPod('kc-w1', 'pods').find((x: any) => x.pod?.name === name);
+  return execFileSync('nsenter', [`--mount=${CL}/mnt/w1`, 'nsenter', `--net=${p.netns_path}`, 'iptables', '-t', 'nat', '-S', 'OUTPUT'], { encoding: 'utf8' });
+};
+
+describe('cluster: the example mesh-redirect extension as a DaemonSet', function () {
+  this.timeout(300_000);
+  const failFile = `${CL}/w1/root/run/kni-extensions/fail-mesh`;
+
+  before(() => {
+    cluster('down');
+    cluster('up');
+    cluster('kni-daemonset');
+    // The shipped manifest, plus the example's testing switch: a file that makes it fail.
+    const ds = YAML.parse(fs.readFileSync(path.join(packageRoot(), 'kind-config/mesh-redirect-daemonset.yaml'), 'utf8'));
+    ds.spec.template.spec.containers[0].command.push('--fail-file', '/run/kni-extensions/fail-mesh');
+    apply(YAML.stringify(ds));
+    kubectl('-n', 'kube-system', 'rollout', 'status', 'daemonset/mesh-redirect', '--timeout=120s');
+  });
+  after(() => {
+    cluster('down');
+  });
+
+  it('registers with kni on every node, healthy', async () => {
+    for (const node of ['kc-w1', 'kc-w2']) {
+      await waitFor(() => knictlInPod(node, 'extensions').some((x: any) => x.name === 'mesh-redirect' && x.healthy), 60_000, () => JSON.stringify(knictlInPod(node, 'extensions')));
+    }
+  });
+
+  it('a pod created afterwards has the redirect of its outbound TCP in its netns', async () => {
+    apply(POD('meshed'));
+    await waitFor(() => phase('meshed') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    assert.match(podNat('meshed'), /-j REDIRECT --to-ports 15001/);
+  });
+
+  it('the extension failing: the pod does not start and its events carry the message; it starts once the extension recovers', async () => {
+    fs.writeFileSync(failFile, 'sidecar injector not ready');
+    try {
+      apply(POD('blocked'));
+      const events = () => kubectlJson('get', 'events', '--field-selector', 'involvedObject.name=blocked').items.map((e: any) => `${e.reason}: ${e.message}`).join('\n');
+      await waitFor(() => /extension mesh-redirect failed .*sidecar injector not ready/.test(events()), 90_000, () => events());
+      assert.notEqual(phase('blocked'), 'Running');
+    } finally {
+      fs.rmSync(failFile, { force: true });
+    }
+    await waitFor(() => phase('blocked') === 'Running', 180_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    assert.match(podNat('blocked'), /REDIRECT/);
+  });
+
+  it('kni\'s pod replaced (a restart or an upgrade): the registration is still there', async () => {
+    const old = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', 'spec.nodeName=kc-w1').items[0].metadata.name;
+    kubectl('-n', 'kube-system', 'delete', 'pod', old, '--wait=true');
+    await waitFor(() => {
+      try {
+        return knictlInPod('kc-w1', 'extensions').some((x: any) => x.name === 'mesh-redirect');
+      } catch {
+        return false;
+      }
+    }, 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    apply(POD('after-restart'));
+    await waitFor(() => phase('after-restart') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    assert.match(podNat('after-restart'), /REDIRECT/);
+  });
+});
