@@ -61,7 +61,9 @@ async function main(): Promise<void> {
   for (let delay = 500; ; delay = Math.min(delay * 2, 10_000)) {
     const kni = runtimeClient(opts.kniSocket);
     try {
-      await kni.RegisterExtension({ name: opts.name, socket: opts.socket, order: Number(opts.order), events: ['attached', 'detached'], timeout_ms: Number(opts.timeoutMs), failure_policy: 'fail' });
+      // Its own pod (downward API): kni drops the registration once this pod is gone for good.
+      const owner = process.env.POD_NAME ? { name: process.env.POD_NAME, namespace: process.env.POD_NAMESPACE, uid: process.env.POD_UID } : undefined;
+      await kni.RegisterExtension({ name: opts.name, socket: opts.socket, order: Number(opts.order), events: ['attached', 'detached'], timeout_ms: Number(opts.timeoutMs), failure_policy: 'fail', owner });
       log('registered with kni', { kni: opts.kniSocket, name: opts.name });
       break;
     } catch (e) {

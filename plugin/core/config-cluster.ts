@@ -88,7 +88,11 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const x = r.extensions as Record<string, unknown>;
     if (typeof x !== 'object' || x === null || Array.isArray(x)) problems.push('extensions must be a map of settings');
     else {
-      for (const key of Object.keys(x)) if (key !== 'required') problems.push(`unknown setting "extensions.${key}"`);
+      for (const key of Object.keys(x)) if (key !== 'required' && key !== 'ownerGraceSeconds') problems.push(`unknown setting "extensions.${key}"`);
+      if (x.ownerGraceSeconds !== undefined) {
+        if (!Number.isInteger(x.ownerGraceSeconds) || (x.ownerGraceSeconds as number) < 0) problems.push('extensions.ownerGraceSeconds must be a whole number of seconds');
+        else cfg.extensions.ownerGraceSeconds = x.ownerGraceSeconds as number;
+      }
       if (x.required !== undefined) {
         if (!Array.isArray(x.required) || x.required.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n))) problems.push('extensions.required must list extension names (DNS labels)');
         else cfg.extensions.required = x.required as string[];

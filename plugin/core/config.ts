@@ -79,7 +79,7 @@ export interface Config {
   vxlan: VxlanConfig;
   defaultNetwork: DefaultNetworkConfig;
   /** Extensions that must be registered and healthy before the node is ready for pods. */
-  extensions: { required: string[] };
+  extensions: { required: string[]; ownerGraceSeconds: number };
   /** Where CreateNetwork pins the netns it makes. */
   netnsDir: string;
   /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
@@ -119,7 +119,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
-  extensions: { required: [] },
+  extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,

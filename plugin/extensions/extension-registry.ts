@@ -21,6 +21,8 @@ export interface Registration {
   timeoutMs: number;
   failurePolicy: 'fail' | 'ignore';
   registeredAt: string;
+  /** The registering pod ('' names: none given). */
+  owner: { namespace: string; name: string; uid: string };
 }
 
 export interface ExtensionStatus extends Registration {
@@ -56,13 +58,28 @@ export function validateRegistration(r: Record<string, unknown>): Registration {
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > 60_000) throw invalid('extension timeout_ms must be from 1 to 60000');
   const policy = (r.failure_policy ?? r.failurePolicy ?? '') || 'fail';
   if (policy !== 'fail' && policy !== 'ignore') throw invalid(`extension failure_policy ${JSON.stringify(String(policy).slice(0, 32))} is not fail or ignore`);
-  return { name, socket, order, events: [...new Set(events)] as ExtensionEvent[], timeoutMs, failurePolicy: policy, registeredAt: new Date().toISOString() };
+  const o = (r.owner ?? {}) as Record<string, unknown>;
+  const owner = { namespace: String(o.namespace ?? ''), name: String(o.name ?? ''), uid: String(o.uid ?? '').toLowerCase() };
+  for (const [k, v] of Object.entries(owner)) if (v && !/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(v)) throw invalid(`extension owner ${k} ${JSON.stringify(v.slice(0, 64))} is not a Kubernetes name`);
+  if ((owner.namespace === '') !== (owner.name === '')) throw invalid('extension owner needs both namespace and name');
+  return { name, socket, order, events: [...new Set(events)] as ExtensionEvent[], timeoutMs, failurePolicy: policy, registeredAt: typeof r.registeredAt === 'string' ? r.registeredAt : new Date().toISOString(), owner };
 }
 
 export class ExtensionRegistry {
   private readonly live = new Map<string, Live>();
 
-  constructor(private readonly dir: string, private readonly required: string[], private readonly onChange: () => void) {}
+  constructor(private readonly dir: string, private required: string[], private readonly onChange: () => void) {}
+
+  /** extensions.required changed live. */
+  setRequired(required: string[]): void {
+    this.required = required;
+    this.onChange();
+  }
+
+  /** Registrations made by a pod (for the node agent to check the pod still exists). */
+  owned(): Registration[] {
+    return [...this.live.values()].map((l) => l.reg).filter((r) => r.owner.name);
+  }
 
   /** Registrations from the state dir (at start). An unreadable file is logged and set aside. */
   load(): void {

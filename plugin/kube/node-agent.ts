@@ -52,6 +52,9 @@ export class NodeAgent {
   private rangesProblem = '';
   private refusedKey = '';
   private exhaustedKey: string | undefined;
+  private ownerTimer?: NodeJS.Timeout;
+  /** Extension name → when its registering pod was first found gone. */
+  private ownerGone = new Map<string, number>();
 
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
@@ -71,12 +74,43 @@ export class NodeAgent {
     this.rt.onIpamChange(() => this.checkIpam());
     this.checkIpam();
     void this.informer.start().catch((e) => this.watchBroke(e));
+    this.ownerTimer = setInterval(() => void this.checkExtensionOwners(), 2000);
+    this.ownerTimer.unref();
+  }
+
+  /**
+   * A registration made by a pod that has been gone (or replaced by another pod of the same
+   * name) longer than extensions.ownerGraceSeconds is dropped. While the API server cannot
+   * tell, nothing is dropped.
+   */
+  private async checkExtensionOwners(): Promise<void> {
+    for (const reg of this.rt.extensions.owned()) {
+      let gone: boolean;
+      try {
+        const pod = await this.api.core.readNamespacedPod({ namespace: reg.owner.namespace, name: reg.owner.name });
+        gone = !!reg.owner.uid && pod.metadata?.uid !== reg.owner.uid;
+      } catch (e) {
+        if ((e as { code?: number }).code !== 404) continue;
+        gone = true;
+      }
+      if (!gone) {
+        this.ownerGone.delete(reg.name);
+        continue;
+      }
+      const since = this.ownerGone.get(reg.name) ?? Date.now();
+      this.ownerGone.set(reg.name, since);
+      if (Date.now() - since < this.cfg.extensions.ownerGraceSeconds * 1000) continue;
+      this.ownerGone.delete(reg.name);
+      log('warn', 'extension dropped: the pod that registered it is gone', { extension: reg.name, owner: `${reg.owner.namespace}/${reg.owner.name}`, graceSeconds: this.cfg.extensions.ownerGraceSeconds });
+      this.rt.extensions.unregister(reg.name);
+    }
   }
 
   stop(): void {
     this.stopped = true;
     if (this.restartTimer) clearTimeout(this.restartTimer);
     if (this.syncTimer) clearTimeout(this.syncTimer);
+    if (this.ownerTimer) clearInterval(this.ownerTimer);
     this.writer.stop();
     void this.informer?.stop();
   }

@@ -77,7 +77,7 @@ function clusterStatus(s: AgentStatus): Record<string, unknown> {
 function extensionStatus(x: ExtensionStatus): Record<string, unknown> {
   return {
     name: x.name, socket: x.socket, order: x.order, events: x.events, timeout_ms: x.timeoutMs, failure_policy: x.failurePolicy,
-    healthy: x.healthy, last_error: x.lastError, calls: x.calls, failures: x.failures, last_call_ms: x.lastCallMs, registered_at: x.registeredAt,
+    healthy: x.healthy, last_error: x.lastError, calls: x.calls, failures: x.failures, last_call_ms: x.lastCallMs, registered_at: x.registeredAt, owner: x.owner,
   };
 }
 

@@ -90,4 +90,16 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
     await waitFor(() => phase('after-restart') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     assert.match(podNat('after-restart'), /REDIRECT/);
   });
+
+  it('the extension\'s DaemonSet deleted: once its pods are gone longer than ownerGraceSeconds (a live setting), kni drops the registration and pods start without it', async () => {
+    const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
+    const text = `${cm.data['config.yaml']}\nextensions: { ownerGraceSeconds: 3 }\n`;
+    kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
+    assert.ok(knictlInPod('kc-w1', 'extensions')[0].owner.name.startsWith('mesh-redirect-'), 'the example did not say which pod registered');
+    kubectl('-n', 'kube-system', 'delete', 'daemonset', 'mesh-redirect', '--wait=true');
+    await waitFor(() => knictlInPod('kc-w1', 'extensions').length === 0, 90_000, () => JSON.stringify(knictlInPod('kc-w1', 'extensions')));
+    apply(POD('unmeshed'));
+    await waitFor(() => phase('unmeshed') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    assert.doesNotMatch(podNat('unmeshed'), /REDIRECT/);
+  });
 });
