@@ -43,11 +43,16 @@ describe('Watch: pod network events', () => {
       const a = await attach('ev-a');
       await attach('ev-b');
       await rt.Detach({ sandbox_id: 'ev-a' });
-      await waitFor(() => w.events.length >= 3, 10_000, () => JSON.stringify(w.events));
-      assert.deepEqual(w.events.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-a'], ['attached', 'ev-b'], ['detached', 'ev-a']]);
+      await waitFor(() => w.events.length >= 6, 10_000, () => JSON.stringify(w.events));
+      assert.deepEqual(w.events.map((e) => [e.type, e.sandbox_id]), [
+        ['attached', 'ev-a'], ['interface_added', 'ev-a'], ['attached', 'ev-b'], ['interface_added', 'ev-b'], ['interface_removed', 'ev-a'], ['detached', 'ev-a'],
+      ]);
       assert.equal(w.events[0].interfaces[0].addresses[0].address, a.interfaces[0].addresses[0].address);
+      assert.equal(w.events[1].interfaces.length, 1);
+      assert.equal(w.events[1].interfaces[0].name, 'eth0');
       assert.deepEqual(w.events[0].pod, { name: 'ev-a', namespace: 'ev', uid: 'u-ev-a' });
-      assert.ok(seqOf(w.events[0]) < seqOf(w.events[1]) && seqOf(w.events[1]) < seqOf(w.events[2]));
+      const seqs = w.events.map(seqOf);
+      assert.ok(seqs.every((q, i) => i === 0 || q === seqs[i - 1] + 1));
     } finally {
       w.close();
     }
@@ -57,16 +62,16 @@ describe('Watch: pod network events', () => {
     const first = watch();
     await new Promise((r) => setTimeout(r, 100));
     await attach('ev-c');
-    await waitFor(() => first.events.length === 1, 10_000, () => JSON.stringify(first.events));
-    const token = first.events[0].resume_token;
+    await waitFor(() => first.events.length === 2, 10_000, () => JSON.stringify(first.events));
+    const token = first.events[1].resume_token;
     first.close();
     await attach('ev-d');
     await rt.Detach({ sandbox_id: 'ev-c' });
     const again = watch({ resume_token: token });
     try {
-      await waitFor(() => again.events.length >= 2, 10_000, () => JSON.stringify(again.events));
-      assert.deepEqual(again.events.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-d'], ['detached', 'ev-c']]);
-      assert.equal(seqOf(again.events[0]), seqOf(first.events[0]) + 1, 'an event fell between the two watches');
+      await waitFor(() => again.events.length >= 4, 10_000, () => JSON.stringify(again.events));
+      assert.deepEqual(again.events.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-d'], ['interface_added', 'ev-d'], ['interface_removed', 'ev-c'], ['detached', 'ev-c']]);
+      assert.equal(seqOf(again.events[0]), seqOf(first.events[1]) + 1, 'an event fell between the two watches');
     } finally {
       again.close();
     }
@@ -78,18 +83,18 @@ describe('Watch: pod network events', () => {
     try {
       await new Promise((r) => setTimeout(r, 100));
       await inParallel(16, 16, (i) => attach(`ev-p${i}`));
-      await waitFor(() => all.events.length >= 16, 20_000, () => `${all.events.length} events`);
-      assert.deepEqual(all.events.map((e) => e.sandbox_id).sort(), Array.from({ length: 16 }, (_, i) => `ev-p${i}`).sort());
+      await waitFor(() => all.events.length >= 32, 20_000, () => `${all.events.length} events`);
+      assert.deepEqual(all.events.filter((e) => e.type === 'attached').map((e) => e.sandbox_id).sort(), Array.from({ length: 16 }, (_, i) => `ev-p${i}`).sort());
       const seqs = all.events.map(seqOf);
       assert.ok(seqs.every((s, i) => i === 0 || s === seqs[i - 1] + 1), `gaps or disorder: ${seqs.join(',')}`);
-      assert.deepEqual(one.events.map((e) => e.sandbox_id), ['ev-p7']);
+      assert.deepEqual(one.events.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-p7'], ['interface_added', 'ev-p7']]);
     } finally {
       all.close();
       one.close();
     }
   });
 
-  it('reconcile repairing a pod shows as "repaired" with what it found', async () => {
+  it('reconcile repairing a pod shows as "repaired" with what it found, and restored addresses as "address_changed"', async () => {
     const w = watch({ sandbox_id: 'ev-p3' });
     try {
       await new Promise((r) => setTimeout(r, 100));
@@ -98,6 +103,9 @@ describe('Watch: pod network events', () => {
       await rt.Reconcile({});
       await waitFor(() => w.events.some((e) => e.type === 'repaired'), 10_000, () => JSON.stringify(w.events));
       assert.match(w.events.find((e) => e.type === 'repaired').message, /missing/);
+      sh('ip', ['netns', 'exec', p.netns_path.split('/').pop()!, 'ip', 'addr', 'flush', 'dev', 'eth0', 'scope', 'global']);
+      await rt.Reconcile({});
+      await waitFor(() => w.events.some((e) => e.type === 'address_changed'), 10_000, () => JSON.stringify(w.events));
     } finally {
       w.close();
     }
@@ -107,18 +115,18 @@ describe('Watch: pod network events', () => {
     const w = watch();
     await new Promise((r) => setTimeout(r, 100));
     await attach('ev-k1');
-    await waitFor(() => w.events.length === 1, 10_000, () => JSON.stringify(w.events));
+    await waitFor(() => w.events.length === 2, 10_000, () => JSON.stringify(w.events));
     w.close();
     await attach('ev-k2');
     const out = await new Promise<string>((resolve) => {
-      const p = spawn(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'events', '--since', w.events[0].resume_token, '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'events', '--since', w.events[1].resume_token, '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
       let s = '';
       p.stdout.on('data', (b) => (s += b));
       p.stderr.on('data', (b) => (s += b));
       p.on('exit', () => resolve(s));
     });
     const lines = out.trim().split('\n').map((l) => JSON.parse(l));
-    assert.deepEqual(lines.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-k2']]);
+    assert.deepEqual(lines.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-k2'], ['interface_added', 'ev-k2']]);
   });
 
   it('tokens: garbage is INVALID_ARGUMENT; one from before a restart is FAILED_PRECONDITION (list again)', async () => {
@@ -128,7 +136,7 @@ describe('Watch: pod network events', () => {
     const w = watch();
     await new Promise((r) => setTimeout(r, 100));
     await attach('ev-r');
-    await waitFor(() => w.events.length === 1, 10_000, () => JSON.stringify(w.events));
+    await waitFor(() => w.events.length >= 1, 10_000, () => JSON.stringify(w.events));
     w.close();
     await d.restart('SIGKILL');
     rt = d.rt();

@@ -1,5 +1,6 @@
-// Pod network changes as a stream: every attach, detach, repair and release (and, later,
-// extension failures) gets a sequence number in this process's event log. A watcher resumes
+// Pod network changes as a stream: every attach and detach (and each interface they add or
+// remove), repair, address restored, release by reconcile and extension failure gets a
+// sequence number in this process's event log. A watcher resumes
 // after the last event it saw with its token ("<boot>-<seq>"); the log keeps the last
 // EVENT_LOG_SIZE events, so a watcher away for longer (or from before a kni restart) is told to
 // re-list instead of silently missing changes.
@@ -7,7 +8,7 @@ import crypto from 'node:crypto';
 import { KniError } from './errors';
 import { InterfaceRecord, PodRef, SandboxRecord } from '../store/records';
 
-export type PodEventType = 'attached' | 'detached' | 'repaired' | 'released' | 'extension_failed';
+export type PodEventType = 'attached' | 'detached' | 'interface_added' | 'interface_removed' | 'address_changed' | 'repaired' | 'released' | 'extension_failed';
 
 export interface PodEvent {
   seq: number;
@@ -31,11 +32,12 @@ export class EventLog {
 
   constructor(private readonly size = EVENT_LOG_SIZE) {}
 
-  emit(type: PodEventType, rec: SandboxRecord, message = ''): void {
+  /** One event; `interfaces` narrows it to some of the pod's interfaces (interface_added …). */
+  emit(type: PodEventType, rec: SandboxRecord, message = '', interfaces: InterfaceRecord[] = rec.interfaces): void {
     const seq = ++this.seq;
     const e: PodEvent = {
       seq, token: `${this.boot}-${seq}`, type, sandboxId: rec.id, pod: rec.pod, netnsPath: rec.netnsPath,
-      interfaces: rec.interfaces, message, time: new Date().toISOString(),
+      interfaces, message, time: new Date().toISOString(),
     };
     this.buf.push(e);
     if (this.buf.length > this.size) this.buf.shift();
@@ -64,4 +66,16 @@ export class EventLog {
   get watchers(): number {
     return this.listeners.size;
   }
+}
+
+/** A sandbox attached: the pod, then each of its interfaces. */
+export function emitAttached(log: EventLog, rec: SandboxRecord): void {
+  log.emit('attached', rec);
+  for (const i of rec.interfaces) log.emit('interface_added', rec, '', [i]);
+}
+
+/** A sandbox released: each interface, then the pod. */
+export function emitDetached(log: EventLog, rec: SandboxRecord): void {
+  for (const i of rec.interfaces) log.emit('interface_removed', rec, '', [i]);
+  log.emit('detached', rec);
 }

@@ -26,7 +26,7 @@ import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import { attachCni, cniAttachment } from './cni-attach';
 import { CniNetwork } from '../cni/cni-network';
 import { loadCniNetwork } from '../cni/load-network';
-import { EventLog } from './events';
+import { emitAttached, emitDetached, EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
 import { attachBuiltIn, BuiltInRequest } from './builtin-attach';
 
@@ -233,14 +233,14 @@ export class NetworkRuntime {
       const done = await attachCni(this, rec, ifName, ns, requested, (r) => this.callExtensions(r));
       const owner = this.netns.get(done.ownedNetns);
       if (owner) owner.sandboxId = id;
-      this.events.emit('attached', done);
+      emitAttached(this.events, done);
       return done;
     }
     const owner = (n: string) => [...this.netns.values()].find((x) => x.path === n);
     const done = await attachBuiltIn(this, id, ifName, ns, meta, requested, owner(ns.path)?.name ?? '');
     const owned = this.netns.get(done.ownedNetns);
     if (owned) owned.sandboxId = id;
-    this.events.emit('attached', done);
+    emitAttached(this.events, done);
     return done;
   }
 
@@ -312,7 +312,7 @@ export class NetworkRuntime {
     this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
     this.ipamChanged();
     if (wasAttached) {
-      this.events.emit('detached', rec);
+      emitDetached(this.events, rec);
       this.extensions.podDetached(rec);
     }
   }

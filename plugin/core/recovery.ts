@@ -251,6 +251,7 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
     await wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
     rt.events.emit('repaired', rec, problems.join('; '));
+    if (problems.some((p) => p.includes('lacks address'))) rt.events.emit('address_changed', rec, 'addresses restored from the record');
     found(`sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
   } catch (e) {
     await rt.release(rec, true).catch(() => undefined);
