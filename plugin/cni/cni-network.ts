@@ -2,7 +2,7 @@
 // previous result chained in, DEL in reverse order with the cached result, CHECK in order with
 // it, STATUS and plugin GC where the config's version has them; runtimeConfig built from the
 // capabilities each plugin declares; the final result converted to the config's version.
-import { CniResultCache } from './cni-result-cache';
+import { CachedAttachment, CniResultCache } from './cni-result-cache';
 import { NetworkConfList, PluginConf, versionAtLeast } from './conflist';
 import { CniPluginError, execPlugin } from './plugin-exec';
 
@@ -30,6 +30,10 @@ export function convertResult(result: unknown, to: string): unknown {
   }
   return r;
 }
+
+/** What the caller left out (netns, CNI_ARGS, capability args), as ADD had it. */
+const withCached = (rt: CniRuntime, cached: CachedAttachment | undefined): CniRuntime =>
+  cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs } : rt;
 
 export class CniNetwork {
   constructor(readonly list: NetworkConfList, private readonly binDirs: string[], private readonly cache: CniResultCache) {}
@@ -72,8 +76,7 @@ export class CniNetwork {
   /** DEL in reverse order with the cached result (also after a restart); idempotent. */
   async del(rt: CniRuntime): Promise<void> {
     const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
-    const full = cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs } : rt;
-    await this.delChain(full, cached?.result);
+    await this.delChain(withCached(rt, cached), cached?.result);
     this.cache.delete(this.name, rt.containerId, rt.ifName);
   }
 
@@ -95,7 +98,7 @@ export class CniNetwork {
     if (!versionAtLeast(this.list.cniVersion, '0.4.0') || this.list.disableCheck) return;
     const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
     if (!cached) throw new CniPluginError(this.name, 3, `no cached result for ${rt.containerId}/${rt.ifName}: it was never added (or was deleted)`);
-    const full = { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs };
+    const full = withCached(rt, cached);
     for (const p of this.list.plugins) await execPlugin(this.binDirs, p.type, { command: 'CHECK', ...this.inv(full) }, this.pluginConfig(p, cached.result, full));
   }
 

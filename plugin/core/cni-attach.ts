@@ -9,7 +9,6 @@ import { CniRuntime } from '../cni/cni-network';
 import { CniPluginError } from '../cni/plugin-exec';
 import { formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
-import { NetnsHandle } from '../netns/open-netns';
 import type { PortMapping } from '../node/host-ports';
 import { withSpan } from '../observe/tracing';
 import type { Bandwidth } from '../pod/bandwidth';
@@ -53,7 +52,7 @@ export function interfaceFromResult(result: unknown, ifName: string, network: st
 
 const codeOf = (e: CniPluginError): KniError['code'] => (e.code === 11 || e.code === 50 ? 'UNAVAILABLE' : e.code === 4 || e.code === 7 ? 'INVALID_ARGUMENT' : 'INTERNAL');
 
-export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, ns: NetnsHandle, req: CniRequest, beforeCommit: (rec: SandboxRecord) => Promise<void>): Promise<SandboxRecord> {
+export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, req: CniRequest, beforeCommit: (rec: SandboxRecord) => Promise<void>): Promise<SandboxRecord> {
   const cni = rt.cni!;
   // The record (no interface yet) is on disk before any plugin runs: a crash leaves it
   // "attaching", and the next start runs DEL through the chain for it.
@@ -76,7 +75,6 @@ export async function attachCni(rt: NetworkRuntime, rec: SandboxRecord, ifName: 
     if (e instanceof CniPluginError) throw new KniError(codeOf(e), `network ${cni.name}: ${e.message}`);
     throw new KniError('UNAVAILABLE', `sandbox ${rec.id}: ${(e as Error).message}`);
   }
-  void ns;
   rec.phase = 'attached';
   return rec;
 }

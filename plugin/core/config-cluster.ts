@@ -3,6 +3,9 @@ import path from 'node:path';
 import type { Config } from './config';
 import { interfaceName } from './validate';
 
+/** A Kubernetes object name (DNS subdomain), as Node names are. */
+const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/;
+
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
 /**
@@ -17,7 +20,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     else {
       for (const key of Object.keys(k)) if (!['nodeName', 'kubeconfig', 'configMap', 'configKey'].includes(key)) problems.push(`unknown setting "kubernetes.${key}"`);
       if (k.nodeName !== undefined) {
-        if (typeof k.nodeName !== 'string' || (k.nodeName !== '' && !/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.nodeName))) problems.push(`kubernetes.nodeName ${JSON.stringify(k.nodeName)} is not a Node name`);
+        if (typeof k.nodeName !== 'string' || (k.nodeName !== '' && !NODE_NAME.test(k.nodeName))) problems.push(`kubernetes.nodeName ${JSON.stringify(k.nodeName)} is not a Node name`);
         else cfg.kubernetes.nodeName = k.nodeName;
       }
       if (k.kubeconfig !== undefined) {
@@ -36,7 +39,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
   }
   const fromEnv = process.env.KNI_NODE_NAME;
   if (fromEnv !== undefined && fromEnv !== '') {
-    if (!/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(fromEnv)) problems.push(`KNI_NODE_NAME ${JSON.stringify(fromEnv)} is not a Node name`);
+    if (!NODE_NAME.test(fromEnv)) problems.push(`KNI_NODE_NAME ${JSON.stringify(fromEnv)} is not a Node name`);
     else cfg.kubernetes.nodeName = fromEnv;
   }
   if (r.backend !== undefined) {

@@ -62,10 +62,6 @@ export class EventLog {
     this.listeners.add(cb);
     return () => this.listeners.delete(cb);
   }
-
-  get watchers(): number {
-    return this.listeners.size;
-  }
 }
 
 /** A sandbox attached: the pod, then each of its interfaces. */

@@ -224,21 +224,13 @@ export class NetworkRuntime {
     await this.node.ensure();
     const gate = this.extensions.gateReason();
     if (gate) throw new KniError('UNAVAILABLE', `no pods on this node yet: ${gate}`);
-    if (this.cni) {
-      const rec: SandboxRecord = {
-        id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode,
-        ownedNetns: [...this.netns.values()].find((n) => n.path === ns.path)?.name ?? '',
+    const owned = [...this.netns.values()].find((n) => n.path === ns.path);
+    const done = this.cni
+      ? await attachCni(this, {
+        id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '',
         interfaces: [{ name: ifName, hostVeth: '', mac: '', mtu: 0, addresses: [] }], backend: 'cni', createdAt: new Date().toISOString(),
-      };
-      const done = await attachCni(this, rec, ifName, ns, requested, (r) => this.callExtensions(r));
-      const owner = this.netns.get(done.ownedNetns);
-      if (owner) owner.sandboxId = id;
-      emitAttached(this.events, done);
-      return done;
-    }
-    const owner = (n: string) => [...this.netns.values()].find((x) => x.path === n);
-    const done = await attachBuiltIn(this, id, ifName, ns, meta, requested, owner(ns.path)?.name ?? '');
-    const owned = this.netns.get(done.ownedNetns);
+      }, ifName, requested, (r) => this.callExtensions(r))
+      : await attachBuiltIn(this, id, ifName, ns, meta, requested, owned?.name ?? '');
     if (owned) owned.sandboxId = id;
     emitAttached(this.events, done);
     return done;

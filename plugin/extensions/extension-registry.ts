@@ -45,9 +45,13 @@ interface Live {
 
 const DETACH_TRIES = 3;
 
-export function validateRegistration(r: Record<string, unknown>): Registration {
-  const name = r.name;
+export function extensionName(name: unknown): string {
   if (typeof name !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(name)) throw invalid(`extension name ${JSON.stringify(String(name).slice(0, 64))} is not a DNS label`);
+  return name;
+}
+
+export function validateRegistration(r: Record<string, unknown>): Registration {
+  const name = extensionName(r.name);
   const socket = r.socket;
   if (typeof socket !== 'string' || !path.isAbsolute(socket) || socket.length > 107 || socket.includes('\0')) throw invalid('extension socket must be an absolute unix socket path of at most 107 bytes');
   const order = Number(r.order ?? 0);

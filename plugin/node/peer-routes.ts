@@ -44,7 +44,6 @@ const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
 
 export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
-  vxlanMtu = 0;
 
   constructor(private readonly sock: NetlinkSocket, private readonly cfg: Config) {}
 
@@ -120,16 +119,12 @@ export class PeerNetwork {
     let vxlanIndex = 0;
     if (overlay.length) {
       try {
-        const dev = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link!.index);
-        vxlanIndex = dev.index;
-        this.vxlanMtu = dev.mtu;
+        vxlanIndex = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link!.index).index;
       } catch (e) {
         for (const p of overlay) Object.assign(p.status, { state: 'failed', error: `vxlan device: ${(e as Error).message}` });
         for (const p of overlay) p.route = undefined;
       }
-    } else if (removeVxlanDevice(this.sock, this.cfg.vxlan.device)) {
-      this.vxlanMtu = 0;
-    }
+    } else removeVxlanDevice(this.sock, this.cfg.vxlan.device);
     if (vxlanIndex) this.syncNeighbours(vxlanIndex, overlay);
 
     for (const p of plans) {

@@ -2,29 +2,34 @@
 import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { AgentStatus } from '../kube/node-agent';
-import { SandboxRecord } from '../store/records';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
 import { watch } from './watch';
-import { ExtensionStatus, validateRegistration } from '../extensions/extension-registry';
+import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
+
+/** An interface as kni's API answers it (GetPod, ListPods, Watch). */
+export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
+  return {
+    name: i.name,
+    mac: i.mac,
+    mtu: i.mtu,
+    host_interface: i.hostVeth,
+    vm_tap: i.tap ?? '',
+    addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
+  };
+}
 
 export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown> {
   return {
     sandbox_id: rec.id,
     pod: rec.pod,
     netns_path: rec.netnsPath,
-    interfaces: rec.interfaces.map((i) => ({
-      name: i.name,
-      mac: i.mac,
-      mtu: i.mtu,
-      host_interface: i.hostVeth,
-      vm_tap: i.tap ?? '',
-      addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
-    })),
+    interfaces: rec.interfaces.map(interfaceMessage),
     routes: podRoutes(rec),
     runtime_handler: rec.runtimeHandler,
     kind: rec.kind ?? 'container',
@@ -113,7 +118,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       return { ranges, exhausted: ranges.some((r) => r.exhausted) };
     }),
     RegisterExtension: u('RegisterExtension', async (req: Record<string, unknown>) => extensionStatus(await rt.extensions.register(req))),
-    UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(validateRegistration({ name: req.name, socket: '/x' }).name) })),
+    UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(extensionName(req.name)) })),
     ListExtensions: u('ListExtensions', () => ({ extensions: rt.extensions.list().map(extensionStatus) })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {

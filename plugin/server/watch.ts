@@ -8,9 +8,9 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import * as validate from '../core/validate';
 import { refusal } from './request-guard';
+import { interfaceMessage } from './runtime-service';
 
 const MAX_BUFFERED = 16 << 20;
-const family = (f: 4 | 6): string => (f === 4 ? 'IPV4' : 'IPV6');
 
 function message(e: PodEvent): Record<string, unknown> {
   return {
@@ -19,10 +19,7 @@ function message(e: PodEvent): Record<string, unknown> {
     sandbox_id: e.sandboxId,
     pod: e.pod,
     netns_path: e.netnsPath,
-    interfaces: e.interfaces.map((i) => ({
-      name: i.name, mac: i.mac, mtu: i.mtu, host_interface: i.hostVeth, vm_tap: i.tap ?? '',
-      addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
-    })),
+    interfaces: e.interfaces.map(interfaceMessage),
     message: e.message,
     time: e.time,
   };

@@ -44,3 +44,9 @@ export const apply = (yaml: string) => execFileSync(`${BIN}/kubectl`, ['--kubeco
 export const ready = (node: any) => node.status.conditions.find((c: any) => c.type === 'Ready');
 export const runningPods = () => kubectlJson('get', 'pods', '-l', 'app=web').items.filter((p: any) => p.status.phase === 'Running' && p.status.podIPs?.length === 2);
 
+
+/** knictl run inside the kni pod of a node (kni as the DaemonSet). */
+export const knictlInPod = (node: string, ...args: string[]): any => {
+  const pod = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items[0];
+  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'node', '/app/dist/plugin/knictl.js', ...args, '-o', 'json'));
+};

@@ -3,12 +3,8 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB } from './cluster-helpers';
+import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB } from './cluster-helpers';
 
-const knictlInPod = (node: string, ...args: string[]): any => {
-  const pod = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items[0];
-  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'node', '/app/dist/plugin/knictl.js', ...args, '-o', 'json'));
-};
 const nodesReady = () => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'True');
 
 describe('cluster: kni as a DaemonSet from its image', function () {

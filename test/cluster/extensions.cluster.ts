@@ -10,12 +10,8 @@ import path from 'node:path';
 import YAML from 'yaml';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, kubectl, kubectlJson } from './cluster-helpers';
+import { apply, CL, cluster, knictlInPod, kubectl, kubectlJson } from './cluster-helpers';
 
-const knictlInPod = (node: string, ...args: string[]): any => {
-  const pod = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items[0];
-  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'node', '/app/dist/plugin/knictl.js', ...args, '-o', 'json'));
-};
 /** knictl's answer, or undefined while kni's pod is not serving yet (a restart, a rollout). */
 const tryKnictl = (node: string, ...args: string[]): any => {
   try {
