@@ -63,7 +63,8 @@ program.command('pod <sandbox-id>').description("one sandbox's network: interfac
   print(o.output, p, () => {
     let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nkind:     ${p.kind}${p.runtime_handler ? ` (handler ${p.runtime_handler})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
     for (const i of p.interfaces) {
-      s += `interface ${i.name}: mac ${i.mac} mtu ${i.mtu} host ${i.host_interface}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}\n`;
+      const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : 'default network';
+      s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
     }
     s += 'routes:\n';
@@ -88,6 +89,33 @@ function clusterText(c: any): string {
   );
   return `${lines}\n${table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBLEM'], ...rows])}`;
 }
+
+program.command('networks').description('network definitions kni knows (NetworkAttachmentDefinitions, networks.dir), where each came from, and the pods using it').addOption(output()).action(async (o) => {
+  const r = await withClient((c) => c.ListNetworks({}));
+  print(o.output, r.networks, () =>
+    table([['NETWORK', 'SOURCE', 'PLUGINS', 'ATTACHMENTS', 'PROBLEM'], ...r.networks.map((n: any) => [
+      `${n.namespace}/${n.name}`, n.source, n.plugins.join(',') || '-', String(n.attachments.length), n.valid ? '-' : n.error,
+    ])]) + (o.output === 'table' ? r.networks.filter((n: any) => n.attachments.length).map((n: any) => `${n.namespace}/${n.name}: ${n.attachments.map((a: string) => shortId(a.split('/')[0]) + '/' + a.split('/')[1]).join(' ')}\n`).join('') : ''),
+  );
+});
+
+program
+  .command('attach-network <sandbox-id> <network>')
+  .description('add a secondary network to a running sandbox (network: namespace/name or name)')
+  .option('--interface <name>', 'pod interface name (default: the first free net<N>)')
+  .option('--ip <address...>', 'address(es) for the network\'s IPAM (IP or CIDR)')
+  .option('--mac <mac>', 'MAC address of the new interface')
+  .option('--default-route <gateway...>', "the pod's default route goes through this network")
+  .addOption(output())
+  .action(async (id, network, o) => {
+    const p = await withClient((c) => c.AttachNetwork({ sandbox_id: id, network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [] }));
+    print(o.output, p, () => `${p.interfaces.map((i: any) => `${i.name}\t${i.network || 'default'}\t${i.addresses.map((a: any) => a.address).join(',')}`).join('\n')}\n`);
+  });
+
+program.command('detach-network <sandbox-id> <interface>').description("remove a secondary network's interface from a running sandbox").action(async (id, itf) => {
+  const r = await withClient((c) => c.DetachNetwork({ sandbox_id: id, interface_name: itf }));
+  process.stdout.write(r.removed ? `removed ${itf}\n` : `sandbox ${id} has no interface ${itf}\n`);
+});
 
 program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).action(async (o) => {
   const n = await withClient((c) => c.GetNode());

@@ -18,6 +18,8 @@ import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi } from './kube/kube-api';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
+import { NadWatch } from './kube/nad-watch';
+import { PodNetworks } from './kube/pod-networks';
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -90,6 +92,10 @@ async function main(): Promise<void> {
   agent?.start();
   const configWatch = api && cfg.kubernetes.configMap ? new ConfigWatch(rt, cfg, api, { flagLogLevel: opts.logLevel, resyncRoutes: () => agent?.resync() }) : undefined;
   configWatch?.start();
+  const nads = api && cfg.networks.attachmentDefinitions ? new NadWatch(rt, api) : undefined;
+  nads?.start();
+  const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
+  podNetworks?.start();
   registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });
   const metrics = opts.metricsAddr ? await serveMetrics(opts.metricsAddr) : undefined;
   if (cfg.cri.socket) {
@@ -116,6 +122,8 @@ async function main(): Promise<void> {
     nri?.stop();
     agent?.stop();
     configWatch?.stop();
+    nads?.stop();
+    podNetworks?.stop();
     cniServer.close();
     metrics?.close();
     server.shutdown(() => {

@@ -233,4 +233,36 @@ describe('hostile input (fast-check)', () => {
       }
     }), { seed: SEED, numRuns: 2000 });
   });
+
+  it('the networks annotation parser: any text or JSON (near-valid selections included) gives well-formed selections or a SelectionError, nothing else', async () => {
+    const { parseNetworkSelections, SelectionError, isInterfaceName } = await import('../plugin/networks/network-selection');
+    const name = fc.oneof(fc.constantFrom('macvlan', 'team/ipvlan', 'a.b', 'UPPER', '', '-x', 'ns/'), fc.string({ maxLength: 12 }));
+    const el = fc.record({
+      name, namespace: fc.option(fc.oneof(fc.constantFrom('kube-system', ''), fc.string({ maxLength: 8 })), { nil: undefined }),
+      interface: fc.option(fc.oneof(fc.constantFrom('net1', 'eth0', 'a/b', 'x'.repeat(16)), fc.string({ maxLength: 16 })), { nil: undefined }),
+      ips: fc.option(fc.oneof(fc.array(fc.constantFrom('10.1.1.5/24', '10.1.1.5', 'fd00::5/64', '10.1.1.5/33', 'x')), fc.anything()), { nil: undefined }),
+      mac: fc.option(fc.oneof(fc.constantFrom('c2:11:22:33:44:55', 'zz'), fc.anything()), { nil: undefined }),
+      'default-route': fc.option(fc.oneof(fc.array(fc.constantFrom('10.1.1.1', 'x')), fc.anything()), { nil: undefined }),
+      'cni-args': fc.option(fc.anything(), { nil: undefined }),
+      other: fc.option(fc.anything(), { nil: undefined }),
+    }, { requiredKeys: [] });
+    const textForm = fc.array(fc.tuple(fc.option(name, { nil: undefined }), name, fc.option(fc.string({ maxLength: 16 }), { nil: undefined })), { maxLength: 5 })
+      .map((items) => items.map(([ns, n, itf]) => `${ns !== undefined ? `${ns}/` : ''}${n}${itf !== undefined ? `@${itf}` : ''}`).join(', '));
+    const text = fc.oneof(fc.string({ maxLength: 60 }), textForm, fc.array(el, { maxLength: 5 }).map((l) => JSON.stringify(l)), fc.json());
+    await check(fc.property(text, (t) => {
+      try {
+        const sels = parseNetworkSelections(t, 'pods');
+        const names = new Set(['eth0']);
+        for (const s of sels) {
+          assert.ok(isInterfaceName(s.interface) && !names.has(s.interface), `interface ${s.interface}`);
+          names.add(s.interface);
+          assert.match(s.name, /^[a-z0-9]/);
+          assert.match(s.namespace, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+        }
+      } catch (e) {
+        if (!(e instanceof SelectionError)) throw e;
+      }
+    }), { seed: SEED, numRuns: 3000 });
+    assert.deepEqual(parseNetworkSelections('a, other/b@x1 ,c', 'pods').map((s) => `${s.namespace}/${s.name}@${s.interface}`), ['pods/a@net1', 'other/b@x1', 'pods/c@net3']);
+  });
 });

@@ -10,6 +10,9 @@
 #   Node gets dual-stack spec.podCIDRs), kube-scheduler.
 # - kc-w1, kc-w2 (.11, .12): each its own containerd 2.x (root, state, sockets, NRI, CNI
 #   dirs), kubelet (root dir, cgroup root, node name and IP) and kube-proxy (iptables).
+# - sec: a second wire (bridge secwire in kc-wire, no addresses) for secondary networks: each
+#   worker has sec0 and sec1 (a macvlan master each; this kernel has no ipvlan) and sec2, a
+#   port of the worker's bridge secbr (for the bridge plugin), all on that wire.
 # Everything lives under $KNI_CLUSTER_DIR (default /var/lib/kni-cluster); `down` removes what
 # `up` made (processes, mounts, netns, links, cgroups), also after `up` failed half way.
 set -euo pipefail
@@ -165,6 +168,18 @@ make_network() {
       if routed; then ip -n "$(ns "$n")" -6 route add "$(far6 "$n")" via "$(gw6 "$n")"; fi
     fi
     ip -n "$(ns wire)" link set "$peer" master "$bridge" up
+  done
+  ip -n "$(ns wire)" link add secwire type bridge
+  ip -n "$(ns wire)" link set secwire up
+  for n in "${WORKERS[@]}"; do
+    for i in 0 1 2; do
+      ip -n "$(ns "$n")" link add "sec$i" type veth peer name "kcs$i-$n" netns "$(ns wire)"
+      ip -n "$(ns wire)" link set "kcs$i-$n" master secwire up
+      ip -n "$(ns "$n")" link set "sec$i" up
+    done
+    ip -n "$(ns "$n")" link add secbr type bridge
+    ip -n "$(ns "$n")" link set sec2 master secbr
+    ip -n "$(ns "$n")" link set secbr up
   done
 }
 

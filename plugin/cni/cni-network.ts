@@ -14,6 +14,8 @@ export interface CniRuntime {
   args?: string;
   /** Capability name → value (portMappings, bandwidth, ips, mac, dns, io.kubernetes.cri.pod-annotations …). */
   capabilityArgs?: Record<string, unknown>;
+  /** Given to every plugin as `args.cni` (Multus's cni-args of a selection). */
+  cniArgs?: Record<string, unknown>;
 }
 
 /** A result in another spec version (0.3.x/0.4.0 carry ips[].version, 1.x does not). */
@@ -33,10 +35,16 @@ export function convertResult(result: unknown, to: string): unknown {
 
 /** What the caller left out (netns, CNI_ARGS, capability args), as ADD had it. */
 const withCached = (rt: CniRuntime, cached: CachedAttachment | undefined): CniRuntime =>
-  cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs } : rt;
+  cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs, cniArgs: rt.cniArgs ?? cached.cniArgs } : rt;
 
 export class CniNetwork {
   constructor(readonly list: NetworkConfList, private readonly binDirs: string[], private readonly cache: CniResultCache) {}
+
+  /** The network an attachment was added with, from its cache entry (undefined: none cached, or cached before configs were). */
+  static ofCached(cache: CniResultCache, network: string, containerId: string, ifName: string, binDirs: string[]): CniNetwork | undefined {
+    const config = cache.get(network, containerId, ifName)?.config;
+    return config ? new CniNetwork(config, binDirs, cache) : undefined;
+  }
 
   get name(): string {
     return this.list.name;
@@ -48,12 +56,16 @@ export class CniNetwork {
     const runtimeConfig: Record<string, unknown> = {};
     for (const c of caps) if (rt?.capabilityArgs?.[c] !== undefined) runtimeConfig[c] = rt.capabilityArgs[c];
     if (Object.keys(runtimeConfig).length) conf.runtimeConfig = runtimeConfig;
+    if (rt?.cniArgs && Object.keys(rt.cniArgs).length) conf.args = { ...(p.args as Record<string, unknown> | undefined), cni: { ...((p.args as { cni?: object } | undefined)?.cni), ...rt.cniArgs } };
     if (prevResult !== undefined) conf.prevResult = prevResult;
     return conf;
   }
 
   /** ADD through the chain; on a failure, DEL through the whole chain (nothing is left half made). */
   async add(rt: CniRuntime): Promise<unknown> {
+    // Cached before the first plugin runs (libcni caches after): a crash part way leaves the
+    // config and args a DEL needs, even when the definition is gone by then.
+    this.cacheEntry(rt, null);
     let result: unknown;
     try {
       for (const p of this.list.plugins) {
@@ -61,11 +73,16 @@ export class CniNetwork {
       }
     } catch (e) {
       await this.delChain(rt, undefined).catch(() => undefined);
+      this.cache.delete(this.name, rt.containerId, rt.ifName);
       throw e;
     }
     const final = convertResult(result, this.list.cniVersion);
-    this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, result: final });
+    this.cacheEntry(rt, final);
     return final;
+  }
+
+  private cacheEntry(rt: CniRuntime, result: unknown): void {
+    this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, ...(rt.cniArgs ? { cniArgs: rt.cniArgs } : {}), result, config: this.list });
   }
 
   /** What ADD returned for an attachment, in the config's version (undefined: none cached). */
@@ -76,7 +93,7 @@ export class CniNetwork {
   /** DEL in reverse order with the cached result (also after a restart); idempotent. */
   async del(rt: CniRuntime): Promise<void> {
     const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
-    await this.delChain(withCached(rt, cached), cached?.result);
+    await this.delChain(withCached(rt, cached), cached?.result ?? undefined);
     this.cache.delete(this.name, rt.containerId, rt.ifName);
   }
 
@@ -97,7 +114,7 @@ export class CniNetwork {
   async check(rt: CniRuntime): Promise<void> {
     if (!versionAtLeast(this.list.cniVersion, '0.4.0') || this.list.disableCheck) return;
     const cached = this.cache.get(this.name, rt.containerId, rt.ifName);
-    if (!cached) throw new CniPluginError(this.name, 3, `no cached result for ${rt.containerId}/${rt.ifName}: it was never added (or was deleted)`);
+    if (!cached?.result) throw new CniPluginError(this.name, 3, `no cached result for ${rt.containerId}/${rt.ifName}: it was never added (or was deleted)`);
     const full = withCached(rt, cached);
     for (const p of this.list.plugins) await execPlugin(this.binDirs, p.type, { command: 'CHECK', ...this.inv(full) }, this.pluginConfig(p, cached.result, full));
   }
@@ -117,7 +134,7 @@ export class CniNetwork {
     const deleted: string[] = [];
     for (const a of this.cache.list(this.name)) {
       if (keep.has(`${a.containerId}/${a.ifName}`)) continue;
-      await this.del({ containerId: a.containerId, ifName: a.ifName, netns: a.netns, args: a.args, capabilityArgs: a.capabilityArgs }).catch(() => undefined);
+      await this.del({ containerId: a.containerId, ifName: a.ifName, netns: a.netns, args: a.args, capabilityArgs: a.capabilityArgs, cniArgs: a.cniArgs }).catch(() => undefined);
       deleted.push(a.containerId);
     }
     if (versionAtLeast(this.list.cniVersion, '1.1.0') && !this.list.disableGC) {

@@ -3,6 +3,7 @@
 // rename (a crash leaves the old file or the new one).
 import fs from 'node:fs';
 import path from 'node:path';
+import type { NetworkConfList } from './conflist';
 
 export interface CachedAttachment {
   kind: 'cniCacheV1';
@@ -12,7 +13,11 @@ export interface CachedAttachment {
   netns: string;
   args: string;
   capabilityArgs: Record<string, unknown>;
+  /** `args.cni` given to every plugin (a selection's cni-args). */
+  cniArgs?: Record<string, unknown>;
   result: unknown;
+  /** The config ADD ran with (as libcni caches it): DEL and GC use it after the definition changed or went away. */
+  config?: NetworkConfList;
 }
 
 const safe = (s: string): string => s.replace(/[^A-Za-z0-9_.-]/g, '_');
@@ -44,7 +49,7 @@ export class CniResultCache {
     fs.rmSync(this.file(network, containerId, ifName), { force: true });
   }
 
-  /** Every cached attachment of a network. */
+  /** Every cached attachment of a network (all networks: ''). */
   list(network: string): CachedAttachment[] {
     let names: string[];
     try {
@@ -54,10 +59,10 @@ export class CniResultCache {
     }
     const out: CachedAttachment[] = [];
     for (const n of names) {
-      if (!n.endsWith('.json') || !n.startsWith(`${safe(network)}-`)) continue;
+      if (!n.endsWith('.json') || (network && !n.startsWith(`${safe(network)}-`))) continue;
       try {
         const a = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as CachedAttachment;
-        if (a.kind === 'cniCacheV1' && a.network === network) out.push(a);
+        if (a.kind === 'cniCacheV1' && (!network || a.network === network)) out.push(a);
       } catch {
         // a torn file: the attachment is treated as unknown
       }

@@ -10,7 +10,7 @@ export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
 /**
  * The settings of kni as part of a cluster: its Kubernetes connection, how it reaches other
- * nodes (backend, vxlan), a CNI default network, required extensions, the log level. Each
+ * nodes (backend, vxlan), a CNI default network, secondary networks, required extensions, the log level. Each
  * problem is appended to `problems`; `ranges` is emptied where the Node or the plugins give it.
  */
 export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, problems: string[]): void {
@@ -99,6 +99,22 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
       if (x.required !== undefined) {
         if (!Array.isArray(x.required) || x.required.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n))) problems.push('extensions.required must list extension names (DNS labels)');
         else cfg.extensions.required = x.required as string[];
+      }
+    }
+  }
+  if (r.networks !== undefined) {
+    const n = r.networks as Record<string, unknown>;
+    if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('networks must be a map of settings');
+    else {
+      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
+      if (n.dir !== undefined) {
+        if (typeof n.dir !== 'string' || (n.dir !== '' && !path.isAbsolute(n.dir))) problems.push('networks.dir must be an absolute directory (or empty: no file definitions)');
+        else cfg.networks.dir = n.dir;
+      }
+      for (const key of ['attachmentDefinitions', 'podStatus'] as const) {
+        if (n[key] === undefined) continue;
+        if (typeof n[key] !== 'boolean') problems.push(`networks.${key} must be true or false`);
+        else cfg.networks[key] = n[key] as boolean;
       }
     }
   }

@@ -58,6 +58,15 @@ export interface DefaultNetworkConfig {
   binDirs: string[];
 }
 
+export interface NetworksConfig {
+  /** Network definitions as files (CNI configs named after the network; subdirectories name namespaces); '' = none. */
+  dir: string;
+  /** Watch NetworkAttachmentDefinitions on the API server (needs kubernetes.nodeName). */
+  attachmentDefinitions: boolean;
+  /** Write k8s.v1.cni.cncf.io/network-status on each Pod (needs kubernetes.nodeName). */
+  podStatus: boolean;
+}
+
 export interface VxlanConfig {
   vni: number;
   port: number;
@@ -78,6 +87,8 @@ export interface Config {
   backend: Backend;
   vxlan: VxlanConfig;
   defaultNetwork: DefaultNetworkConfig;
+  /** Secondary networks (several per pod; plugins from defaultNetwork.binDirs). */
+  networks: NetworksConfig;
   /** Extensions that must be registered and healthy before the node is ready for pods. */
   extensions: { required: string[]; ownerGraceSeconds: number };
   /** Where CreateNetwork pins the netns it makes. */
@@ -119,6 +130,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
+  networks: { dir: '', attachmentDefinitions: true, podStatus: true },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
@@ -132,7 +144,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}

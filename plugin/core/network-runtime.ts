@@ -3,7 +3,7 @@
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
 import path from 'node:path';
 import { Config, SandboxKind } from './config';
-import { ATTACHED, AttachRequest, DETACHING, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
+import { AttachRequest, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
 import { KniError, invalid } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
@@ -13,22 +13,27 @@ import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureNetnsDir } from '../netns/netns';
-import { NetnsHandle, openNetns } from '../netns/open-netns';
-import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
+import { NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
+import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
 import { restoreState } from './restore-state';
-import { checkSandbox } from './sandbox-check';
-import { unwireSandbox } from './sandbox-wiring';
-import { releaseNetns as unpinOwnedNetns } from './owned-netns';
-import { attachCni, cniAttachment } from './cni-attach';
 import { CniNetwork } from '../cni/cni-network';
+import { CniResultCache } from '../cni/cni-result-cache';
 import { loadCniNetwork } from '../cni/load-network';
-import { emitAttached, emitDetached, EventLog } from './events';
+import { emitAttached, EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
-import { attachBuiltIn, BuiltInRequest } from './builtin-attach';
+import { AttachmentRequest, isBuiltIn, NetworkBackend } from './network-backend';
+import { BuiltInBackend } from './builtin-backend';
+import { CniBackend } from './cni-backend';
+import { addPlanned, attachPlanned } from './attach-pipeline';
+import { backendForSelection, planSandbox, planSelection } from './network-plan';
+import { releaseSandbox, removeInterface } from './sandbox-release';
+import { NetworkDefinitions } from '../networks/network-definitions';
+import { scanNetworkDir } from '../networks/network-files';
+import { NetworkSelection, parseNetworkSelections, SelectionError } from '../networks/network-selection';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -53,11 +58,23 @@ export class NetworkRuntime {
 
   /** The CNI network that wires every pod instead of the built-in one (defaultNetwork.cni). */
   readonly cni?: CniNetwork;
+  /** kni's built-in network, and the backend of the default network (one of the two). */
+  readonly builtin = new BuiltInBackend(this);
+  readonly defaultBackend: NetworkBackend;
+  /** Every CNI network's cached ADD results (and configs), for DEL, CHECK and GC after a restart. */
+  readonly cniCache: CniResultCache;
+  /** Secondary network definitions (NetworkAttachmentDefinitions, networks.dir). */
+  readonly networks: NetworkDefinitions;
+  /** A Pod's annotations from the API (the pod watcher's cache), for entry points that pass none. */
+  podAnnotations?: (namespace: string, name: string) => Record<string, string> | undefined;
 
   constructor(readonly cfg: Config, stateDir: string) {
     this.store = new StateStore(stateDir);
     this.ipam = new Ipam(cfg.ranges);
+    this.cniCache = new CniResultCache(path.join(stateDir, 'cni-results'));
     if (cfg.defaultNetwork.cni) this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
+    this.defaultBackend = this.cni ? new CniBackend(this.cni) : this.builtin;
+    this.networks = new NetworkDefinitions(path.join(stateDir, 'cni-ipam'));
     this.extensions = new ExtensionRegistry(path.join(stateDir, 'extensions'), cfg.extensions.required, () => this.node.extensionsChanged());
   }
 
@@ -78,6 +95,7 @@ export class NetworkRuntime {
   /** Loads state, rolls back attaches a crash interrupted, and sets up the node network. */
   async start(): Promise<void> {
     this.host = new NetlinkSocket();
+    this.refreshFileNetworks();
     ensureNetnsDir(this.cfg.netnsDir);
     this.extensions.load();
     await restoreState(this);
@@ -120,6 +138,7 @@ export class NetworkRuntime {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = setInterval(() => {
       sweepUnclaimedNetns(this);
+      this.refreshFileNetworks();
       void this.extensions.checkAll();
       void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, this.cfg.reconcileSeconds * 1000);
@@ -186,7 +205,7 @@ export class NetworkRuntime {
     const annotations = validate.stringMap(req.annotations, 'annotations');
     const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
     const kind = this.sandboxKind(runtimeHandler, annotations);
-    const requested = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings), bandwidth: validate.bandwidth(req.bandwidth, annotations) };
+    const requested: AttachmentRequest = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings), bandwidth: validate.bandwidth(req.bandwidth, annotations) };
     // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
     const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
     try {
@@ -201,7 +220,7 @@ export class NetworkRuntime {
     ifName: string,
     ns: NetnsHandle,
     meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
-    requested: BuiltInRequest,
+    requested: AttachmentRequest,
   ): Promise<SandboxRecord> {
     let existing = this.sandboxes.get(id);
     if (existing && existing.phase !== 'attached') {
@@ -225,12 +244,13 @@ export class NetworkRuntime {
     const gate = this.extensions.gateReason();
     if (gate) throw new KniError('UNAVAILABLE', `no pods on this node yet: ${gate}`);
     const owned = [...this.netns.values()].find((n) => n.path === ns.path);
-    const done = this.cni
-      ? await attachCni(this, {
-        id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '',
-        interfaces: [{ name: ifName, hostVeth: '', mac: '', mtu: 0, addresses: [] }], backend: 'cni', createdAt: new Date().toISOString(),
-      }, ifName, requested, (r) => this.callExtensions(r))
-      : await attachBuiltIn(this, id, ifName, ns, meta, requested, owned?.name ?? '');
+    const rec: SandboxRecord = {
+      id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '', interfaces: [],
+      ...(requested.ports.length ? { portMappings: requested.ports } : {}),
+      ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
+      createdAt: new Date().toISOString(),
+    };
+    const done = await attachPlanned(this, rec, planSandbox(this, rec, ifName, requested), ns);
     if (owned) owned.sandboxId = id;
     emitAttached(this.events, done);
     return done;
@@ -269,44 +289,93 @@ export class NetworkRuntime {
     }
   }
 
+  /** Releases everything a sandbox holds (see sandbox-release.ts). */
+  release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+    return releaseSandbox(this, rec, releaseNetns);
+  }
+
+  /** Removes one interface of an attached sandbox whose lock the caller holds. */
+  removeInterface(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+    return removeInterface(this, rec, itf);
+  }
+
   /**
-   * A committed sandbox is first marked "detaching" (no kernel change before that is on disk:
-   * a read-only or full state dir fails the call with nothing undone, and a crash part way is
-   * finished at the next start instead of being re-wired). Then the kernel objects, the record,
-   * and last the addresses (which the allocator does not hand out again at once). What cannot
-   * be finished stays in memory, not attached, and reconcile retries it.
-   * A netns kni made is simply unpinned: the kernel then tears down the netns with the pod end,
-   * tap and veth in one batch (≈ 1.4 ms here against ≈ 20 ms for deleting a veth, see
-   * docs/architecture.md); the host end disappears with it shortly after.
+   * The backend that undoes or checks an interface: the built-in network, the default CNI
+   * network, or the config its ADD ran with (cached), else its definition as it is now.
    */
-  async release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
-    // A rolled-back attach was never seen attached: no event for it.
-    const wasAttached = rec.phase !== 'attaching';
-    if (rec.phase === 'attached') {
+  backendFor(rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
+    if (isBuiltIn(itf)) return this.builtin;
+    const label = itf.network || this.defaultBackend.name;
+    if (!itf.network && this.cni && (!itf.cniName || itf.cniName === this.cni.name)) return this.defaultBackend;
+    const cached = CniNetwork.ofCached(this.cniCache, itf.cniName ?? '', rec.id, itf.name, this.cfg.defaultNetwork.binDirs);
+    if (cached) return new CniBackend(cached, label);
+    if (!itf.network) return undefined;
+    const [namespace, name] = itf.network.split('/');
+    try {
+      return backendForSelection(this, { namespace, name });
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** Re-reads networks.dir (at start, each reconcile tick, and when a pod names a network not known). */
+  refreshFileNetworks(missing?: string): void {
+    if (!this.cfg.networks.dir || (missing && this.networks.get(missing)?.config)) return;
+    this.networks.replace('file', scanNetworkDir(this.cfg.networks.dir, this.networks.ipamDataDir));
+  }
+
+  /**
+   * Adds one network to an attached sandbox (kni's AttachNetwork, or the pod's networks
+   * annotation changed). The interface name defaults to the first free net<N>.
+   */
+  async attachNetwork(sandboxId: string, selection: { network: string; interface?: string; ips?: string[]; mac?: string; defaultRoute?: string[]; cniArgs?: Record<string, unknown> }, selectedBy: 'annotation' | 'api' = 'api'): Promise<InterfaceRecord> {
+    const id = validate.sandboxId(sandboxId);
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      const taken = new Set(rec.interfaces.map((i) => i.name));
+      let ifName = selection.interface;
+      if (!ifName) for (let n = 1; !ifName; n++) if (!taken.has(`net${n}`)) ifName = `net${n}`;
+      const sel = this.parseSelection(rec, selection, ifName);
+      if (taken.has(sel.interface)) throw new KniError('ALREADY_EXISTS', `sandbox ${id} already has an interface ${sel.interface}`);
+      if (sel.defaultRoute?.length && rec.interfaces.some((i) => i.network && i.defaultRoute)) throw invalid(`sandbox ${id}: another network already has the default route`);
+      const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+      if (ns.state !== 'same') throw new KniError('FAILED_PRECONDITION', `sandbox ${id}: ${ns.reason}`);
       try {
-        this.store.sandboxes.mark(rec.id, DETACHING);
-      } catch (e) {
-        throw new KniError('UNAVAILABLE', `cannot record the detach of sandbox ${rec.id} in the state dir (${(e as Error).message}); nothing was changed`);
+        const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(this, rec, planSelection(this, sel, selectedBy), ns.handle));
+        this.events.emit('interface_added', rec, `network ${itf.network} added`, [itf]);
+        log('info', 'network added', { sandbox: id, network: itf.network, interface: itf.name, by: selectedBy });
+        return itf;
+      } finally {
+        ns.handle.close();
       }
-      rec.phase = 'detaching';
+    });
+  }
+
+  /** One selection, checked as the annotation's are (the pod's namespace is the default). */
+  private parseSelection(rec: SandboxRecord, s: { network: string; interface?: string; ips?: string[]; mac?: string; defaultRoute?: string[]; cniArgs?: Record<string, unknown> }, ifName: string): NetworkSelection {
+    if (typeof s.network !== 'string' || !s.network) throw invalid('network must name a network (namespace/name or name)');
+    const [namespace, name] = s.network.includes('/') ? s.network.split('/', 2) : [rec.pod.namespace || 'default', s.network];
+    const el = { name, namespace, interface: ifName, ...(s.ips?.length ? { ips: s.ips } : {}), ...(s.mac ? { mac: s.mac } : {}), ...(s.defaultRoute?.length ? { 'default-route': s.defaultRoute } : {}), ...(s.cniArgs ? { 'cni-args': s.cniArgs } : {}) };
+    try {
+      return parseNetworkSelections(JSON.stringify([el]), namespace, rec.interfaces.find((i) => !i.network)?.name ?? 'eth0')[0];
+    } catch (e) {
+      if (e instanceof SelectionError) throw invalid(e.message);
+      throw e;
     }
-    const owned = this.netns.get(rec.ownedNetns);
-    if (rec.backend === 'cni') {
-      // DEL through the chain first: the plugins need the netns to find what they made.
-      if (!this.cni) throw new KniError('FAILED_PRECONDITION', `sandbox ${rec.id} was attached by a CNI network that is no longer configured (defaultNetwork.cni)`);
-      await withSpan('cni.del', { 'kni.cni.network': this.cni.name }, () => this.cni!.del(cniAttachment(rec)));
-      if (releaseNetns && owned) unpinOwnedNetns(this, owned);
-    } else if (releaseNetns && owned) unpinOwnedNetns(this, owned);
-    else await unwireSandbox(rec);
-    this.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
-    this.sandboxes.delete(rec.id);
-    if (rec.portMappings) await this.node.syncHostPorts().catch((e) => log('error', 'cannot remove host ports; reconcile retries', { sandbox: rec.id, error: (e as Error).message }));
-    this.ipam.release(rec.id, rec.interfaces.flatMap((i) => i.addresses));
-    this.ipamChanged();
-    if (wasAttached) {
-      emitDetached(this.events, rec);
-      this.extensions.podDetached(rec);
-    }
+  }
+
+  /** Removes a secondary network's interface from an attached sandbox; false when it has none of that name. */
+  async detachNetwork(sandboxId: string, ifName: string): Promise<boolean> {
+    const id = validate.sandboxId(sandboxId);
+    return this.locks.run(id, async () => {
+      const rec = this.get(id);
+      const itf = rec.interfaces.find((i) => i.name === ifName);
+      if (!itf) return false;
+      if (!itf.network) throw new KniError('FAILED_PRECONDITION', `${ifName} is the default network's interface of sandbox ${id}: detach the sandbox instead`);
+      await withSpan('kni.detach_network', { 'kni.sandbox.id': id, 'kni.network': itf.network }, () => this.removeInterface(rec, itf));
+      log('info', 'network removed', { sandbox: id, network: itf.network, interface: ifName });
+      return true;
+    });
   }
 
   /**
@@ -339,16 +408,20 @@ export class NetworkRuntime {
 
   // --- queries ---
 
-  /** Compares a sandbox's record with the kernel (CNI networks: the plugins' CHECK); returns what does not match. */
+  /** Compares a sandbox's interfaces with the kernel, each through its backend (CNI: the plugins' CHECK). */
   async check(sandboxId: string): Promise<string[]> {
     const rec = this.get(sandboxId);
-    if (rec.backend !== 'cni') return checkSandbox(this, sandboxId);
-    if (!this.cni) return ['attached by a CNI network that is no longer configured'];
+    const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+    if (ns.state !== 'same') return [ns.reason];
     try {
-      await this.cni.check(cniAttachment(rec));
-      return [];
-    } catch (e) {
-      return [(e as Error).message];
+      const problems: string[] = [];
+      for (const itf of rec.interfaces) {
+        const backend = this.backendFor(rec, itf);
+        problems.push(...(backend ? await backend.check(rec, itf, ns.handle) : [`${itf.name}: its network ${itf.network || 'default'} is no longer defined`]));
+      }
+      return problems;
+    } finally {
+      ns.handle.close();
     }
   }
 

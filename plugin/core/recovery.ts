@@ -16,6 +16,7 @@ import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
 import { checkRecord } from './sandbox-check';
 import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
+import { isBuiltIn } from './network-backend';
 
 export interface ReconcileReport {
   repaired: string[];
@@ -215,11 +216,16 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
         return release(rec, ns.reason, false);
       }
       try {
-        // A CNI network's pods are the plugins' to check (CHECK): drift is reported, not re-wired.
-        if (rec.backend === 'cni') {
-          const problems = await rt.check(rec.id);
+        // An interface that a removal or add left half done is removed (its networks annotation re-adds it).
+        for (const itf of rec.interfaces.filter((i) => i.adding || i.removing)) {
+          await rt.removeInterface(rec, itf).then(() => found(`sandbox ${rec.id}: interface ${itf.name} was left half added or removed; removed`, { sandbox: rec.id }), (e) => found(`sandbox ${rec.id}: cannot remove half-done interface ${itf.name}: ${(e as Error).message}`, { sandbox: rec.id }));
+        }
+        // A CNI network's interfaces are the plugins' to check (CHECK): drift is reported, not re-wired.
+        for (const itf of rec.interfaces.filter((i) => !isBuiltIn(i))) {
+          const problems = await rt.backendFor(rec, itf)?.check(rec, itf, ns.handle) ?? [`${itf.name}: its network ${itf.network || 'default'} is no longer defined`];
           if (problems.length) found(`sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
-        } else await repair(rt, rec, ns.handle, report, found);
+        }
+        if (rec.interfaces.some(isBuiltIn)) await repair(rt, rec, ns.handle, report, found);
       } finally {
         ns.handle.close();
       }
@@ -247,8 +253,8 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
   const problems = checkRecord(rt, rec, ns);
   if (!problems.length) return;
   try {
-    await unwireSandbox(rec);
-    await wireSandbox(rt, rec, ns);
+    unwireSandbox(rec);
+    wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
     rt.events.emit('repaired', rec, problems.join('; '));
     if (problems.some((p) => p.includes('lacks address'))) rt.events.emit('address_changed', rec, 'addresses restored from the record');

@@ -8,6 +8,7 @@ import { rebuildFromKernel } from './recovery';
 import { removePinnedNetns } from '../netns/netns';
 import { isNetnsPin } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
+import { isBuiltIn } from './network-backend';
 
 export async function restoreState(rt: NetworkRuntime): Promise<void> {
     const netnsState = rt.store.netns.loadAll();
@@ -22,15 +23,22 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
       }
     }
     const interrupted: SandboxRecord[] = [];
+    const unfinished: SandboxRecord[] = [];
     for (const rec of sandboxState.records) {
-      const addresses = rec.interfaces.flatMap((i) => i.addresses);
+      if (rec.backend === 'cni') {
+        // Written before interfaces named their backend: all were the CNI default network's.
+        for (const itf of rec.interfaces) Object.assign(itf, { backend: 'cni', cniName: itf.cniName ?? rt.cni?.name });
+        delete rec.backend;
+      }
       // A CNI network's addresses are its plugins' IPAM's, not kni's.
-    const lost = rec.backend === 'cni' ? [] : rt.ipam.restore(rec.id, addresses);
+      const addresses = rec.interfaces.filter(isBuiltIn).flatMap((i) => i.addresses);
+      const lost = rt.ipam.restore(rec.id, addresses);
       if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
       if (rt.store.sandboxes.marked(rec.id, DETACHING)) rec.phase = 'detaching';
       else if (rt.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';
       rt.sandboxes.set(rec.id, rec);
       if (rec.phase !== 'attached') interrupted.push(rec);
+      else if (rec.interfaces.some((i) => i.adding || i.removing)) unfinished.push(rec);
       const owned = rt.netns.get(rec.ownedNetns);
       if (owned) owned.sandboxId = rec.id;
     }
@@ -38,6 +46,12 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
       const what = rec.phase === 'detaching' ? 'a detach' : 'an attach';
       log('warn', `rolling back ${what} interrupted by a restart`, { sandbox: rec.id });
       await rt.release(rec, rec.phase === 'detaching').catch((e) => log('error', `cannot roll back ${what}; reconcile retries`, { sandbox: rec.id, error: (e as Error).message }));
+    }
+    for (const rec of unfinished) {
+      for (const itf of rec.interfaces.filter((i) => i.adding || i.removing)) {
+        log('warn', `finishing ${itf.adding ? 'an interface add' : 'an interface removal'} interrupted by a restart: removing it`, { sandbox: rec.id, interface: itf.name, network: itf.network });
+        await rt.removeInterface(rec, itf).catch((e) => log('error', 'cannot remove the interface; reconcile retries', { sandbox: rec.id, interface: itf.name, error: (e as Error).message }));
+      }
     }
     if (corrupt.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { files: corrupt });
   rebuildFromKernel(rt);

@@ -1,38 +1,27 @@
-// A sandbox's record compared with the kernel (Check, reconcile), and the routes a record
-// implies (GetPod).
+// The built-in network's interfaces of a record compared with the kernel (Check, reconcile),
+// and the routes a record implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
 import { parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByName } from '../netlink/link';
 import { socketInNetns } from '../netns/netns';
-import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
-import { SandboxRecord } from '../store/records';
+import { NetnsHandle } from '../netns/open-netns';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { carriesDefaultRoute, isBuiltIn } from './network-backend';
 
 export function podRoutes(rec: SandboxRecord): RouteInfo[] {
   return rec.interfaces.flatMap((itf) =>
     itf.addresses.flatMap((a) => [
       // A CNI network's address names no kni range: its subnet is the address's own prefix.
       { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : a.range, gateway: '', interface: itf.name },
-      ...(a.gateway ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
+      ...(a.gateway && carriesDefaultRoute(itf) ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
     ]),
   );
 }
 
-/** Compares a sandbox's record with the kernel; returns what does not match. */
-export function checkSandbox(rt: NetworkRuntime, sandboxId: string): string[] {
-  const rec = rt.get(sandboxId);
-  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-  if (ns.state !== 'same') return [...hostProblems(rt, rec), ns.reason];
-  try {
-    return checkRecord(rt, rec, ns.handle);
-  } finally {
-    ns.handle.close();
-  }
-}
-
-function hostProblems(rt: NetworkRuntime, rec: SandboxRecord): string[] {
+function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
   const problems: string[] = [];
-  for (const itf of rec.interfaces) {
+  for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
     if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
     else if (hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
@@ -40,14 +29,18 @@ function hostProblems(rt: NetworkRuntime, rec: SandboxRecord): string[] {
   return problems;
 }
 
-/** What does not match between a record and the kernel, in the netns open on ns (the record's). */
-export function checkRecord(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): string[] {
-  const problems = hostProblems(rt, rec);
+/**
+ * What does not match between a record's built-in interfaces (or the ones given) and the
+ * kernel, in the netns open on ns (the record's).
+ */
+export function checkRecord(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, itfs = rec.interfaces.filter(isBuiltIn)): string[] {
+  if (!itfs.length) return [];
+  const problems = hostProblems(rt, itfs);
   try {
     const pod = socketInNetns(ns.fd);
     try {
       const addrs = addrList(pod);
-      for (const itf of rec.interfaces) {
+      for (const itf of itfs) {
         const link = linkByName(pod, itf.name);
         if (!link) {
           problems.push(`${itf.name} is missing in netns ${rec.netnsPath}`);

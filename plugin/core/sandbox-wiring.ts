@@ -1,8 +1,10 @@
-// A sandbox's interfaces in the kernel: made (veth pairs on the bridge, taps for vm sandboxes)
-// and deleted, and kernel failures turned into the codes callers answer with.
+// The built-in network's interfaces in the kernel: made (veth pairs on the bridge, taps for vm
+// sandboxes, bandwidth shaping) and deleted, and kernel failures turned into the codes callers
+// answer with.
 import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
+import { isBuiltIn } from './network-backend';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { ifbName, removeIfb, shapePod } from '../pod/bandwidth';
 import { NotANetnsError, socketInNetns } from '../netns/netns';
@@ -10,37 +12,38 @@ import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
-import { SandboxRecord } from '../store/records';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
 
-/** Makes the sandbox's interfaces in the netns open on ns: veths on the bridge, taps for vm sandboxes. */
-export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): Promise<void> {
-  for (const itf of rec.interfaces) {
-    try {
-      wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
-    } catch (e) {
-      if (!(e instanceof HostVethExistsError)) throw e;
-      // A leftover of an earlier attach of this very sandbox (the name is its hash).
-      log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
-      unwirePod(itf);
-      wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
-    }
+/** Makes one built-in interface in the netns open on ns: the veth on the bridge, its shaping and tap. */
+export function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
+  try {
+    wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
+  } catch (e) {
+    if (!(e instanceof HostVethExistsError)) throw e;
+    // A leftover of an earlier attach of this very sandbox (the name is its hash).
+    log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
+    unwirePod(itf);
+    wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
   }
-  if (rec.bandwidth) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, rec.interfaces[0].hostVeth, rec.bandwidth!));
-  const taps = rec.interfaces.filter((i) => i.tap);
-  if (taps.length) {
+  // The pod's limits apply to its default-network interface.
+  if (rec.bandwidth && !itf.network) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, itf.hostVeth, rec.bandwidth!));
+  if (itf.tap) {
     const pod = socketInNetns(ns.fd);
     try {
-      for (const itf of taps) withSpan('vm.tap', { 'kni.tap': itf.tap! }, () => wireVmTap(pod, ns.fd, itf.name, itf.tap!));
+      withSpan('vm.tap', { 'kni.tap': itf.tap }, () => wireVmTap(pod, ns.fd, itf.name, itf.tap!));
     } finally {
       pod.close();
     }
   }
 }
 
-/** Deletes what wireSandbox made: taps, then the veths (the kernel removes the pod ends with them). */
-export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
-  unwireTaps(rec);
-  if (rec.bandwidth) {
+/**
+ * Deletes what wireInterface made: the tap, the ifb, then the veth (the kernel removes the pod
+ * end with it). netnsGoes: the netns is unpinned next and takes the pod side along.
+ */
+export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes = false): void {
+  if (itf.tap && !netnsGoes) unwireTap(rec, itf.tap);
+  if (rec.bandwidth && !itf.network) {
     const sock = new NetlinkSocket();
     try {
       removeIfb(sock, ifbName(rec.id));
@@ -48,19 +51,26 @@ export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
       sock.close();
     }
   }
-  for (const itf of rec.interfaces) unwirePod(itf);
+  if (!netnsGoes) unwirePod(itf);
 }
 
-/** Deletes the taps of a vm sandbox, only in the netns it was wired in; one gone took them along. */
-function unwireTaps(rec: SandboxRecord): void {
-  const taps = rec.interfaces.filter((i) => i.tap);
-  if (!taps.length) return;
+/** Every built-in interface of a sandbox again (reconcile's repair). */
+export function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): void {
+  for (const itf of rec.interfaces.filter(isBuiltIn)) wireInterface(rt, rec, itf, ns);
+}
+
+export function unwireSandbox(rec: SandboxRecord): void {
+  for (const itf of rec.interfaces.filter(isBuiltIn)) unwireInterface(rec, itf);
+}
+
+/** Deletes a vm sandbox's tap, only in the netns it was wired in; one gone took it along. */
+function unwireTap(rec: SandboxRecord, tap: string): void {
   const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
   if (ns.state !== 'same') return;
   try {
     const pod = socketInNetns(ns.handle.fd);
     try {
-      for (const itf of taps) unwireVmTap(pod, itf.tap!);
+      unwireVmTap(pod, tap);
     } finally {
       pod.close();
     }

@@ -53,7 +53,8 @@ export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise
 }
 
 export interface EventTarget {
-  kind: 'Node' | 'ConfigMap';
+  kind: 'Node' | 'ConfigMap' | 'Pod' | 'NetworkAttachmentDefinition';
+  apiVersion?: string;
   name: string;
   namespace?: string;
   uid?: string;
@@ -71,7 +72,7 @@ export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Norm
       namespace,
       body: {
         metadata: { generateName: `${target.name}.kni-`, namespace },
-        involvedObject: { kind: target.kind, apiVersion: 'v1', name: target.name, namespace: target.namespace, uid: target.uid },
+        involvedObject: { kind: target.kind, apiVersion: target.apiVersion ?? 'v1', name: target.name, namespace: target.namespace, uid: target.uid },
         type,
         reason,
         message: message.slice(0, 1024),

@@ -9,6 +9,7 @@ import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
+import { carriesDefaultRoute } from '../core/network-backend';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -20,6 +21,9 @@ export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
     mtu: i.mtu,
     host_interface: i.hostVeth,
     vm_tap: i.tap ?? '',
+    network: i.network ?? '',
+    default: carriesDefaultRoute(i),
+    selected_by: i.selectedBy ?? '',
     addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
   };
 }
@@ -29,7 +33,7 @@ export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<strin
     sandbox_id: rec.id,
     pod: rec.pod,
     netns_path: rec.netnsPath,
-    interfaces: rec.interfaces.map(interfaceMessage),
+    interfaces: rec.interfaces.filter((i) => !i.adding && !i.removing).map(interfaceMessage),
     routes: podRoutes(rec),
     runtime_handler: rec.runtimeHandler,
     kind: rec.kind ?? 'container',
@@ -120,6 +124,18 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     RegisterExtension: u('RegisterExtension', async (req: Record<string, unknown>) => extensionStatus(await rt.extensions.register(req))),
     UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(extensionName(req.name)) })),
     ListExtensions: u('ListExtensions', () => ({ extensions: rt.extensions.list().map(extensionStatus) })),
+    AttachNetwork: u('AttachNetwork', async (req: { sandbox_id: string; network: string; interface_name?: string; ips?: string[]; mac?: string; default_route?: string[] }) => {
+      await rt.attachNetwork(req.sandbox_id, { network: req.network, interface: req.interface_name || undefined, ips: req.ips, mac: req.mac || undefined, defaultRoute: req.default_route });
+      return podNetwork(rt, rt.get(req.sandbox_id));
+    }),
+    DetachNetwork: u('DetachNetwork', async (req: { sandbox_id: string; interface_name: string }) => ({ removed: await rt.detachNetwork(req.sandbox_id, validate.interfaceName(req.interface_name)) })),
+    ListNetworks: u('ListNetworks', () => ({
+      networks: rt.networks.list().map((d) => ({
+        namespace: d.namespace, name: d.name, source: d.source, origin: d.origin, valid: !!d.config, error: d.error ?? '',
+        cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
+        attachments: rt.list().flatMap((r) => r.interfaces.filter((i) => i.network === `${d.namespace}/${d.name}`).map((i) => `${r.id}/${i.name}`)),
+      })),
+    })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {
       const r = await rt.reconcile();

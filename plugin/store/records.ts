@@ -17,6 +17,19 @@ export interface InterfaceRecord {
   addresses: AllocatedAddress[];
   /** vm sandboxes with vmTap: the tap joined to this interface ('' otherwise). */
   tap?: string;
+  /** Its network: absent or '' the default network, else a definition's "namespace/name". */
+  network?: string;
+  /** Who wires it: kni's built-in network (absent) or a CNI network's plugins. */
+  backend?: 'builtin' | 'cni';
+  /** A CNI interface's network name (the conflist's): the key of its cached ADD result. */
+  cniName?: string;
+  /** A secondary interface asked for by the pod's networks annotation, or through kni's API (AttachNetwork). */
+  selectedBy?: 'annotation' | 'api';
+  /** The pod's default route goes through this interface (the default network's, unless a selection took it). */
+  defaultRoute?: boolean;
+  /** Being added to (or removed from) an attached sandbox: a crash leaves it so, and the next start removes it. */
+  adding?: boolean;
+  removing?: boolean;
 }
 
 export interface SandboxRecord {
@@ -40,7 +53,7 @@ export interface SandboxRecord {
   /** The name of the kni-created netns this sandbox lives in, or ''. */
   ownedNetns: string;
   interfaces: InterfaceRecord[];
-  /** 'cni': attached by the CNI network of defaultNetwork.cni (absent: kni's built-in network). */
+  /** Records written before interfaces named their backend: 'cni' meant every interface was the CNI default network's. */
   backend?: 'cni';
   /** Rate limits on the pod's first interface (absent: none). */
   bandwidth?: Bandwidth;

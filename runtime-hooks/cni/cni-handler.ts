@@ -67,7 +67,8 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
           entryPoint: 'cni',
         });
         // A CNI default network: the plugins' own result, in the version the caller asked.
-        const cached = rec.backend === 'cni' ? rt.cni?.cachedResult(rec.id, rec.interfaces[0]?.name ?? 'eth0') : undefined;
+        const first = rec.interfaces.find((i) => !i.network);
+        const cached = first?.backend === 'cni' ? rt.cni?.cachedResult(rec.id, first.name) : undefined;
         return ok(cached ? convertResult(cached, version) : cniResult(version, rec));
       }
       case 'DEL':

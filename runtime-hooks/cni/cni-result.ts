@@ -9,7 +9,9 @@ export function cniResult(version: string, rec: SandboxRecord): Record<string, u
   const interfaces: Record<string, unknown>[] = [];
   const ips: Record<string, unknown>[] = [];
   const routes: Record<string, unknown>[] = [];
-  for (const itf of rec.interfaces) {
+  // The default network's interface only: runtimes take the pod IPs from the result, and a
+  // secondary network's addresses are not the pod's IP (Multus answers the same way).
+  for (const itf of rec.interfaces.filter((i) => !i.network)) {
     interfaces.push({ name: itf.hostVeth });
     const podIndex = interfaces.length;
     interfaces.push({ name: itf.name, mac: itf.mac, sandbox: rec.netnsPath, ...(version === '1.1.0' ? { mtu: itf.mtu } : {}) });

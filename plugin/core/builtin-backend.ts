@@ -1,0 +1,65 @@
+// kni's built-in network behind the backend interface: an address per pod range from kni's own
+// IPAM (reserved and on disk before any kernel work), a veth on the node bridge, a tap for vm
+// sandboxes and bandwidth shaping when asked. Spawn-free: all netlink from this process.
+import { KniError } from './errors';
+import type { NetworkRuntime } from './network-runtime';
+import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import { hostVethName } from './runtime-types';
+import { checkRecord } from './sandbox-check';
+import { unwireInterface, wireInterface } from './sandbox-wiring';
+import { NetnsHandle } from '../netns/open-netns';
+import { withSpan } from '../observe/tracing';
+import { podMac } from '../pod/pod-wiring';
+import { tapName } from '../pod/vm-wiring';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+export class BuiltInBackend implements NetworkBackend {
+  readonly kind = 'builtin';
+
+  constructor(private readonly rt: NetworkRuntime) {}
+
+  get name(): string {
+    return this.rt.cfg.name;
+  }
+
+  reserve(rec: SandboxRecord, itf: InterfaceRecord, req: AttachmentRequest): void {
+    for (const m of req.ports) {
+      const holder = [...this.rt.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
+      if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
+    }
+    let addresses;
+    try {
+      addresses = withSpan('ipam.allocate', {}, () => this.rt.ipam.allocate(rec.id, req.ips));
+    } finally {
+      this.rt.ipamChanged();
+    }
+    itf.hostVeth = hostVethName(rec.id, itf.name);
+    itf.mac = req.mac ?? podMac(addresses.find((a) => a.family === 4)?.address);
+    itf.mtu = this.rt.cfg.mtu;
+    itf.addresses = addresses;
+    // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
+    if (rec.kind === 'vm' && this.rt.cfg.vmTap && !itf.network) itf.tap = tapName(0);
+  }
+
+  async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
+    wireInterface(this.rt, rec, itf, ns);
+  }
+
+  async detach(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void> {
+    unwireInterface(rec, itf, netnsGoes);
+  }
+
+  async check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {
+    return checkRecord(this.rt, rec, ns, [itf]);
+  }
+
+  async status(): Promise<void> {
+    const s = this.rt.node.status();
+    if (!s.ready) throw new KniError('UNAVAILABLE', s.reason);
+  }
+
+  /** The built-in network holds nothing outside the sandbox records (the core's GC releases those). */
+  async gc(): Promise<string[]> {
+    return [];
+  }
+}

@@ -1,0 +1,93 @@
+// A CNI network behind the backend interface: the default network's conflist
+// (defaultNetwork.cni) or a network definition (NetworkAttachmentDefinition, file). The plugins
+// do the wiring and the IPAM; the core keeps the record, rollback, release and the rest.
+import { KniError } from './errors';
+import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import { CniNetwork, CniRuntime } from '../cni/cni-network';
+import { CniPluginError } from '../cni/plugin-exec';
+import { formatIp } from '../ipam/ip';
+import { AllocatedAddress } from '../ipam/ipam';
+import { withSpan } from '../observe/tracing';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** What the plugins get for an interface: CNI_ARGS as runtimes set them, and the capability args. */
+export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: AttachmentRequest): CniRuntime {
+  const args = ['IgnoreUnknown=1', `K8S_POD_NAMESPACE=${rec.pod.namespace}`, `K8S_POD_NAME=${rec.pod.name}`, `K8S_POD_INFRA_CONTAINER_ID=${rec.id}`, `K8S_POD_UID=${rec.pod.uid}`].join(';');
+  const capabilityArgs: Record<string, unknown> = { 'io.kubernetes.cri.pod-annotations': rec.annotations };
+  if (req?.ports.length) capabilityArgs.portMappings = req.ports.map((m) => ({ hostPort: m.hostPort, containerPort: m.containerPort, protocol: m.protocol, ...(m.hostIp ? { hostIP: m.hostIp } : {}) }));
+  if (req?.bandwidth) capabilityArgs.bandwidth = req.bandwidth;
+  if (req?.ips.length) capabilityArgs.ips = req.ips.map((i) => i.text ?? formatIp(i.family, i.value));
+  if (req?.mac) capabilityArgs.mac = req.mac;
+  return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
+}
+
+/** The pod interface of a CNI result as kni records it (the interface's other fields are kept). */
+export function fillFromResult(itf: InterfaceRecord, result: unknown, network: string): void {
+  const r = (result ?? {}) as { interfaces?: { name?: string; mac?: string; sandbox?: string; mtu?: number }[]; ips?: { address?: string; gateway?: string; interface?: number }[] };
+  const itfs = r.interfaces ?? [];
+  const podIndex = itfs.findIndex((i) => i.sandbox && i.name === itf.name);
+  const pod = itfs[podIndex];
+  itf.addresses = (r.ips ?? [])
+    .filter((ip) => typeof ip.address === 'string' && (ip.interface === undefined || ip.interface === podIndex))
+    .map((ip): AllocatedAddress => {
+      const [address, prefix] = ip.address!.split('/');
+      return { family: address.includes(':') ? 6 : 4, address, prefixLength: Number(prefix), gateway: ip.gateway ?? '', range: `cni:${network}` };
+    });
+  itf.mac = pod?.mac ?? '';
+  itf.mtu = pod?.mtu ?? 0;
+}
+
+const codeOf = (e: CniPluginError): KniError['code'] => (e.code === 11 || e.code === 50 ? 'UNAVAILABLE' : e.code === 4 || e.code === 7 ? 'INVALID_ARGUMENT' : 'INTERNAL');
+
+/** A plugin's failure as the KniError callers answer with, naming the network. */
+export function cniError(e: unknown, network: string, sandboxId: string): KniError {
+  if (e instanceof KniError) return e;
+  if (e instanceof CniPluginError) return new KniError(codeOf(e), `network ${network}: ${e.message}`);
+  return new KniError('UNAVAILABLE', `sandbox ${sandboxId}, network ${network}: ${(e as Error).message}`);
+}
+
+export class CniBackend implements NetworkBackend {
+  readonly kind = 'cni';
+
+  constructor(readonly network: CniNetwork, private readonly displayName = network.name) {}
+
+  get name(): string {
+    return this.displayName;
+  }
+
+  reserve(_rec: SandboxRecord, itf: InterfaceRecord): void {
+    itf.backend = 'cni';
+    itf.cniName = this.network.name;
+  }
+
+  async attach(rec: SandboxRecord, itf: InterfaceRecord, _ns: unknown, req: AttachmentRequest): Promise<void> {
+    try {
+      const result = await withSpan('cni.add', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.add(cniRuntimeOf(rec, itf.name, req)));
+      fillFromResult(itf, result, this.network.name);
+    } catch (e) {
+      throw cniError(e, this.displayName, rec.id);
+    }
+  }
+
+  async detach(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+    // CNI_ARGS and capability args come from ADD's cache entry.
+    await withSpan('cni.del', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.del({ containerId: rec.id, netns: rec.netnsPath, ifName: itf.name }));
+  }
+
+  async check(rec: SandboxRecord, itf: InterfaceRecord): Promise<string[]> {
+    try {
+      await this.network.check({ containerId: rec.id, netns: rec.netnsPath, ifName: itf.name });
+      return [];
+    } catch (e) {
+      return [`${itf.name} (${this.displayName}): ${(e as Error).message}`];
+    }
+  }
+
+  status(): Promise<void> {
+    return this.network.status();
+  }
+
+  gc(valid: { containerId: string; ifName: string }[]): Promise<string[]> {
+    return this.network.gc(valid);
+  }
+}

@@ -1,0 +1,48 @@
+// A network behind one interface: kni's built-in bridge network and CNI networks (the default
+// network's conflist, NetworkAttachmentDefinitions) both wire one pod interface at a time. The
+// core keeps what every sandbox needs whatever wires it: ids, the lock, the record written
+// before any kernel work and the commit mark after it, rollback, release, reconcile, GC,
+// metrics, spans and events.
+import type { NetnsHandle } from '../netns/open-netns';
+import type { PortMapping } from '../node/host-ports';
+import type { Bandwidth } from '../pod/bandwidth';
+import type { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** What the caller asked for one interface. */
+export interface AttachmentRequest {
+  /** Requested addresses, one per family (the `ips` capability, CNI_ARGS IP=, a selection's ips). */
+  ips: { family: 4 | 6; value: bigint; text?: string }[];
+  mac?: string;
+  ports: PortMapping[];
+  bandwidth?: Bandwidth;
+  /** A selection's cni-args, given to its plugins as args.cni. */
+  cniArgs?: Record<string, unknown>;
+  /** A selection's default-route gateways: the pod's default route goes through this interface. */
+  defaultRoute?: string[];
+}
+
+export interface NetworkBackend {
+  readonly kind: 'builtin' | 'cni';
+  /** The network's name as network-status shows it. */
+  readonly name: string;
+  /**
+   * Fills in what the record must hold before any kernel work (the built-in network's
+   * addresses, reserved here); throws with nothing reserved.
+   */
+  reserve(rec: SandboxRecord, itf: InterfaceRecord, req: AttachmentRequest): void;
+  /** Makes the interface in the netns open on ns; fills in what it learnt (a CNI result). */
+  attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, req: AttachmentRequest): Promise<void>;
+  /** Undoes attach (also a partial one, and after a restart). netnsGoes: the netns is about to be unpinned with everything in it. */
+  detach(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void>;
+  /** What does not match between the interface and the kernel (CNI: the plugins' CHECK). */
+  check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]>;
+  /** Whether the network can take pods (CNI: STATUS); throws the reason when not. */
+  status(): Promise<void>;
+  /** Drops what the network still holds for attachments not in `valid`; returns the containers it released. */
+  gc(valid: { containerId: string; ifName: string }[]): Promise<string[]>;
+}
+
+export const isBuiltIn = (itf: InterfaceRecord): boolean => (itf.backend ?? 'builtin') === 'builtin';
+export const isDefaultNetwork = (itf: InterfaceRecord): boolean => !itf.network;
+/** The default network's interface has the default route unless a selection's default-route took it. */
+export const carriesDefaultRoute = (itf: InterfaceRecord): boolean => itf.defaultRoute ?? !itf.network;

@@ -1,0 +1,68 @@
+// Which interfaces a sandbox gets, and through which backend: the default network first (eth0,
+// kni's built-in network or defaultNetwork.cni), then one per network the pod selects
+// (k8s.v1.cni.cncf.io/networks), each resolved to its definition here. A selection of a network
+// kni does not know, or whose definition does not parse, fails the attach with that reason.
+import { KniError, invalid } from './errors';
+import type { NetworkRuntime } from './network-runtime';
+import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import { blankInterface, PlannedInterface } from './attach-pipeline';
+import { CniBackend } from './cni-backend';
+import * as validate from './validate';
+import { CniNetwork } from '../cni/cni-network';
+import { parseIp } from '../ipam/ip';
+import { NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseNetworkSelections, SelectionError } from '../networks/network-selection';
+import { SandboxRecord } from '../store/records';
+
+/** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
+export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string): NetworkSelection[] {
+  const text = rec.annotations[NETWORKS_ANNOTATION] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[NETWORKS_ANNOTATION];
+  try {
+    return parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf);
+  } catch (e) {
+    if (e instanceof SelectionError) throw invalid(e.message);
+    throw e;
+  }
+}
+
+/** The CNI network a selection names, as it is defined now. */
+export function backendForSelection(rt: NetworkRuntime, sel: Pick<NetworkSelection, 'namespace' | 'name'>): NetworkBackend {
+  const key = networkKey(sel);
+  rt.refreshFileNetworks(key);
+  const def = rt.networks.get(key);
+  if (!def) throw new KniError('NOT_FOUND', `network ${key}: no NetworkAttachmentDefinition (or networks.dir file) of that name`);
+  if (!def.config) throw new KniError('FAILED_PRECONDITION', `network ${key}: its definition is invalid: ${def.error}`);
+  return new CniBackend(new CniNetwork(def.config, rt.cfg.defaultNetwork.binDirs, rt.cniCache), key);
+}
+
+/** One selection as a planned interface. */
+export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selectedBy: 'annotation' | 'api'): PlannedInterface {
+  const backend = backendForSelection(rt, sel);
+  const at = `network ${networkKey(sel)}`;
+  const req: AttachmentRequest = {
+    ips: (sel.ips ?? []).map((text) => ({ ...parseIp(text.split('/')[0]), text })),
+    ...(sel.mac ? { mac: sel.mac } : {}),
+    ports: prefixed(at, () => validate.portMappings(sel.portMappings)),
+    ...(sel.bandwidth ? { bandwidth: prefixed(at, () => validate.bandwidth(sel.bandwidth, {})) } : {}),
+    ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
+    ...(sel.defaultRoute ? { defaultRoute: sel.defaultRoute } : {}),
+  };
+  return { backend, itf: blankInterface(sel.interface, { network: networkKey(sel), selectedBy }), req };
+}
+
+function prefixed<T>(at: string, fn: () => T): T {
+  try {
+    return fn();
+  } catch (e) {
+    if (e instanceof KniError) throw new KniError(e.code, `${at}: ${e.message}`);
+    throw e;
+  }
+}
+
+/** Every interface of a new sandbox: the default network's, then the selections'. */
+export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, defaultReq: AttachmentRequest): PlannedInterface[] {
+  const selections = selectionsOf(rt, rec, ifName);
+  if (selections.filter((s) => s.defaultRoute?.length).length > 1) throw invalid(`${NETWORKS_ANNOTATION}: only one network may take the default route`);
+  const plan: PlannedInterface[] = [{ backend: rt.defaultBackend, itf: blankInterface(ifName), req: defaultReq }];
+  for (const s of selections) plan.push(planSelection(rt, s, 'annotation'));
+  return plan;
+}

@@ -1,0 +1,131 @@
+// The pod annotation that asks for secondary networks (k8s.v1.cni.cncf.io/networks, the
+// Network Plumbing WG's multi-net spec as Multus reads it), in both forms:
+//   "ns/name@ifname, other"                        (text: namespace and interface optional)
+//   [{"name":"x","namespace":"ns","interface":"net5","ips":["10.1.1.5/24"],"mac":"…",
+//     "default-route":["10.1.1.1"],"cni-args":{…},"portMappings":[…],"bandwidth":{…}}]
+// Checked whole: a bad annotation fails the attach with every problem named.
+import net from 'node:net';
+
+export const NETWORKS_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
+export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
+
+export interface NetworkSelection {
+  namespace: string;
+  name: string;
+  /** The pod interface: as asked, else net<position> (net1 for the first selection). */
+  interface: string;
+  ips?: string[];
+  mac?: string;
+  defaultRoute?: string[];
+  cniArgs?: Record<string, unknown>;
+  portMappings?: unknown[];
+  bandwidth?: unknown;
+}
+
+export class SelectionError extends Error {}
+
+export const MAX_SELECTIONS = 32;
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+const JSON_KEYS = new Set(['name', 'namespace', 'interface', 'ips', 'mac', 'default-route', 'cni-args', 'portMappings', 'bandwidth']);
+
+export const networkKey = (s: { namespace: string; name: string }): string => `${s.namespace}/${s.name}`;
+
+/** A pod interface name the kernel takes (IFNAMSIZ, no '/', ':' or white space, not . or ..). */
+export function isInterfaceName(s: string): boolean {
+  return s.length > 0 && s.length < 16 && s !== '.' && s !== '..' && !/[/:\s\0%]/.test(s);
+}
+
+/** The selections of a pod's annotation (absent or blank: none). podNamespace is the default namespace. */
+export function parseNetworkSelections(annotation: string | undefined, podNamespace: string, defaultInterface = 'eth0'): NetworkSelection[] {
+  if (annotation === undefined || annotation.trim() === '') return [];
+  if (annotation.length > 65536) throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} is longer than 64 KiB`);
+  const problems: string[] = [];
+  const trimmed = annotation.trim();
+  const out: (Omit<NetworkSelection, 'interface'> & { interface?: string })[] = [];
+  if (trimmed.startsWith('[')) {
+    let list: unknown;
+    try {
+      list = JSON.parse(trimmed);
+    } catch (e) {
+      throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} is not valid JSON: ${(e as Error).message}`);
+    }
+    if (!Array.isArray(list)) throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} must be a JSON list`);
+    list.forEach((el, i) => {
+      const at = `${NETWORKS_ANNOTATION}[${i}]`;
+      if (typeof el !== 'object' || el === null || Array.isArray(el)) return void problems.push(`${at} is not an object`);
+      const e = el as Record<string, unknown>;
+      const unknown = Object.keys(e).filter((k) => !JSON_KEYS.has(k));
+      if (unknown.length) problems.push(`${at}: kni does not support ${unknown.map((k) => JSON.stringify(k)).join(', ')}`);
+      const s: Omit<NetworkSelection, 'interface'> & { interface?: string } = { namespace: podNamespace, name: '' };
+      if (typeof e.name !== 'string') problems.push(`${at}.name must be a string`);
+      else s.name = e.name;
+      if (e.namespace !== undefined && e.namespace !== '') {
+        if (typeof e.namespace !== 'string') problems.push(`${at}.namespace must be a string`);
+        else s.namespace = e.namespace;
+      }
+      if (e.interface !== undefined && e.interface !== '') {
+        if (typeof e.interface !== 'string') problems.push(`${at}.interface must be a string`);
+        else s.interface = e.interface;
+      }
+      if (e.ips !== undefined) {
+        if (!Array.isArray(e.ips) || e.ips.some((x) => typeof x !== 'string' || !isIpOrCidr(x))) problems.push(`${at}.ips must list addresses (10.1.1.5 or 10.1.1.5/24)`);
+        else if (e.ips.length) s.ips = e.ips as string[];
+      }
+      if (e.mac !== undefined && e.mac !== '') {
+        if (typeof e.mac !== 'string' || !/^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){5}$/.test(e.mac)) problems.push(`${at}.mac must be six hex pairs like c2:11:22:33:44:55`);
+        else s.mac = e.mac.toLowerCase();
+      }
+      if (e['default-route'] !== undefined) {
+        const d = e['default-route'];
+        if (!Array.isArray(d) || d.some((x) => typeof x !== 'string' || net.isIP(x) === 0)) problems.push(`${at}.default-route must list gateway addresses`);
+        else if (d.length) s.defaultRoute = d as string[];
+      }
+      if (e['cni-args'] !== undefined && e['cni-args'] !== null) {
+        const c = e['cni-args'];
+        if (typeof c !== 'object' || Array.isArray(c)) problems.push(`${at}.cni-args must be an object`);
+        else s.cniArgs = c as Record<string, unknown>;
+      }
+      if (e.portMappings !== undefined) {
+        if (!Array.isArray(e.portMappings)) problems.push(`${at}.portMappings must be a list`);
+        else if (e.portMappings.length) s.portMappings = e.portMappings;
+      }
+      if (e.bandwidth !== undefined && e.bandwidth !== null) {
+        if (typeof e.bandwidth !== 'object' || Array.isArray(e.bandwidth)) problems.push(`${at}.bandwidth must be an object`);
+        else s.bandwidth = e.bandwidth;
+      }
+      out.push(s);
+    });
+  } else {
+    trimmed.split(',').forEach((item, i) => {
+      const at = `${NETWORKS_ANNOTATION} item ${i + 1}`;
+      const m = /^(?:([^/@]*)\/)?([^/@]*)(?:@(.*))?$/.exec(item.trim());
+      if (!m) return void problems.push(`${at} ${JSON.stringify(item.trim().slice(0, 80))} is not [namespace/]name[@interface]`);
+      const s: Omit<NetworkSelection, 'interface'> & { interface?: string } = { namespace: m[1] ?? podNamespace, name: m[2] };
+      if (m[3] !== undefined) s.interface = m[3];
+      out.push(s);
+    });
+  }
+  if (out.length > MAX_SELECTIONS) problems.push(`${out.length} networks asked for; at most ${MAX_SELECTIONS}`);
+  const seen = new Set<string>([defaultInterface]);
+  const selections = out.map((s, i) => {
+    const at = `${NETWORKS_ANNOTATION} ${JSON.stringify(s.name)}`;
+    if (!DNS_SUBDOMAIN.test(s.name)) problems.push(`${at}: the network name must be a lower-case DNS subdomain`);
+    if (!DNS_LABEL.test(s.namespace)) problems.push(`${at}: namespace ${JSON.stringify(s.namespace.slice(0, 80))} is not a namespace name`);
+    const ifName = s.interface ?? `net${i + 1}`;
+    if (!isInterfaceName(ifName)) problems.push(`${at}: interface ${JSON.stringify(ifName.slice(0, 80))} is not an interface name (1 to 15 characters, no / : or spaces)`);
+    else if (seen.has(ifName)) problems.push(`${at}: interface ${ifName} is used twice`);
+    seen.add(ifName);
+    return { ...s, interface: ifName };
+  });
+  if (problems.length) throw new SelectionError(problems.join('; '));
+  return selections;
+}
+
+function isIpOrCidr(s: string): boolean {
+  const [ip, prefix, extra] = s.split('/');
+  if (extra !== undefined || net.isIP(ip) === 0) return false;
+  if (prefix === undefined) return true;
+  const max = net.isIP(ip) === 4 ? 32 : 128;
+  return /^\d{1,3}$/.test(prefix) && Number(prefix) <= max;
+}

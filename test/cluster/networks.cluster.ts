@@ -1,0 +1,122 @@
+// Several networks per pod in a real cluster: NetworkAttachmentDefinitions (the CRD from kni's
+// manifest) selected with the k8s.v1.cni.cncf.io/networks annotation, carried by a second wire
+// between the workers (sec0: macvlan with static IPAM, sec1: macvlan with host-local, secbr: a
+// bridge with static IPAM; ipvlan cannot run here: the kernel is built without CONFIG_IPVLAN).
+// network-status on the Pod, missing and broken definitions, networks added to and removed
+// from running pods, and everything released with the pod.
+import assert from 'node:assert/strict';
+import { waitFor } from '../helpers/wait';
+import { apply, cluster, knictl, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
+
+const NAD = (name: string, config: unknown) => `apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: ${name}, namespace: default}
+spec:
+  config: '${typeof config === 'string' ? config : JSON.stringify(config)}'
+`;
+
+const POD = (name: string, node: string, networks: unknown) => `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  labels: {app: multinet}
+  annotations:
+    k8s.v1.cni.cncf.io/networks: '${JSON.stringify(networks)}'
+spec:
+  nodeName: kc-${node}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: httpd
+    image: kni.local/e2e:1
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
+`;
+
+const MACVLAN = { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' } };
+const MACVLAN_HL = { cniVersion: '1.0.0', name: 'macvlan-hl', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'host-local', ranges: [[{ subnet: '10.251.0.0/24' }]] } }] };
+const BRIDGE = { cniVersion: '0.4.0', name: 'bridge-static', type: 'bridge', bridge: 'secbr', capabilities: { ips: true }, ipam: { type: 'static' } };
+
+const status = (pod: string): any[] => JSON.parse(kubectlJson('get', 'pod', pod).metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'] ?? '[]');
+const phase = (pod: string): string => kubectlJson('get', 'pod', pod).status.phase;
+const addrsInPod = (pod: string): Record<string, string[]> => {
+  const out: Record<string, string[]> = {};
+  for (const l of kubectl('exec', pod, '--', '/bin/busybox', 'ip', '-o', '-4', 'addr').split('\n')) {
+    const m = /^\d+:\s+(\S+)\s+inet\s+([\d.]+)\//.exec(l);
+    if (m && m[1] !== 'lo') (out[m[1]] ??= []).push(m[2]);
+  }
+  return out;
+};
+const http = (from: string, ip: string) => kubectl('exec', from, '--', '/bin/busybox', 'sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${ip} 80`);
+const podEvents = (pod: string) => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=${pod}`).items.map((e: any) => `${e.reason}: ${e.message}`).join('\n');
+
+describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', function () {
+  this.timeout(300_000);
+
+  before(() => {
+    cluster('down');
+    cluster('up');
+    cluster('kni');
+    apply([NAD('macvlan-static', MACVLAN), NAD('macvlan-hl', MACVLAN_HL), NAD('bridge-static', BRIDGE)].join('---\n'));
+  });
+  after(() => {
+    cluster('down');
+  });
+
+  it('a pod with two extra networks reaches a pod on the other node over each; network-status matches its netns', async () => {
+    apply(POD('mn-a', 'w1', [{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }]));
+    apply(POD('mn-b', 'w2', [{ name: 'macvlan-static', ips: ['10.250.0.12/24'] }, { name: 'macvlan-hl', ips: ['10.251.0.100/24'] }]));
+    await waitFor(() => phase('mn-a') === 'Running' && phase('mn-b') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide') + podEvents('mn-a') + podEvents('mn-b'));
+    await waitFor(() => status('mn-a').length === 3 && status('mn-b').length === 3, 60_000, () => JSON.stringify([status('mn-a'), status('mn-b')]));
+    const sa = status('mn-a');
+    assert.deepEqual(sa.map((s) => [s.name, s.interface, s.default ?? false]), [['kni', 'eth0', true], ['default/macvlan-static', 'net1', false], ['default/macvlan-hl', 'net2', false]]);
+    const inPod = addrsInPod('mn-a');
+    for (const s of sa) assert.deepEqual(inPod[s.interface], s.ips.filter((ip: string) => !ip.includes(':')), `${s.interface}: network-status says ${s.ips}, the netns has ${inPod[s.interface]}`);
+    assert.equal(sa[0].ips[0], kubectlJson('get', 'pod', 'mn-a').status.podIP, 'the default network is not the pod IP');
+    assert.deepEqual(sa[1].ips, ['10.250.0.11']);
+    assert.match(sa[2].ips[0], /^10\.251\.0\.\d+$/);
+    for (const ip of ['10.250.0.12', '10.251.0.100']) assert.match(http('mn-a', ip), /hello from kni e2e/, `mn-a (kc-w1) → mn-b (kc-w2) ${ip}`);
+    assert.match(http('mn-b', sa[2].ips[0]), /hello from kni e2e/, 'mn-b → mn-a over macvlan-hl');
+    const sandbox = knictl('w1', 'pods').find((p: any) => p.pod.name === 'mn-a');
+    const pod = knictl('w1', 'pod', sandbox.sandbox_id);
+    assert.deepEqual(pod.interfaces.map((i: any) => [i.name, i.network, i.addresses.map((a: any) => a.address).filter((a: string) => !a.includes(':'))]), sa.map((s) => [s.interface, s.name === 'kni' ? '' : s.name, s.ips.filter((ip: string) => !ip.includes(':'))]));
+    const nets = knictl('w1', 'networks');
+    assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
+  });
+
+  it('a pod asking for a missing network waits in ContainerCreating with the reason in its events, and starts once the definition exists', async () => {
+    apply(POD('mn-wait', 'w1', [{ name: 'later-net', ips: ['10.253.0.5/24'] }]));
+    await waitFor(() => /network default\/later-net: no NetworkAttachmentDefinition/.test(podEvents('mn-wait')), 90_000, () => podEvents('mn-wait'));
+    assert.equal(phase('mn-wait'), 'Pending');
+    apply(NAD('later-net', { ...BRIDGE, name: 'later-net' }));
+    await waitFor(() => phase('mn-wait') === 'Running', 120_000, () => podEvents('mn-wait'));
+    assert.deepEqual(addrsInPod('mn-wait').net1, ['10.253.0.5']);
+  });
+
+  it('a broken definition gets a Warning Event; pods asking for it fail with the parse error until it is fixed', async () => {
+    apply(NAD('broken-net', '{"cniVersion": "1.0.0", "name": "broken-net", "type": 7}'));
+    await waitFor(() => kubectlJson('get', 'events', '--field-selector', 'involvedObject.name=broken-net,reason=InvalidConfig').items.length > 0, 60_000, () => kubectl('get', 'events'));
+    apply(POD('mn-broken', 'w2', [{ name: 'broken-net', ips: ['10.254.0.5/24'] }]));
+    await waitFor(() => /network default\/broken-net: its definition is invalid/.test(podEvents('mn-broken')), 90_000, () => podEvents('mn-broken'));
+    apply(NAD('broken-net', { ...BRIDGE, name: 'broken-net' }));
+    await waitFor(() => phase('mn-broken') === 'Running', 120_000, () => podEvents('mn-broken'));
+  });
+
+  it('editing the networks annotation of a running pod adds and removes interfaces live; network-status follows', async () => {
+    const set = (networks: unknown) => kubectl('annotate', '--overwrite', 'pod', 'mn-a', `k8s.v1.cni.cncf.io/networks=${JSON.stringify(networks)}`);
+    set([{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }, { name: 'bridge-static', ips: ['10.252.0.11/24'], interface: 'br1' }]);
+    await waitFor(() => addrsInPod('mn-a').br1?.[0] === '10.252.0.11' && status('mn-a').some((s) => s.interface === 'br1'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
+    set([{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'bridge-static', ips: ['10.252.0.11/24'], interface: 'br1' }]);
+    await waitFor(() => !addrsInPod('mn-a').net2 && !status('mn-a').some((s) => s.interface === 'net2'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
+    assert.deepEqual(status('mn-a').map((s) => s.interface), ['eth0', 'net1', 'br1']);
+    assert.deepEqual(knictl('w1', 'networks').find((n: any) => n.name === 'macvlan-hl').attachments, []);
+  });
+
+  it('deleting the pods releases every interface and address of every network', async () => {
+    kubectl('delete', 'pod', '-l', 'app=multinet', '--wait=true', '--timeout=120s');
+    for (const w of WORKERS) {
+      await waitFor(() => knictl(w, 'pods').length === 0, 60_000, () => JSON.stringify(knictl(w, 'pods')));
+      assert.deepEqual(knictl(w, 'networks').filter((n: any) => n.attachments.length), [], `kc-${w} still has attachments`);
+    }
+  });
+});

@@ -1,0 +1,146 @@
+// Several networks per pod without Kubernetes: definitions from networks.dir (Debian's macvlan
+// and bridge plugins with static and host-local IPAM; ipvlan only as a failure: this kernel is
+// built without CONFIG_IPVLAN), selected by the pod's
+// k8s.v1.cni.cncf.io/networks annotation or added and removed through AttachNetwork and
+// DetachNetwork. The default network (eth0) comes first; a failure anywhere undoes every
+// interface; a restart still releases with the config ADD ran with.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
+import { Client } from '../plugin/client/clients';
+import { rejectsWith } from './helpers/expect';
+import { inNetns, ping, RUN, sh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
+
+describe('several networks per pod (networks.dir, real CNI plugins)', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  const dir = `/tmp/${RUN}-nets`;
+  const bridge2 = `${RUN}b2`;
+  const write = (file: string, conf: unknown) => {
+    fs.mkdirSync(`${dir}/${file.split('/').slice(0, -1).join('/')}`, { recursive: true });
+    fs.writeFileSync(`${dir}/${file}`, typeof conf === 'string' ? conf : JSON.stringify(conf));
+  };
+  const leases = (network: string) => {
+    const p = `${d.stateDir}/cni-ipam/${network}`;
+    return fs.existsSync(p) ? fs.readdirSync(p).filter((f) => /^\d/.test(f)) : [];
+  };
+  const links = (netns: string) => inNetns(netns, 'ip', ['-o', 'link', 'show']).out.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0]).filter(Boolean);
+  const addrOf = (netns: string, ifName: string) => inNetns(netns, 'ip', ['-o', '-4', 'addr', 'show', 'dev', ifName]).out;
+
+  before(async () => {
+    write('macvlan-static.conf', { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' } });
+    write('team/macvlan-hl.conflist', { cniVersion: '1.0.0', name: 'macvlan-hl', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.91.0.0/24' }]] } }] });
+    write('ipvlan-hl.conf', { cniVersion: '1.0.0', name: 'ipvlan-hl', type: 'ipvlan', master: 'sec1', ipam: { type: 'host-local', ranges: [[{ subnet: '10.94.0.0/24' }]] } });
+    write('bridge-net.conf', { cniVersion: '0.4.0', name: 'bridge-net', type: 'bridge', bridge: bridge2, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.92.0.0/24' }]] } });
+    write('broken.conf', '{"cniVersion": "1.0.0", "name": "broken", "type": ');
+    d = await TestDaemon.start({ networks: { dir }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni'] } });
+    // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
+    for (const l of ['sec0', 'sec1']) {
+      sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', l, 'type', 'veth', 'peer', 'name', `${l}p`]);
+      for (const x of [l, `${l}p`]) sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', x, 'up']);
+    }
+    rt = d.rt();
+  });
+  after(() => {
+    d?.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function attach(id: string, networks?: string) {
+    const netns = d.makePodNetns(id);
+    const pod = await rt.Attach({ sandbox_id: id, netns_path: netns, pod: { name: id, namespace: 'default', uid: `u-${id}` }, annotations: networks === undefined ? {} : { [NETWORKS]: networks } });
+    return { netns, pod };
+  }
+
+  it('a pod selecting three networks gets eth0 then each of them, in order, with what it asked; pods reach each other over every one', async () => {
+    const sel = (ip: string) => JSON.stringify([{ name: 'macvlan-static', ips: [`${ip}/24`] }, { name: 'macvlan-hl', namespace: 'team' }, { name: 'bridge-net', interface: 'br9' }]);
+    const a = await attach('mn-a', sel('10.90.0.11'));
+    const b = await attach('mn-b', sel('10.90.0.12'));
+    assert.deepEqual(a.pod.interfaces.map((i: any) => [i.name, i.network, i.default]), [['eth0', '', true], ['net1', 'default/macvlan-static', false], ['net2', 'team/macvlan-hl', false], ['br9', 'default/bridge-net', false]]);
+    assert.equal(a.pod.interfaces[1].addresses[0].address, '10.90.0.11');
+    assert.match(a.pod.interfaces[2].addresses[0].address, /^10\.91\.0\.\d+$/);
+    assert.match(a.pod.interfaces[3].addresses[0].address, /^10\.92\.0\.\d+$/);
+    assert.deepEqual(links(a.netns).sort(), ['br9', 'eth0', 'lo', 'net1', 'net2']);
+    assert.match(addrOf(a.netns, 'net1'), /10\.90\.0\.11\/24/);
+    for (const [i, what] of [[1, 'macvlan (static)'], [2, 'macvlan (host-local)'], [3, 'bridge']] as const) {
+      const to = b.pod.interfaces[i].addresses[0].address;
+      assert.ok(ping(a.netns, to), `no ${what} path from mn-a to ${to}`);
+    }
+    assert.ok(ping(a.netns, b.pod.interfaces[0].addresses[0].address), 'the default network broke');
+    assert.match(inNetns(a.netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
+    assert.deepEqual((await rt.Check({ sandbox_id: 'mn-a' })).problems, []);
+    const nets = (await rt.ListNetworks({})).networks;
+    const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/ipvlan-hl', 'default/macvlan-static', 'team/macvlan-hl']);
+    assert.equal(byName['default/broken'].valid, false);
+    assert.match(byName['default/broken'].error, /not JSON/);
+    assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
+    assert.equal(byName['team/macvlan-hl'].source, 'file');
+    assert.equal(leases('macvlan-hl').length, 2, 'host-local kept its leases elsewhere than kni\'s state dir');
+    await rt.Detach({ sandbox_id: 'mn-b' });
+    assert.equal(leases('macvlan-hl').length, 1);
+    assert.equal(leases('bridge-net').length, 1);
+  });
+
+  it('a selection that fails anywhere fails the attach and leaves nothing: no interface, no lease, no address, no record', async () => {
+    const usedBefore = (await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used);
+    const bridgeLeases = leases('bridge-net').length;
+    const netns = d.makePodNetns('mn-fail');
+    const req = (networks: string) => rt.Attach({ sandbox_id: 'mn-fail', netns_path: netns, pod: { name: 'mn-fail', namespace: 'default', uid: 'u' }, annotations: { [NETWORKS]: networks } });
+    // The static IPAM plugin of the second selection fails (no address asked for).
+    await rejectsWith(req('bridge-net,macvlan-static'), grpc.status.INTERNAL, /network default\/macvlan-static: CNI plugin macvlan: .*missing IP config/i);
+    // A plugin the kernel cannot serve (no ipvlan here) fails with the kernel's reason.
+    await rejectsWith(req('bridge-net,ipvlan-hl'), grpc.status.INTERNAL, /network default\/ipvlan-hl: CNI plugin ipvlan: failed to create ipvlan: operation not supported/);
+    await rejectsWith(req('bridge-net, nope@n2'), grpc.status.NOT_FOUND, /network default\/nope: no NetworkAttachmentDefinition/);
+    await rejectsWith(req('broken'), grpc.status.FAILED_PRECONDITION, /network default\/broken: its definition is invalid: .*not JSON/);
+    await rejectsWith(req('bridge-net@eth0'), grpc.status.INVALID_ARGUMENT, /interface eth0 is used twice/);
+    await rejectsWith(req('[{"name":"bridge-net","infiniband-guid":"x"}]'), grpc.status.INVALID_ARGUMENT, /does not support "infiniband-guid"/);
+    assert.deepEqual(links(netns), ['lo']);
+    assert.equal(leases('bridge-net').length, bridgeLeases);
+    assert.deepEqual((await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used), usedBefore);
+    await rejectsWith(rt.GetPod({ sandbox_id: 'mn-fail' }), grpc.status.NOT_FOUND, /not attached/);
+    // Fixed: the file is read again when a pod asks for it.
+    write('broken.conf', { cniVersion: '0.4.0', name: 'broken', type: 'bridge', bridge: bridge2, ipam: { type: 'host-local', ranges: [[{ subnet: '10.93.0.0/24' }]] } });
+    const p = await req('broken');
+    assert.match(p.interfaces[1].addresses[0].address, /^10\.93\.0\./);
+    await rt.Detach({ sandbox_id: 'mn-fail' });
+  });
+
+  it('AttachNetwork and DetachNetwork add and remove a network on a running pod; default-route moves the default route and gives it back', async () => {
+    const { netns } = await attach('mn-dyn');
+    const p = await rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'bridge-net' });
+    assert.deepEqual(p.interfaces.map((i: any) => i.name), ['eth0', 'net1']);
+    assert.equal(p.interfaces[1].selected_by, 'api');
+    assert.match(addrOf(netns, 'net1'), /10\.92\.0\./);
+    await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'bridge-net', interface_name: 'net1' }), grpc.status.ALREADY_EXISTS, /already has an interface net1/);
+    const q = await rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'team/macvlan-hl', interface_name: 'up0', default_route: ['10.91.0.1'] });
+    assert.deepEqual(q.interfaces.filter((i: any) => i.default).map((i: any) => i.name), ['up0']);
+    assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /via 10\.91\.0\.1 dev up0/);
+    assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'up0' })).removed, true);
+    assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
+    assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, true);
+    assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, false);
+    await rejectsWith(rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'eth0' }), grpc.status.FAILED_PRECONDITION, /default network's interface/);
+    assert.deepEqual(links(netns).sort(), ['eth0', 'lo']);
+    assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-dyn' })).interfaces.map((i: any) => i.name), ['eth0']);
+    await rt.Detach({ sandbox_id: 'mn-dyn' });
+  });
+
+  it('kni killed, the definition deleted meanwhile: the detach after the restart runs DEL with the config ADD ran with, and frees the lease', async () => {
+    const { netns } = await attach('mn-kill', JSON.stringify([{ name: 'macvlan-hl', namespace: 'team' }]));
+    const before = leases('macvlan-hl').length;
+    await d.restart('SIGKILL');
+    rt = d.rt();
+    fs.rmSync(`${dir}/team/macvlan-hl.conflist`);
+    assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-kill' })).interfaces.map((i: any) => i.network), ['', 'team/macvlan-hl']);
+    await rt.Detach({ sandbox_id: 'mn-kill' });
+    assert.equal(leases('macvlan-hl').length, before - 1);
+    assert.deepEqual(links(netns), ['lo']);
+    await rt.Detach({ sandbox_id: 'mn-a' });
+    assert.deepEqual(leases('macvlan-hl'), []);
+    assert.deepEqual(leases('bridge-net'), []);
+  });
+});
