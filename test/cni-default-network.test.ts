@@ -54,8 +54,12 @@ describe('a CNI conflist as the default network', () => {
     const pod = await rt.GetPod({ sandbox_id: 'cd-a' });
     assert.equal(pod.interfaces[0].addresses[0].prefix_length, 24);
     assert.deepEqual((await rt.Check({ sandbox_id: 'cd-a' })).problems, []);
+    // IPAM status from the plugins' config: host-local's range and the addresses handed out in it.
+    const ipam = await rt.GetIPAMStatus({});
+    assert.deepEqual(ipam.ranges.map((r: any) => [r.cidr, r.size, r.used, r.free, r.exhausted]), [['10.78.0.0/24', '253', '2', '251', false]]);
     await rt.Detach({ sandbox_id: 'cd-b' });
     assert.equal(ipamFiles().length, 1);
+    assert.equal((await rt.GetIPAMStatus({})).ranges[0].used, '1');
   });
 
   it('through kni-cni: the plugins\' result in 0.4.0, 1.0.0 and 1.1.0; port mappings reach portmap', () => {

@@ -60,8 +60,9 @@ describe('host ports (real kernel, iptables)', () => {
     const other = d.makePodNetns('hp-b');
     assert.equal(cni('ADD', env('hp-b', other), conf).code, 0);
     assert.match(fetch(other, '192.168.90.1', 8080), /hello through a host port/, 'from another pod (hairpin through the node)');
-    // The same host port for a second pod is refused, taking nothing.
-    const clash = cni('ADD', env('hp-c', d.makePodNetns('hp-c')), { ...conf, runtimeConfig: { portMappings: [{ hostPort: 8080, containerPort: 81, protocol: 'tcp' }] } });
+    // The same host port for a second pod is refused, taking nothing. Asked the way containerd
+    // (go-cni) sends it: Go field names, no json tags.
+    const clash = cni('ADD', env('hp-c', d.makePodNetns('hp-c')), { ...conf, runtimeConfig: { portMappings: [{ HostPort: 8080, ContainerPort: 81, Protocol: 'tcp', HostIP: '' }] } });
     assert.equal(clash.code, 1);
     assert.match(clash.out.msg, /host port tcp\/8080 is already mapped to sandbox hp-a/);
 

@@ -5,14 +5,18 @@
 // DetachNetwork. The default network (eth0) comes first; a failure anywhere undoes every
 // interface; a restart still releases with the config ADD ran with.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
+const knictl = (socket: string, ...args: string[]) => spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', socket, ...args], { encoding: 'utf8' });
 
 describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   let d: TestDaemon;
@@ -80,6 +84,14 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
     assert.equal(byName['team/macvlan-hl'].source, 'file');
     assert.equal(leases('macvlan-hl').length, 2, 'host-local kept its leases elsewhere than kni\'s state dir');
+    const table = knictl(d.socket, 'networks');
+    assert.equal(table.status, 0, table.stderr);
+    assert.match(table.stdout, /default\/broken\s+file\s+-\s+0\s+.*not JSON/);
+    assert.match(table.stdout, /team\/macvlan-hl\s+file\s+macvlan\s+2/);
+    assert.match(table.stdout, /team\/macvlan-hl: mn-a\/net2 mn-b\/net2/);
+    const pod = knictl(d.socket, 'pod', 'mn-a');
+    assert.match(pod.stdout, /interface net1: network default\/macvlan-static \(by annotation\); mac/);
+    assert.match(pod.stdout, /interface eth0: default network, default route;/);
     await rt.Detach({ sandbox_id: 'mn-b' });
     assert.equal(leases('macvlan-hl').length, 1);
     assert.equal(leases('bridge-net').length, 1);
@@ -111,7 +123,9 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
 
   it('AttachNetwork and DetachNetwork add and remove a network on a running pod; default-route moves the default route and gives it back', async () => {
     const { netns } = await attach('mn-dyn');
-    const p = await rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'bridge-net' });
+    const cli = knictl(d.socket, 'attach-network', 'mn-dyn', 'bridge-net', '-o', 'json');
+    assert.equal(cli.status, 0, cli.stderr);
+    const p = JSON.parse(cli.stdout);
     assert.deepEqual(p.interfaces.map((i: any) => i.name), ['eth0', 'net1']);
     assert.equal(p.interfaces[1].selected_by, 'api');
     assert.match(addrOf(netns, 'net1'), /10\.92\.0\./);
@@ -121,7 +135,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /via 10\.91\.0\.1 dev up0/);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'up0' })).removed, true);
     assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
-    assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, true);
+    assert.match(knictl(d.socket, 'detach-network', 'mn-dyn', 'net1').stdout, /removed net1/);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, false);
     await rejectsWith(rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'eth0' }), grpc.status.FAILED_PRECONDITION, /default network's interface/);
     assert.deepEqual(links(netns).sort(), ['eth0', 'lo']);

@@ -288,6 +288,8 @@ up() {
 kni_up() {
   kubectl --kubeconfig "$CL/admin.kubeconfig" apply -l kni.dev/part=setup -f "$repo/kind-config/kni-daemonset.yaml" > /dev/null
   kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system get configmap kni-config -o jsonpath='{.data.config\.yaml}' > "$CL/kni.yaml"
+  # Tests add settings of their own (top-level keys) with KNI_CLUSTER_KNI_EXTRA=FILE.
+  if [ -n "${KNI_CLUSTER_KNI_EXTRA:-}" ]; then cat "$KNI_CLUSTER_KNI_EXTRA" >> "$CL/kni.yaml"; fi
   for w in "${WORKERS[@]}"; do start_kni "$w"; done
   for w in "${WORKERS[@]}"; do
     wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"

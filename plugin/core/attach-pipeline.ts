@@ -85,6 +85,8 @@ export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan
     throw new KniError('UNAVAILABLE', `cannot commit sandbox ${rec.id} in the state dir (${(e as Error).message}); the attach was undone`);
   }
   rec.phase = 'attached';
+  // A CNI network's addresses count in its IPAM status (host-local ranges) too.
+  if (!rec.interfaces.every(isBuiltIn)) rt.ipamChanged();
   return rec;
 }
 

@@ -43,7 +43,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     else cfg.kubernetes.nodeName = fromEnv;
   }
   if (r.backend !== undefined) {
-    if (r.backend !== 'auto' && r.backend !== 'host-gw' && r.backend !== 'vxlan') problems.push(`backend must be auto, host-gw or vxlan, not ${JSON.stringify(r.backend)}`);
+    if (r.backend !== 'auto' && r.backend !== 'host-gw' && r.backend !== 'vxlan' && r.backend !== 'none') problems.push(`backend must be auto, host-gw, vxlan or none, not ${JSON.stringify(r.backend)}`);
     else cfg.backend = r.backend;
   }
   if (r.vxlan !== undefined) {

@@ -37,8 +37,11 @@ export interface NriConfig {
 
 export type SandboxKind = 'container' | 'vm';
 
-/** How other nodes' pods are reached: a route via the node (host-gw), an overlay (vxlan), or per peer. */
-export type Backend = 'auto' | 'host-gw' | 'vxlan';
+/**
+ * How other nodes' pods are reached: a route via the node (host-gw), an overlay (vxlan), per
+ * peer (auto), or not by kni (none: a CNI default network whose plugins route themselves).
+ */
+export type Backend = 'auto' | 'host-gw' | 'vxlan' | 'none';
 
 export interface KubernetesConfig {
   /** This node's Node name ('' = kni runs without Kubernetes). KNI_NODE_NAME fills it. */

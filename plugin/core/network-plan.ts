@@ -4,14 +4,14 @@
 // kni does not know, or whose definition does not parse, fails the attach with that reason.
 import { KniError, invalid } from './errors';
 import type { NetworkRuntime } from './network-runtime';
-import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import { AttachmentRequest, isBuiltIn, NetworkBackend } from './network-backend';
 import { blankInterface, PlannedInterface } from './attach-pipeline';
 import { CniBackend } from './cni-backend';
 import * as validate from './validate';
 import { CniNetwork } from '../cni/cni-network';
 import { parseIp } from '../ipam/ip';
 import { NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseNetworkSelections, SelectionError } from '../networks/network-selection';
-import { SandboxRecord } from '../store/records';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
 export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string): NetworkSelection[] {
@@ -65,4 +65,23 @@ export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: stri
   const plan: PlannedInterface[] = [{ backend: rt.defaultBackend, itf: blankInterface(ifName), req: defaultReq }];
   for (const s of selections) plan.push(planSelection(rt, s, 'annotation'));
   return plan;
+}
+
+/**
+ * The backend that undoes or checks an interface: the built-in network, the default CNI
+ * network, or the config its ADD ran with (cached), else its definition as it is now.
+ */
+export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
+  if (isBuiltIn(itf)) return rt.builtin;
+  const label = itf.network || rt.defaultBackend.name;
+  if (!itf.network && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
+  const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork.binDirs);
+  if (cached) return new CniBackend(cached, label);
+  if (!itf.network) return undefined;
+  const [namespace, name] = itf.network.split('/');
+  try {
+    return backendForSelection(rt, { namespace, name });
+  } catch {
+    return undefined;
+  }
 }

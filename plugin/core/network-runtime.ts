@@ -23,17 +23,18 @@ import { restoreState } from './restore-state';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
 import { loadCniNetwork } from '../cni/load-network';
+import { cniIpamStatus } from '../cni/cni-ipam-status';
 import { emitAttached, EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
-import { AttachmentRequest, isBuiltIn, NetworkBackend } from './network-backend';
+import { AttachmentRequest, NetworkBackend } from './network-backend';
 import { BuiltInBackend } from './builtin-backend';
 import { CniBackend } from './cni-backend';
-import { addPlanned, attachPlanned } from './attach-pipeline';
-import { backendForSelection, planSandbox, planSelection } from './network-plan';
+import { attachPlanned } from './attach-pipeline';
+import { backendOfInterface, planSandbox } from './network-plan';
+import { attachNetwork, detachNetwork, NetworkRequest } from './running-networks';
 import { releaseSandbox, removeInterface } from './sandbox-release';
 import { NetworkDefinitions } from '../networks/network-definitions';
 import { scanNetworkDir } from '../networks/network-files';
-import { NetworkSelection, parseNetworkSelections, SelectionError } from '../networks/network-selection';
 
 export type { GcResult } from './garbage-collection';
 export type { ReconcileReport } from './recovery';
@@ -299,23 +300,9 @@ export class NetworkRuntime {
     return removeInterface(this, rec, itf);
   }
 
-  /**
-   * The backend that undoes or checks an interface: the built-in network, the default CNI
-   * network, or the config its ADD ran with (cached), else its definition as it is now.
-   */
+  /** The backend that undoes or checks an interface (see network-plan.ts). */
   backendFor(rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
-    if (isBuiltIn(itf)) return this.builtin;
-    const label = itf.network || this.defaultBackend.name;
-    if (!itf.network && this.cni && (!itf.cniName || itf.cniName === this.cni.name)) return this.defaultBackend;
-    const cached = CniNetwork.ofCached(this.cniCache, itf.cniName ?? '', rec.id, itf.name, this.cfg.defaultNetwork.binDirs);
-    if (cached) return new CniBackend(cached, label);
-    if (!itf.network) return undefined;
-    const [namespace, name] = itf.network.split('/');
-    try {
-      return backendForSelection(this, { namespace, name });
-    } catch {
-      return undefined;
-    }
+    return backendOfInterface(this, rec, itf);
   }
 
   /** Re-reads networks.dir (at start, each reconcile tick, and when a pod names a network not known). */
@@ -324,58 +311,14 @@ export class NetworkRuntime {
     this.networks.replace('file', scanNetworkDir(this.cfg.networks.dir, this.networks.ipamDataDir));
   }
 
-  /**
-   * Adds one network to an attached sandbox (kni's AttachNetwork, or the pod's networks
-   * annotation changed). The interface name defaults to the first free net<N>.
-   */
-  async attachNetwork(sandboxId: string, selection: { network: string; interface?: string; ips?: string[]; mac?: string; defaultRoute?: string[]; cniArgs?: Record<string, unknown> }, selectedBy: 'annotation' | 'api' = 'api'): Promise<InterfaceRecord> {
-    const id = validate.sandboxId(sandboxId);
-    return this.locks.run(id, async () => {
-      const rec = this.get(id);
-      const taken = new Set(rec.interfaces.map((i) => i.name));
-      let ifName = selection.interface;
-      if (!ifName) for (let n = 1; !ifName; n++) if (!taken.has(`net${n}`)) ifName = `net${n}`;
-      const sel = this.parseSelection(rec, selection, ifName);
-      if (taken.has(sel.interface)) throw new KniError('ALREADY_EXISTS', `sandbox ${id} already has an interface ${sel.interface}`);
-      if (sel.defaultRoute?.length && rec.interfaces.some((i) => i.network && i.defaultRoute)) throw invalid(`sandbox ${id}: another network already has the default route`);
-      const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-      if (ns.state !== 'same') throw new KniError('FAILED_PRECONDITION', `sandbox ${id}: ${ns.reason}`);
-      try {
-        const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(this, rec, planSelection(this, sel, selectedBy), ns.handle));
-        this.events.emit('interface_added', rec, `network ${itf.network} added`, [itf]);
-        log('info', 'network added', { sandbox: id, network: itf.network, interface: itf.name, by: selectedBy });
-        return itf;
-      } finally {
-        ns.handle.close();
-      }
-    });
-  }
-
-  /** One selection, checked as the annotation's are (the pod's namespace is the default). */
-  private parseSelection(rec: SandboxRecord, s: { network: string; interface?: string; ips?: string[]; mac?: string; defaultRoute?: string[]; cniArgs?: Record<string, unknown> }, ifName: string): NetworkSelection {
-    if (typeof s.network !== 'string' || !s.network) throw invalid('network must name a network (namespace/name or name)');
-    const [namespace, name] = s.network.includes('/') ? s.network.split('/', 2) : [rec.pod.namespace || 'default', s.network];
-    const el = { name, namespace, interface: ifName, ...(s.ips?.length ? { ips: s.ips } : {}), ...(s.mac ? { mac: s.mac } : {}), ...(s.defaultRoute?.length ? { 'default-route': s.defaultRoute } : {}), ...(s.cniArgs ? { 'cni-args': s.cniArgs } : {}) };
-    try {
-      return parseNetworkSelections(JSON.stringify([el]), namespace, rec.interfaces.find((i) => !i.network)?.name ?? 'eth0')[0];
-    } catch (e) {
-      if (e instanceof SelectionError) throw invalid(e.message);
-      throw e;
-    }
+  /** Adds one network to an attached sandbox (see running-networks.ts). */
+  attachNetwork(sandboxId: string, selection: NetworkRequest, selectedBy: 'annotation' | 'api' = 'api'): Promise<InterfaceRecord> {
+    return attachNetwork(this, sandboxId, selection, selectedBy);
   }
 
   /** Removes a secondary network's interface from an attached sandbox; false when it has none of that name. */
-  async detachNetwork(sandboxId: string, ifName: string): Promise<boolean> {
-    const id = validate.sandboxId(sandboxId);
-    return this.locks.run(id, async () => {
-      const rec = this.get(id);
-      const itf = rec.interfaces.find((i) => i.name === ifName);
-      if (!itf) return false;
-      if (!itf.network) throw new KniError('FAILED_PRECONDITION', `${ifName} is the default network's interface of sandbox ${id}: detach the sandbox instead`);
-      await withSpan('kni.detach_network', { 'kni.sandbox.id': id, 'kni.network': itf.network }, () => this.removeInterface(rec, itf));
-      log('info', 'network removed', { sandbox: id, network: itf.network, interface: ifName });
-      return true;
-    });
+  detachNetwork(sandboxId: string, ifName: string): Promise<boolean> {
+    return detachNetwork(this, sandboxId, ifName);
   }
 
   /**
@@ -440,8 +383,11 @@ export class NetworkRuntime {
     return [...this.sandboxes.values()].filter((r) => r.phase === 'attached');
   }
 
+  /** kni's ranges; with a CNI default network, the host-local ranges its config names. */
   ipamStatus(): RangeStatus[] {
-    return this.ipam.status();
+    if (!this.cni) return this.ipam.status();
+    const addresses = this.list().flatMap((r) => r.interfaces.filter((i) => !i.network).flatMap((i) => i.addresses.map((a) => a.address)));
+    return cniIpamStatus(this.cni.list, addresses);
   }
 
   /** Compares every record with the kernel and repairs, releases or removes what drifted. */

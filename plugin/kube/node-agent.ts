@@ -163,7 +163,9 @@ export class NodeAgent {
       const self = nodes.find((n) => n.metadata?.name === this.nodeName);
       if (self) await this.ownNode(self);
       else this.rt.node.waitForRanges(`waiting for Node ${this.nodeName} to be registered`);
-      if (!self || !this.cfg.ranges.length) return;
+      // A CNI default network's pods live in the Node's podCIDRs too: kni routes to the other
+      // nodes' as for its own network (backend none leaves that to the plugins).
+      if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
       const status = this.peers.sync(nodeView(self), views);
       const peerCidrs: Cidr[] = [];

@@ -52,8 +52,10 @@ export class PeerNetwork {
   }
 
   /** Makes the kernel hold exactly the routes these peers need. Never throws for one route. */
-  sync(self: NodeView, peers: NodeView[]): PeerRouteStatus[] {
+  sync(self: NodeView, allPeers: NodeView[]): PeerRouteStatus[] {
     const backend: Backend = this.cfg.backend;
+    // backend none: the network's own plugins route between nodes; kni's routes are removed.
+    const peers = backend === 'none' ? [] : allPeers;
     const skipIndex = new Set([this.cfg.bridge, this.cfg.vxlan.device].map((n) => linkByName(this.sock, n)?.index ?? -1));
     const own = addrList(this.sock).filter((a) => !skipIndex.has(a.index) && !a.address.startsWith('fe80:') && !a.address.startsWith('127.') && a.address !== '::1');
     const connectedIndex = (ip: string): number | undefined => {

@@ -1,0 +1,81 @@
+// Networks added to and removed from running sandboxes: kni's AttachNetwork / DetachNetwork, and
+// the pod watcher when a running pod's networks annotation changes. Each goes through the same
+// pipeline as an attach (attach-pipeline.ts addPlanned) under the sandbox's lock.
+import { KniError, invalid } from './errors';
+import { log } from './log';
+import type { NetworkRuntime } from './network-runtime';
+import { addPlanned } from './attach-pipeline';
+import { planSelection } from './network-plan';
+import * as validate from './validate';
+import { reopenRecordedNetns } from '../netns/open-netns';
+import { withSpan } from '../observe/tracing';
+import { NetworkSelection, parseNetworkSelections, SelectionError } from '../networks/network-selection';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** One network for a running sandbox, as kni's API or the pod watcher asks for it. */
+export interface NetworkRequest {
+  /** "namespace/name", or "name" in the pod's namespace. */
+  network: string;
+  /** Default: the first free net<N>. */
+  interface?: string;
+  ips?: string[];
+  mac?: string;
+  defaultRoute?: string[];
+  cniArgs?: Record<string, unknown>;
+}
+
+/**
+ * Adds one network to an attached sandbox (kni's AttachNetwork, or the pod's networks
+ * annotation changed). The interface name defaults to the first free net<N>.
+ */
+export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selection: NetworkRequest, selectedBy: 'annotation' | 'api'): Promise<InterfaceRecord> {
+  const id = validate.sandboxId(sandboxId);
+  return rt.locks.run(id, async () => {
+    const rec = rt.get(id);
+    const taken = new Set(rec.interfaces.map((i) => i.name));
+    let ifName = selection.interface;
+    if (!ifName) for (let n = 1; !ifName; n++) if (!taken.has(`net${n}`)) ifName = `net${n}`;
+    const sel = parseSelection(rec, selection, ifName);
+    if (taken.has(sel.interface)) throw new KniError('ALREADY_EXISTS', `sandbox ${id} already has an interface ${sel.interface}`);
+    if (sel.defaultRoute?.length && rec.interfaces.some((i) => i.network && i.defaultRoute)) throw invalid(`sandbox ${id}: another network already has the default route`);
+    const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+    if (ns.state !== 'same') throw new KniError('FAILED_PRECONDITION', `sandbox ${id}: ${ns.reason}`);
+    try {
+      const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(rt, rec, planSelection(rt, sel, selectedBy), ns.handle));
+      rt.events.emit('interface_added', rec, `network ${itf.network} added`, [itf]);
+      log('info', 'network added', { sandbox: id, network: itf.network, interface: itf.name, by: selectedBy });
+      return itf;
+    } finally {
+      ns.handle.close();
+    }
+  });
+}
+
+/** One selection, checked as the annotation's are (the pod's namespace is the default). */
+function parseSelection(rec: SandboxRecord, s: NetworkRequest, ifName: string): NetworkSelection {
+  if (typeof s.network !== 'string' || !s.network) throw invalid('network must name a network (namespace/name or name)');
+  const parts = s.network.split('/');
+  if (parts.length > 2) throw invalid(`network ${JSON.stringify(s.network.slice(0, 80))} is not namespace/name or name`);
+  const [namespace, name] = parts.length === 2 ? parts : [rec.pod.namespace || 'default', s.network];
+  const el = { name, namespace, interface: ifName, ...(s.ips?.length ? { ips: s.ips } : {}), ...(s.mac ? { mac: s.mac } : {}), ...(s.defaultRoute?.length ? { 'default-route': s.defaultRoute } : {}), ...(s.cniArgs ? { 'cni-args': s.cniArgs } : {}) };
+  try {
+    return parseNetworkSelections(JSON.stringify([el]), namespace, rec.interfaces.find((i) => !i.network)?.name ?? 'eth0')[0];
+  } catch (e) {
+    if (e instanceof SelectionError) throw invalid(e.message);
+    throw e;
+  }
+}
+
+/** Removes a secondary network's interface from an attached sandbox; false when it has none of that name. */
+export async function detachNetwork(rt: NetworkRuntime, sandboxId: string, ifName: string): Promise<boolean> {
+  const id = validate.sandboxId(sandboxId);
+  return rt.locks.run(id, async () => {
+    const rec = rt.get(id);
+    const itf = rec.interfaces.find((i) => i.name === ifName);
+    if (!itf) return false;
+    if (!itf.network) throw new KniError('FAILED_PRECONDITION', `${ifName} is the default network's interface of sandbox ${id}: detach the sandbox instead`);
+    await withSpan('kni.detach_network', { 'kni.sandbox.id': id, 'kni.network': itf.network }, () => rt.removeInterface(rec, itf));
+    log('info', 'network removed', { sandbox: id, network: itf.network, interface: ifName });
+    return true;
+  });
+}

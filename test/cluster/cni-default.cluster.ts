@@ -1,0 +1,103 @@
+// A cluster keeping its CNI plugins with kni in front: every worker's default network is a
+// chained conflist (Debian's bridge + host-local on the Node's podCIDR + portmap + tuning, as
+// kindnet chains them) that kni runs itself (defaultNetwork.cni). Pods get the plugins'
+// addresses, reach each other across nodes over kni's routes, a hostPort answers from its node
+// and from the other node, and deleting the pods frees every lease.
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import { waitFor } from '../helpers/wait';
+import { apply, CL, cluster, knictl, kubectl, kubectlJson, ready, WEB, WORKERS } from './cluster-helpers';
+
+const HOSTPORT_POD = `apiVersion: v1
+kind: Pod
+metadata: {name: hp, labels: {app: hp}}
+spec:
+  nodeName: kc-w1
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: httpd
+    image: kni.local/e2e:1
+    imagePullPolicy: Never
+    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
+    ports: [{containerPort: 80, hostPort: 8080}]
+`;
+
+/** An HTTP GET from a node's netns (bash's /dev/tcp: no tool needed on the node). */
+const getFromNode = (w: string, ip: string, port: number): string =>
+  execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'timeout', '10', 'bash', '-c', `exec 3<>/dev/tcp/${ip}/${port}; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3`], { encoding: 'utf8' });
+const leases = (w: string): string[] => {
+  const d = `${CL}/${w}/root/var/lib/kni/host-local/chain`;
+  return fs.existsSync(d) ? fs.readdirSync(d).filter((f) => /^\d/.test(f)) : [];
+};
+const webPods = () => kubectlJson('get', 'pods', '-l', 'app=web').items.filter((p: any) => p.status.phase === 'Running' && p.status.podIP);
+
+describe('cluster: a chained CNI conflist as every node\'s default network', function () {
+  this.timeout(300_000);
+  const extra = `${CL}-cni-default.yaml`;
+
+  before(() => {
+    cluster('down');
+    cluster('up');
+    for (const w of WORKERS) {
+      let v4 = '';
+      const deadline = Date.now() + 60_000;
+      while (!v4 && Date.now() < deadline) v4 = kubectl('get', 'node', `kc-${w}`, '-o', 'jsonpath={.spec.podCIDRs[0]}');
+      assert.ok(v4, `kc-${w} has no podCIDR`);
+      fs.writeFileSync(`${CL}/${w}/root/var/lib/kni/chain.conflist`, JSON.stringify({
+        cniVersion: '1.0.0',
+        name: 'chain',
+        plugins: [
+          { type: 'bridge', bridge: 'cni0', isGateway: true, ipMasq: true, hairpinMode: true, ipam: { type: 'host-local', dataDir: '/var/lib/kni/host-local', ranges: [[{ subnet: v4 }]], routes: [{ dst: '0.0.0.0/0' }] } },
+          { type: 'portmap', capabilities: { portMappings: true } },
+          { type: 'tuning', sysctl: { 'net.ipv4.conf.eth0.arp_notify': '1' } },
+        ],
+      }));
+    }
+    fs.writeFileSync(extra, 'defaultNetwork: { cni: /var/lib/kni/chain.conflist }\n');
+    process.env.KNI_CLUSTER_KNI_EXTRA = extra;
+    try {
+      cluster('kni');
+    } finally {
+      delete process.env.KNI_CLUSTER_KNI_EXTRA;
+    }
+  });
+  after(() => {
+    cluster('down');
+    fs.rmSync(extra, { force: true });
+  });
+
+  it('nodes Ready; pods get the plugins\' addresses from their node\'s podCIDR and reach pods on the other node', async () => {
+    for (const n of kubectlJson('get', 'nodes').items) assert.equal(ready(n).status, 'True', n.metadata.name);
+    apply(WEB(4));
+    await waitFor(() => webPods().length === 4, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    const pods = webPods();
+    assert.deepEqual([...new Set(pods.map((p: any) => p.spec.nodeName))].sort(), ['kc-w1', 'kc-w2']);
+    for (const p of pods) {
+      const cidr = kubectl('get', 'node', p.spec.nodeName, '-o', 'jsonpath={.spec.podCIDRs[0]}');
+      assert.ok(p.status.podIP.startsWith(cidr.split('.').slice(0, 3).join('.') + '.'), `${p.metadata.name} ${p.status.podIP} not in ${cidr}`);
+    }
+    const a = pods.find((p: any) => p.spec.nodeName === 'kc-w1');
+    const b = pods.find((p: any) => p.spec.nodeName === 'kc-w2');
+    const out = kubectl('exec', a.metadata.name, '--', '/bin/busybox', 'sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${b.status.podIP} 80`);
+    assert.match(out, /hello from kni e2e/);
+    const sandbox = knictl('w1', 'pods').find((p: any) => p.pod.name === a.metadata.name);
+    assert.equal(knictl('w1', 'pod', sandbox.sandbox_id).interfaces[0].addresses[0].address, a.status.podIP);
+    // IPAM status from the plugins' config: host-local's range, with the pods it handed out.
+    const ipam = knictl('w1', 'ipam').ranges;
+    assert.deepEqual(ipam.map((r: any) => [r.cidr, r.used]), [[kubectl('get', 'node', 'kc-w1', '-o', 'jsonpath={.spec.podCIDRs[0]}'), String(pods.filter((p: any) => p.spec.nodeName === 'kc-w1').length)]]);
+  });
+
+  it('a hostPort (portmap through the portMappings capability) answers on its node, from that node and from the other node', async () => {
+    apply(HOSTPORT_POD);
+    await waitFor(() => kubectlJson('get', 'pod', 'hp').status.phase === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    for (const from of ['w2', 'w1']) assert.match(getFromNode(from, '10.240.0.11', 8080), /hello from kni e2e/, `hostPort from kc-${from}`);
+  });
+
+  it('deleting the pods frees every lease the plugins handed out', async () => {
+    kubectl('delete', 'deployment', 'web', '--wait=true');
+    kubectl('delete', 'pod', 'hp', '--wait=true');
+    for (const w of WORKERS) await waitFor(() => leases(w).length === 0 && knictl(w, 'pods').length === 0, 60_000, () => `${leases(w)} ${JSON.stringify(knictl(w, 'pods'))}`);
+  });
+});
