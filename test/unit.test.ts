@@ -41,7 +41,7 @@ describe('config', () => {
     ['bridge name', { bridge: 'this-name-is-too-long' }, /at most 15/],
     ['unknown key', { brige: 'x' }, /unknown setting "brige"/],
     ['relative netnsDir', { netnsDir: 'netns' }, /absolute/],
-    ['backend', { backend: 'ipip' }, /backend must be auto, host-gw or vxlan/],
+    ['backend', { backend: 'ipip' }, /backend must be auto, host-gw, vxlan or none/],
     ['vxlan vni', { vxlan: { vni: 0 } }, /vxlan\.vni/],
     ['vxlan key', { vxlan: { id: 3 } }, /unknown setting "vxlan\.id"/],
     ['node name', { kubernetes: { nodeName: 'Not A Name' } }, /kubernetes\.nodeName/],

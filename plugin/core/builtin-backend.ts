@@ -46,7 +46,7 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void> {
-    unwireInterface(rec, itf, netnsGoes);
+    unwireInterface(rec, itf, netnsGoes, this.rt.reaper);
   }
 
   async check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {

@@ -19,6 +19,7 @@ import { StateStore } from '../store/state-store';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
+import { VethReaper } from '../pod/veth-reaper';
 import { restoreState } from './restore-state';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
@@ -52,6 +53,8 @@ export class NetworkRuntime {
   ipam: Ipam;
   host!: NetlinkSocket;
   readonly node = new NodeLifecycle(this);
+  /** Host veths of detached pods, deleted in batches after the detach answered. */
+  readonly reaper = new VethReaper();
   /** Every pod network change, for Watch. */
   readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];
@@ -116,6 +119,11 @@ export class NetworkRuntime {
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
     this.extensions.close();
+    try {
+      this.reaper.close();
+    } catch (e) {
+      log('error', 'cannot delete the retired veths; the next start\'s reconcile does', { error: (e as Error).message });
+    }
     this.host?.close();
   }
 

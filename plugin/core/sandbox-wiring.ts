@@ -12,6 +12,7 @@ import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
+import { VethReaper } from '../pod/veth-reaper';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** Makes one built-in interface in the netns open on ns: the veth on the bridge, its shaping and tap. */
@@ -39,9 +40,10 @@ export function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: Inter
 
 /**
  * Deletes what wireInterface made: the tap, the ifb, then the veth (the kernel removes the pod
- * end with it). netnsGoes: the netns is unpinned next and takes the pod side along.
+ * end with it): at once, or through the reaper (veth-reaper.ts). netnsGoes: the netns is
+ * unpinned next and takes the pod side along.
  */
-export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes = false): void {
+export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes = false, reaper?: VethReaper): void {
   if (itf.tap && !netnsGoes) unwireTap(rec, itf.tap);
   if (rec.bandwidth && !itf.network) {
     const sock = new NetlinkSocket();
@@ -51,7 +53,10 @@ export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsG
       sock.close();
     }
   }
-  if (!netnsGoes) unwirePod(itf);
+  if (netnsGoes) return;
+  // A detach retires the veth and answers; the kernel's slow delete comes after, batched.
+  if (reaper) reaper.retire(itf.hostVeth, rec.id);
+  else unwirePod(itf);
 }
 
 /** Every built-in interface of a sandbox again (reconcile's repair). */

@@ -115,9 +115,20 @@ export class TestDaemon {
     await this.launch();
   }
 
-  /** Host-side links in the node netns (the bridge and the pods' host ends). */
+  /**
+   * Host-side links in the node netns (the bridge and the pods' host ends), once the veths of
+   * detached pods are gone: a detach answers before the kernel's slow veth delete, which kni's
+   * reaper runs moments later (plugin/pod/veth-reaper.ts). After 10 s a retired veth still there
+   * is listed, so a test asserting it gone fails as it should.
+   */
   nodeLinks(): string[] {
-    return sh('ip', ['-n', this.nodeNetnsName, '-o', 'link', 'show'])
+    let out = '';
+    for (const deadline = Date.now() + 10_000; ;) {
+      out = sh('ip', ['-n', this.nodeNetnsName, '-o', 'link', 'show']);
+      if (!out.includes('alias kni-released:') || Date.now() > deadline) break;
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
+    }
+    return out
       .split('\n')
       .filter(Boolean)
       .map((l) => l.split(':')[1].trim().split('@')[0]);

@@ -1,0 +1,286 @@
+// The kernel floor of one kni attach and one detach: the same rtnetlink messages kni sends, on
+// the same kind of sockets, with the same netns handling, timed in C with nothing else around
+// them (no IPC, no state dir, no allocation worth the name). npm run bench prints kni ÷ this.
+//
+//   kernel-floor BRIDGE NETNS_DIR N    (run inside the node netns; BRIDGE exists and is up)
+//
+// For i in 0..N-1, with a netns pinned at NETNS_DIR/floor<i> by the caller:
+//   attach: open the pin O_PATH, readlink /proc/self/fd, fstat, reopen O_RDONLY, NS_GET_NSTYPE
+//           (kni's openNetns); RTM_GETLINK the bridge (node.ensure); setns into the pod netns,
+//           a netlink socket (bind, CAP_ACK, EXT_ACK), setns back; RTM_NEWLINK veth (host end
+//           on the bridge, peer eth0 created in the pod netns); RTM_GETLINK the host end; one
+//           write of addr_gen_mode none + hairpin + alias + up; RTM_GETLINK eth0 in the pod;
+//           one write of addr_gen_mode none + lo up + eth0 up + two addresses; one write of
+//           two default routes.
+//   detach: a fresh socket, RTM_DELLINK the host end by index (the kernel's veth teardown).
+// Prints one line of JSON: {"attachMs":[...],"detachMs":[...]}.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/if_link.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/veth.h>
+#include <net/if.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef NETLINK_EXT_ACK
+#define NETLINK_EXT_ACK 11
+#endif
+#ifndef NETLINK_CAP_ACK
+#define NETLINK_CAP_ACK 10
+#endif
+#define NS_GET_NSTYPE 0xb703
+#define IFLA_BRPORT_MODE_ 4
+
+static const char *stage = "start";
+
+static void die(const char *what) {
+    fprintf(stderr, "kernel-floor: %s (%s): %s\n", what, stage, strerror(errno));
+    exit(1);
+}
+
+static int home_fd;
+static uint32_t seq = 1;
+
+static int nl_socket(void) {
+    int fd = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+    if (fd < 0) die("socket");
+    struct sockaddr_nl sa = {.nl_family = AF_NETLINK};
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0) die("bind");
+    int one = 1;
+    setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
+    setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &one, sizeof one);
+    return fd;
+}
+
+// A message being built: header, fixed part, attributes; nests by offset.
+struct msg {
+    char buf[1024];
+    size_t len;
+};
+
+static struct nlmsghdr *msg_start(struct msg *m, uint16_t type, uint16_t flags, const void *fixed, size_t flen) {
+    struct nlmsghdr *h = (struct nlmsghdr *)(m->buf + m->len);
+    memset(h, 0, NLMSG_HDRLEN);
+    h->nlmsg_type = type;
+    h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    h->nlmsg_seq = seq++;
+    memcpy((char *)h + NLMSG_HDRLEN, fixed, flen);
+    h->nlmsg_len = NLMSG_HDRLEN + NLMSG_ALIGN(flen);
+    m->len += h->nlmsg_len;
+    return h;
+}
+
+static size_t attr_put(struct msg *m, struct nlmsghdr *h, uint16_t type, const void *data, size_t dlen) {
+    size_t at = m->len;
+    struct rtattr *a = (struct rtattr *)(m->buf + m->len);
+    a->rta_type = type;
+    a->rta_len = RTA_LENGTH(dlen);
+    if (dlen) memcpy(RTA_DATA(a), data, dlen);
+    m->len += RTA_ALIGN(a->rta_len);
+    h->nlmsg_len = (uint32_t)((char *)m->buf + m->len - (char *)h);
+    return at;
+}
+
+// kni marks every nest NLA_F_NESTED (the bridge's IFLA_PROTINFO needs it to be read as a nest).
+static size_t nest_start(struct msg *m, struct nlmsghdr *h, uint16_t type) { return attr_put(m, h, type | NLA_F_NESTED, NULL, 0); }
+
+static void nest_end(struct msg *m, size_t at) {
+    struct rtattr *a = (struct rtattr *)(m->buf + at);
+    a->rta_len = (unsigned short)(m->len - at);
+}
+
+static void attr_u32(struct msg *m, struct nlmsghdr *h, uint16_t type, uint32_t v) { attr_put(m, h, type, &v, 4); }
+static void attr_u8(struct msg *m, struct nlmsghdr *h, uint16_t type, uint8_t v) { attr_put(m, h, type, &v, 1); }
+static void attr_str(struct msg *m, struct nlmsghdr *h, uint16_t type, const char *s) { attr_put(m, h, type, s, strlen(s) + 1); }
+
+// Sends every message of m in one write and reads until each has its ack; returns the ifindex of
+// the first RTM_NEWLINK answer seen (for GETLINK), 0 otherwise.
+static int nl_exec(int fd, struct msg *m, int acks) {
+    if (send(fd, m->buf, m->len, 0) < 0) die("send");
+    char rb[16384];
+    int index = 0;
+    while (acks > 0) {
+        ssize_t n = recv(fd, rb, sizeof rb, 0);
+        if (n < 0) die("recv");
+        for (struct nlmsghdr *h = (struct nlmsghdr *)rb; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
+            if (h->nlmsg_type == NLMSG_ERROR) {
+                struct nlmsgerr *e = NLMSG_DATA(h);
+                if (e->error) {
+                    errno = -e->error;
+                    die("netlink request");
+                }
+                acks--;
+            } else if (h->nlmsg_type == RTM_NEWLINK && !index) {
+                index = ((struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
+            }
+        }
+    }
+    m->len = 0;
+    return index;
+}
+
+static int getlink(int fd, const char *name) {
+    struct msg m = {.len = 0};
+    struct ifinfomsg ifi = {0};
+    struct nlmsghdr *h = msg_start(&m, RTM_GETLINK, 0, &ifi, sizeof ifi);
+    attr_str(&m, h, IFLA_IFNAME, name);
+    return nl_exec(fd, &m, 1);
+}
+
+static void set_nolinklocal(struct msg *m, int index) {
+    struct ifinfomsg ifi = {.ifi_index = index};
+    struct nlmsghdr *h = msg_start(m, RTM_NEWLINK, 0, &ifi, sizeof ifi);
+    size_t spec = nest_start(m, h, IFLA_AF_SPEC);
+    size_t in6 = nest_start(m, h, AF_INET6);
+    attr_u8(m, h, IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE);
+    nest_end(m, in6);
+    nest_end(m, spec);
+}
+
+static void set_up(struct msg *m, int index, const char *name) {
+    struct ifinfomsg ifi = {.ifi_index = index, .ifi_flags = IFF_UP, .ifi_change = IFF_UP};
+    struct nlmsghdr *h = msg_start(m, RTM_NEWLINK, 0, &ifi, sizeof ifi);
+    if (name) attr_str(m, h, IFLA_IFNAME, name);
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+static int open_netns(const char *path) {
+    int pfd = open(path, O_PATH | O_CLOEXEC);
+    if (pfd < 0) die("open netns O_PATH");
+    char link[64], target[4096];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", pfd);
+    if (readlink(link, target, sizeof target) < 0) die("readlink");
+    struct stat st;
+    if (fstat(pfd, &st) < 0) die("fstat");
+    int fd = open(link, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) die("reopen netns");
+    if (ioctl(fd, NS_GET_NSTYPE) != CLONE_NEWNET) die("not a netns");
+    close(pfd);
+    return fd;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N\n");
+        return 2;
+    }
+    const char *bridge = argv[1], *dir = argv[2];
+    int n = atoi(argv[3]);
+    home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (home_fd < 0) die("open home netns");
+    int host = nl_socket();
+    double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
+    int *veth = calloc(n, sizeof *veth);
+    for (int i = 0; i < n; i++) {
+        char path[4096], name[IFNAMSIZ], alias[64];
+        snprintf(path, sizeof path, "%s/floor%d", dir, i);
+        snprintf(name, sizeof name, "kfl%09d", i);
+        snprintf(alias, sizeof alias, "kni:floor%d", i);
+        uint8_t mac[6] = {0x0a, 0x58, 10, 200, (uint8_t)(i >> 8), (uint8_t)i};
+        double t0 = now_ms();
+        int ns = open_netns(path);
+        int br = getlink(host, bridge);
+        if (setns(ns, CLONE_NEWNET) < 0) die("setns pod");
+        int pod = nl_socket();
+        if (setns(home_fd, CLONE_NEWNET) < 0) die("setns home");
+
+        struct msg m = {.len = 0};
+        struct ifinfomsg ifi = {0};
+        struct nlmsghdr *h = msg_start(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof ifi);
+        attr_str(&m, h, IFLA_IFNAME, name);
+        attr_u32(&m, h, IFLA_MTU, 1500);
+        attr_u32(&m, h, IFLA_MASTER, (uint32_t)br);
+        size_t li = nest_start(&m, h, IFLA_LINKINFO);
+        attr_str(&m, h, IFLA_INFO_KIND, "veth");
+        size_t data = nest_start(&m, h, IFLA_INFO_DATA);
+        size_t peer = attr_put(&m, h, VETH_INFO_PEER, &ifi, sizeof ifi);
+        attr_str(&m, h, IFLA_IFNAME, "eth0");
+        attr_u32(&m, h, IFLA_MTU, 1500);
+        attr_put(&m, h, IFLA_ADDRESS, mac, 6);
+        attr_u32(&m, h, IFLA_NET_NS_FD, (uint32_t)ns);
+        nest_end(&m, peer);
+        nest_end(&m, data);
+        nest_end(&m, li);
+        stage = "create veth";
+        nl_exec(host, &m, 1);
+
+        int hidx = getlink(host, name);
+        veth[i] = hidx;
+        set_nolinklocal(&m, hidx);
+        struct ifinfomsg br_ifi = {.ifi_family = AF_BRIDGE, .ifi_index = hidx};
+        h = msg_start(&m, RTM_SETLINK, 0, &br_ifi, sizeof br_ifi);
+        size_t pi = nest_start(&m, h, IFLA_PROTINFO);
+        attr_u8(&m, h, IFLA_BRPORT_MODE_, 1);
+        nest_end(&m, pi);
+        struct ifinfomsg al = {.ifi_index = hidx};
+        h = msg_start(&m, RTM_NEWLINK, 0, &al, sizeof al);
+        attr_str(&m, h, IFLA_IFALIAS, alias);
+        set_up(&m, hidx, NULL);
+        stage = "host end settings";
+        nl_exec(host, &m, 4);
+
+        int pidx = getlink(pod, "eth0");
+        set_nolinklocal(&m, pidx);
+        set_up(&m, 0, "lo");
+        set_up(&m, 0, "eth0");
+        struct { int fam; int plen; uint8_t a[16]; } addrs[2] = {
+            {AF_INET, 16, {10, 200, (uint8_t)((i + 2) >> 8), (uint8_t)(i + 2)}},
+            {AF_INET6, 64, {0xfd, 0, 0x02, 0, [14] = (uint8_t)((i + 2) >> 8), [15] = (uint8_t)(i + 2)}},
+        };
+        for (int k = 0; k < 2; k++) {
+            struct ifaddrmsg ifa = {.ifa_family = (uint8_t)addrs[k].fam, .ifa_prefixlen = (uint8_t)addrs[k].plen, .ifa_index = (uint32_t)pidx};
+            h = msg_start(&m, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, &ifa, sizeof ifa);
+            size_t alen = addrs[k].fam == AF_INET ? 4 : 16;
+            attr_put(&m, h, IFA_LOCAL, addrs[k].a, alen);
+            attr_put(&m, h, IFA_ADDRESS, addrs[k].a, alen);
+            attr_u32(&m, h, IFA_FLAGS, addrs[k].fam == AF_INET6 ? 0x82 : 0x80);
+        }
+        stage = "pod end and addresses";
+        nl_exec(pod, &m, 5);
+        uint8_t gw4[4] = {10, 200, 0, 1}, gw6[16] = {0xfd, 0, 0x02, 0, [15] = 1};
+        for (int k = 0; k < 2; k++) {
+            struct rtmsg rt = {.rtm_family = (uint8_t)(k ? AF_INET6 : AF_INET), .rtm_table = RT_TABLE_MAIN, .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_UNIVERSE, .rtm_type = RTN_UNICAST};
+            h = msg_start(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt, sizeof rt);
+            attr_put(&m, h, RTA_GATEWAY, k ? (void *)gw6 : (void *)gw4, k ? 16 : 4);
+            attr_u32(&m, h, RTA_OIF, (uint32_t)pidx);
+        }
+        stage = "default routes";
+        nl_exec(pod, &m, 2);
+        close(pod);
+        close(ns);
+        att[i] = now_ms() - t0;
+    }
+    for (int i = 0; i < n; i++) {
+        double t0 = now_ms();
+        stage = "delete veth";
+        int s = nl_socket();
+        struct msg m = {.len = 0};
+        struct ifinfomsg ifi = {.ifi_index = veth[i]};
+        msg_start(&m, RTM_DELLINK, 0, &ifi, sizeof ifi);
+        nl_exec(s, &m, 1);
+        close(s);
+        det[i] = now_ms() - t0;
+    }
+    printf("{\"attachMs\":[");
+    for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", att[i]);
+    printf("],\"detachMs\":[");
+    for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", det[i]);
+    printf("]}\n");
+    return 0;
+}

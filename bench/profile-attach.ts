@@ -1,0 +1,109 @@
+// Where an attach's time goes inside kni: runs the daemon under `node --cpu-prof` in a
+// throwaway node netns, attaches and detaches N pods one at a time over gRPC, and prints the
+// functions with the most self time (and the .cpuprofile path, for Chrome DevTools).
+//   node dist/bench/profile-attach.js [--n 300] [--out DIR] [--no-detach]
+import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { Command } from 'commander';
+import { runtimeClient } from '../plugin/client/clients';
+import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
+import { packageRoot } from '../plugin/server/protos';
+import { percentile } from './stats';
+
+interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
+interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
+
+/** Self time per function (ms), from a V8 CPU profile. */
+export function selfTimes(p: Profile): { fn: string; ms: number }[] {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const ms = new Map<string, number>();
+  p.samples.forEach((id, i) => {
+    const n = byId.get(id)!;
+    const f = n.callFrame;
+    const key = `${f.functionName || '(anonymous)'} ${f.url ? `${path.basename(f.url)}:${f.lineNumber + 1}` : ''}`.trim();
+    ms.set(key, (ms.get(key) ?? 0) + (p.timeDeltas[i] ?? 0) / 1000);
+  });
+  return [...ms].map(([fn, t]) => ({ fn, ms: t })).sort((a, b) => b.ms - a.ms);
+}
+
+async function inner(n: number, out: string, dir: string, detach: boolean): Promise<void> {
+  const podDir = path.join('/run', `${path.basename(dir)}-netns`);
+  const socket = path.join(dir, 'kni.sock');
+  const config = path.join(dir, 'kni.json');
+  fs.writeFileSync(config, JSON.stringify({ ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: podDir, cni: { socket: path.join(dir, 'cni.sock') } }));
+  const d = spawn(process.execPath, ['--cpu-prof', '--cpu-prof-dir', out, path.join(packageRoot(), 'dist/plugin/main.js'), '--socket', socket, '--state-dir', path.join(dir, 'state'), '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let log = '';
+  d.stdout!.on('data', (b) => (log += b));
+  const c = runtimeClient(socket);
+  ensureNetnsDir(podDir);
+  try {
+    for (let i = 0; ; i++) {
+      try {
+        if ((await c.GetNode({}, 1000)).ready) break;
+      } catch {
+        if (i > 300) throw new Error(`daemon did not start: ${log}`);
+      }
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const pods = Array.from({ length: n }, (_, i) => ({ id: `prof${i}`, netns: createPinnedNetns(podDir, `prof${i}`) }));
+    const mark = log.length;
+    const grpcMs: number[] = [];
+    const delMs: number[] = [];
+    for (const p of pods) {
+      const t = performance.now();
+      await c.Attach({ sandbox_id: p.id, netns_path: p.netns });
+      grpcMs.push(performance.now() - t);
+    }
+    for (const p of detach ? pods : []) {
+      const t = performance.now();
+      await c.Detach({ sandbox_id: p.id });
+      delMs.push(performance.now() - t);
+    }
+    // The same kernel work in C, on the same bridge, with as many pods already there.
+    const floorPins = pods.map((_, i) => createPinnedNetns(podDir, `floor${i}`));
+    const fl = spawnSync(path.join(packageRoot(), 'dist/bin/kernel-floor'), ['kni0', podDir, String(n)], { encoding: 'utf8' });
+    for (const f of floorPins) removePinnedNetns(f);
+    if (fl.status !== 0) throw new Error(`kernel-floor failed: ${fl.stderr}`);
+    const floor = JSON.parse(fl.stdout) as { attachMs: number[]; detachMs: number[] };
+    process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
+    const inDaemon = log.slice(mark).split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);
+    process.stdout.write(`attach p50: in-daemon ${percentile(inDaemon, 50).toFixed(2)} ms, gRPC ${percentile(grpcMs, 50).toFixed(2)} ms; detach (gRPC) p50 ${detach ? percentile(delMs, 50).toFixed(2) : '-'} ms\n`);
+    for (const p of pods) removePinnedNetns(p.netns);
+  } finally {
+    c.close();
+    d.kill('SIGINT');
+    await new Promise((r) => d.once('exit', r));
+    spawnSync('umount', ['-l', podDir]);
+    fs.rmSync(podDir, { recursive: true, force: true });
+  }
+  const file = fs.readdirSync(out).filter((f) => f.endsWith('.cpuprofile')).map((f) => path.join(out, f)).sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs)[0];
+  const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as Profile;
+  const top = selfTimes(prof);
+  const total = top.reduce((s, x) => s + x.ms, 0);
+  process.stdout.write(`profile ${file}: ${total.toFixed(0)} ms sampled; top self time:\n`);
+  for (const t of top.slice(0, 30)) process.stdout.write(`  ${t.ms.toFixed(1).padStart(8)} ms  ${((100 * t.ms) / total).toFixed(1).padStart(5)} %  ${t.fn}\n`);
+}
+
+async function main(): Promise<void> {
+  const o = new Command().option('--n <n>', 'pods', '300').option('--out <dir>', 'where the .cpuprofile goes', '/tmp/kni-profile').option('--no-detach', 'attach only (the pods go with their netns)').option('--inner <dir>').parse().opts<{ n: string; out: string; detach: boolean; inner?: string }>();
+  fs.mkdirSync(o.out, { recursive: true });
+  if (o.inner) return inner(Number(o.n), o.out, o.inner, o.detach);
+  const name = `kp${process.pid.toString(36)}`;
+  const dir = `/tmp/${name}`;
+  fs.mkdirSync(dir, { recursive: true });
+  spawnSync('ip', ['netns', 'add', `${name}-node`]);
+  try {
+    spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
+    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', o.n, '--out', o.out, ...(o.detach ? [] : ['--no-detach']), '--inner', dir], { stdio: 'inherit' });
+    if (r.status !== 0) throw new Error(`profile run failed (exit ${r.status})`);
+  } finally {
+    spawnSync('ip', ['netns', 'del', `${name}-node`]);
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+main().catch((e) => {
+  console.error(`profile: ${(e as Error).message}`);
+  process.exit(1);
+});
