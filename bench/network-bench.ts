@@ -139,7 +139,8 @@ class Bench {
       {
         name: 'kni gRPC',
         add: async (id, netns) => void (await this.client.Attach({ sandbox_id: id, netns_path: netns })),
-        del: async (id) => void (await this.client.Detach({ sandbox_id: id })),
+        // As a runtime stopping the sandbox: the bench removes the netns right after.
+        del: async (id) => void (await this.client.Detach({ sandbox_id: id, netns_ending: true })),
       },
       {
         name: 'kni-cni (exec)',
@@ -231,7 +232,7 @@ class Bench {
         const [p] = this.newPods(1);
         try {
           await this.client.Attach({ sandbox_id: p.id, netns_path: p.netns });
-          await this.client.Detach({ sandbox_id: p.id });
+          await this.client.Detach({ sandbox_id: p.id, netns_ending: true });
           cycles++;
         } finally {
           this.dropPods([p]);

@@ -57,7 +57,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
     }
     for (const p of detach ? pods : []) {
       const t = performance.now();
-      await c.Detach({ sandbox_id: p.id });
+      await c.Detach({ sandbox_id: p.id, netns_ending: true });
       delMs.push(performance.now() - t);
     }
     // The same kernel work in C, on the same bridge, with as many pods already there.

@@ -95,7 +95,8 @@ program.command('networks').description('network definitions kni knows (NetworkA
   print(o.output, r.networks, () =>
     table([['NETWORK', 'SOURCE', 'PLUGINS', 'ATTACHMENTS', 'PROBLEM'], ...r.networks.map((n: any) => [
       `${n.namespace}/${n.name}`, n.source, n.plugins.join(',') || '-', String(n.attachments.length), n.valid ? '-' : n.error,
-    ])]) + (o.output === 'table' ? r.networks.filter((n: any) => n.attachments.length).map((n: any) => `${n.namespace}/${n.name}: ${n.attachments.map((a: string) => shortId(a.split('/')[0]) + '/' + a.split('/')[1]).join(' ')}\n`).join('') : ''),
+    ])]) + r.networks.filter((n: any) => n.attachments.length).map((n: any) =>
+      `${n.namespace}/${n.name}: ${n.attachments.map((a: string) => shortId(a.split('/')[0]) + '/' + a.split('/')[1]).join(' ')}${n.pods.length ? ` (pods ${n.pods.join(' ')})` : ''}\n`).join(''),
   );
 });
 

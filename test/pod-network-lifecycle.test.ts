@@ -5,6 +5,7 @@ import { loadProto } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 describe('containerd PodNetworkLifecycle', () => {
   let d: TestDaemon;
@@ -50,7 +51,9 @@ describe('containerd PodNetworkLifecycle', () => {
     assert.deepEqual(again.interfaces, res.interfaces);
 
     await call('TeardownPodNetwork', { sandbox_id: 'pnl-1', netns_path: netns });
-    assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
+    // containerd removes the netns after a teardown: kni answers before the kernel's veth
+    // delete, which follows within moments (batched).
+    await waitFor(() => !/eth0/.test(inNetns(netns, 'ip', ['-o', 'link']).out), 10_000, () => inNetns(netns, 'ip', ['-o', 'link']).out);
     await call('TeardownPodNetwork', { sandbox_id: 'pnl-1', netns_path: '' }); // again, netns gone: fine
     assert.equal((await d.rt().GetIPAMStatus()).ranges[0].used, '0');
   });

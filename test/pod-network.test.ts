@@ -95,6 +95,7 @@ describe('pod network (real kernel)', () => {
     await rt.Attach({ sandbox_id: 'own-ns', netns_path: netns });
     await rt.Detach({ sandbox_id: 'own-ns' });
     assert.ok(fs.existsSync(netns));
+    // A plain Detach (the netns stays, as a runtime that reconnects networks keeps it): the pod end is gone when it answers.
     assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
     assert.ok(!d.nodeLinks().includes(hostVethName('own-ns', 'eth0')));
   });

@@ -3,12 +3,12 @@
 // sandboxes and bandwidth shaping when asked. Spawn-free: all netlink from this process.
 import { KniError } from './errors';
 import type { NetworkRuntime } from './network-runtime';
-import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
 import { hostVethName } from './runtime-types';
 import { checkRecord } from './sandbox-check';
 import { unwireInterface, wireInterface } from './sandbox-wiring';
 import { NetnsHandle } from '../netns/open-netns';
-import { withSpan } from '../observe/tracing';
+import { tracingEnabled, withSpan } from '../observe/tracing';
 import { podMac } from '../pod/pod-wiring';
 import { tapName } from '../pod/vm-wiring';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -42,11 +42,13 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
-    wireInterface(this.rt, rec, itf, ns);
+    // With tracing on, on this thread: each kernel step is then a span of its own (the wiring
+    // threads have no tracer), at the price of attaches not overlapping.
+    await wireInterface(this.rt, rec, itf, ns, tracingEnabled() ? undefined : this.rt.wiring);
   }
 
-  async detach(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void> {
-    unwireInterface(rec, itf, netnsGoes, this.rt.reaper);
+  async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
+    unwireInterface(rec, itf, mode, this.rt.reaper);
   }
 
   async check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {

@@ -69,6 +69,7 @@ export class CniBackend implements NetworkBackend {
     }
   }
 
+  /** The plugins' DEL, whatever the mode: what they made is theirs to undo, now. */
   async detach(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
     // CNI_ARGS and capability args come from ADD's cache entry.
     await withSpan('cni.del', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.del({ containerId: rec.id, netns: rec.netnsPath, ifName: itf.name }));

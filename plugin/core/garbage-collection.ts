@@ -26,7 +26,8 @@ export async function collectGarbage(rt: NetworkRuntime, live: string[], graceMs
     if (liveSet.has(id) || Date.parse(rec.createdAt) > cutoff) continue;
     if (only && (rec.entryPoint ?? 'kni') !== only) continue;
     const ownedPath = rt.netns.get(rec.ownedNetns)?.path;
-    if (await rt.detach(id, true, 'gc')) {
+    // The runtime no longer has the sandbox: its netns is gone or going.
+    if (await rt.detach(id, true, 'gc', true)) {
       releasedSandboxes.push(id);
       if (ownedPath) releasedOwned.push(ownedPath);
     }

@@ -21,6 +21,14 @@ export interface AttachmentRequest {
   defaultRoute?: string[];
 }
 
+/**
+ * How a detach treats the kernel objects: 'now' deletes them before answering; 'netns-ending'
+ * (the caller is tearing the netns down: a runtime stopping the sandbox) may answer first and
+ * delete them moments later; 'netns-goes' (kni unpins a netns it made) leaves them to the
+ * netns's teardown.
+ */
+export type DetachMode = 'now' | 'netns-ending' | 'netns-goes';
+
 export interface NetworkBackend {
   readonly kind: 'builtin' | 'cni';
   /** The network's name as network-status shows it. */
@@ -32,8 +40,8 @@ export interface NetworkBackend {
   reserve(rec: SandboxRecord, itf: InterfaceRecord, req: AttachmentRequest): void;
   /** Makes the interface in the netns open on ns; fills in what it learnt (a CNI result). */
   attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, req: AttachmentRequest): Promise<void>;
-  /** Undoes attach (also a partial one, and after a restart). netnsGoes: the netns is about to be unpinned with everything in it. */
-  detach(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void>;
+  /** Undoes attach (also a partial one, and after a restart). */
+  detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void>;
   /** What does not match between the interface and the kernel (CNI: the plugins' CHECK). */
   check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]>;
   /** Whether the network can take pods (CNI: STATUS); throws the reason when not. */

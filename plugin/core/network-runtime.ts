@@ -20,6 +20,7 @@ import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observ
 import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
 import { VethReaper } from '../pod/veth-reaper';
+import { WiringPool } from '../pod/wiring-pool';
 import { restoreState } from './restore-state';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
@@ -55,6 +56,8 @@ export class NetworkRuntime {
   readonly node = new NodeLifecycle(this);
   /** Host veths of detached pods, deleted in batches after the detach answered. */
   readonly reaper = new VethReaper();
+  /** Threads that make pod interfaces, so that concurrent attaches overlap. */
+  readonly wiring = new WiringPool();
   /** Every pod network change, for Watch. */
   readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];
@@ -119,6 +122,7 @@ export class NetworkRuntime {
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
     this.extensions.close();
+    this.wiring.close();
     try {
       this.reaper.close();
     } catch (e) {
@@ -274,7 +278,11 @@ export class NetworkRuntime {
    * Releases everything attach took. Unknown or already-released ids succeed (false).
    * releaseNetns also unpins the netns kni created for the sandbox.
    */
-  async detach(sandboxId: string, releaseNetns = true, entryPoint: EntryPoint = 'kni'): Promise<boolean> {
+  /**
+   * netnsEnding: the caller tears the netns down next (a runtime stopping the sandbox), so the
+   * answer need not wait for the kernel's veth delete (plugin/pod/veth-reaper.ts).
+   */
+  async detach(sandboxId: string, releaseNetns = true, entryPoint: EntryPoint = 'kni', netnsEnding = false): Promise<boolean> {
     const started = process.hrtime.bigint();
     const fields = { sandbox: String(sandboxId ?? '').slice(0, 128), entry: entryPoint };
     try {
@@ -283,7 +291,7 @@ export class NetworkRuntime {
         this.locks.run(id, async () => {
           const rec = this.sandboxes.get(id);
           if (!rec) return undefined;
-          await this.release(rec, releaseNetns);
+          await this.release(rec, releaseNetns, netnsEnding);
           return rec;
         }),
       );
@@ -299,8 +307,8 @@ export class NetworkRuntime {
   }
 
   /** Releases everything a sandbox holds (see sandbox-release.ts). */
-  release(rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
-    return releaseSandbox(this, rec, releaseNetns);
+  release(rec: SandboxRecord, releaseNetns: boolean, netnsEnding = false): Promise<void> {
+    return releaseSandbox(this, rec, releaseNetns, netnsEnding);
   }
 
   /** Removes one interface of an attached sandbox whose lock the caller holds. */

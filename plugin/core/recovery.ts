@@ -254,7 +254,7 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
   if (!problems.length) return;
   try {
     unwireSandbox(rec);
-    wireSandbox(rt, rec, ns);
+    await wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
     rt.events.emit('repaired', rec, problems.join('; '));
     if (problems.some((p) => p.includes('lacks address'))) rt.events.emit('address_changed', rec, 'addresses restored from the record');

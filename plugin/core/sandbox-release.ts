@@ -5,7 +5,7 @@ import { KniError } from './errors';
 import { emitDetached } from './events';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
-import { isBuiltIn } from './network-backend';
+import { DetachMode, isBuiltIn } from './network-backend';
 import { restoreDefaultRoute } from './attach-pipeline';
 import { ATTACHED, DETACHING } from './runtime-types';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
@@ -24,7 +24,7 @@ import { InterfaceRecord, SandboxRecord } from '../store/records';
  * tap and veth in one batch (≈ 1.4 ms here against ≈ 20 ms for deleting a veth, see
  * docs/architecture.md); the host end disappears with it shortly after.
  */
-export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, releaseNetns: boolean): Promise<void> {
+export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, releaseNetns: boolean, netnsEnding = false): Promise<void> {
   // A rolled-back attach was never seen attached: no event for it.
   const wasAttached = rec.phase !== 'attaching';
   if (rec.phase === 'attached') {
@@ -39,7 +39,7 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
   let first: unknown;
   for (const itf of [...rec.interfaces].reverse()) {
     try {
-      await detachInterface(rt, rec, itf, owned !== undefined);
+      await detachInterface(rt, rec, itf, owned ? 'netns-goes' : netnsEnding ? 'netns-ending' : 'now');
     } catch (e) {
       first ??= e;
     }
@@ -57,14 +57,14 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
   }
 }
 
-async function detachInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, netnsGoes: boolean): Promise<void> {
+async function detachInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
   const backend = rt.backendFor(rec, itf);
   if (!backend) {
     // Nothing left to run its DEL with: neither its cached config nor its definition.
     log('error', 'an interface\'s network is gone and it was added before kni cached configs; left as it is', { sandbox: rec.id, interface: itf.name, network: itf.network || 'default' });
     return;
   }
-  await backend.detach(rec, itf, netnsGoes);
+  await backend.detach(rec, itf, mode);
 }
 
 /**
@@ -81,7 +81,7 @@ export async function removeInterface(rt: NetworkRuntime, rec: SandboxRecord, it
     delete itf.removing;
     throw new KniError('UNAVAILABLE', `cannot record the removal of ${itf.name} of sandbox ${rec.id} in the state dir (${(e as Error).message}); nothing was changed`);
   }
-  await detachInterface(rt, rec, itf, false);
+  await detachInterface(rt, rec, itf, 'now');
   if (itf.defaultRoute) {
     const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
     if (ns.state === 'same') {

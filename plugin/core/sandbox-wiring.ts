@@ -4,7 +4,7 @@
 import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
-import { isBuiltIn } from './network-backend';
+import { DetachMode, isBuiltIn } from './network-backend';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { ifbName, removeIfb, shapePod } from '../pod/bandwidth';
 import { NotANetnsError, socketInNetns } from '../netns/netns';
@@ -13,19 +13,37 @@ import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { VethReaper } from '../pod/veth-reaper';
+import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
-/** Makes one built-in interface in the netns open on ns: the veth on the bridge, its shaping and tap. */
-export function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
+/**
+ * Makes one built-in interface in the netns open on ns: the veth on the bridge (on a wiring
+ * thread when a pool is given: wiring-pool.ts), its shaping and tap.
+ */
+export async function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, pool?: WiringPool): Promise<void> {
+  const wire = () => (pool ? pool.wire(ns.fd, rt.node.bridgeIndex, itf, rec.id) : Promise.resolve(wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id)));
   try {
-    wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
+    await wire();
   } catch (e) {
+    if (e instanceof PodInterfaceExistsError && rt.reaper.busy()) {
+      // The pod end of a detach that answered already, whose veth the reaper has not deleted
+      // yet (a runtime that reuses the netns at once): delete the retired veths now.
+      rt.reaper.flush();
+      await wire();
+      return shape(rt, rec, itf, ns);
+    }
     if (!(e instanceof HostVethExistsError)) throw e;
-    // A leftover of an earlier attach of this very sandbox (the name is its hash).
-    log('warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
+    // A leftover of an earlier attach of this very sandbox (the name is its hash), or its own
+    // retired veth from a detach a moment ago.
+    log(rt.reaper.busy() ? 'debug' : 'warn', 'removing a stale host veth', { sandbox: rec.id, veth: e.hostVeth });
     unwirePod(itf);
-    wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
+    await wire();
   }
+  shape(rt, rec, itf, ns);
+}
+
+/** What follows the veth on the main thread: bandwidth shaping and a vm sandbox's tap. */
+function shape(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
   // The pod's limits apply to its default-network interface.
   if (rec.bandwidth && !itf.network) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, itf.hostVeth, rec.bandwidth!));
   if (itf.tap) {
@@ -40,11 +58,11 @@ export function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: Inter
 
 /**
  * Deletes what wireInterface made: the tap, the ifb, then the veth (the kernel removes the pod
- * end with it): at once, or through the reaper (veth-reaper.ts). netnsGoes: the netns is
- * unpinned next and takes the pod side along.
+ * end with it): at once, or through the reaper when the netns is ending (veth-reaper.ts), or
+ * not at all when kni unpins the netns next (the teardown takes the pod side along).
  */
-export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsGoes = false, reaper?: VethReaper): void {
-  if (itf.tap && !netnsGoes) unwireTap(rec, itf.tap);
+export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode = 'now', reaper?: VethReaper): void {
+  if (itf.tap && mode === 'now') unwireTap(rec, itf.tap);
   if (rec.bandwidth && !itf.network) {
     const sock = new NetlinkSocket();
     try {
@@ -53,15 +71,16 @@ export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, netnsG
       sock.close();
     }
   }
-  if (netnsGoes) return;
-  // A detach retires the veth and answers; the kernel's slow delete comes after, batched.
-  if (reaper) reaper.retire(itf.hostVeth, rec.id);
+  if (mode === 'netns-goes') return;
+  // The netns is ending: retire the veth and answer; the kernel's slow delete comes after,
+  // batched. Otherwise the pod end must be gone when the caller gets the answer.
+  if (mode === 'netns-ending' && reaper) reaper.retire(itf.hostVeth, rec.id);
   else unwirePod(itf);
 }
 
-/** Every built-in interface of a sandbox again (reconcile's repair). */
-export function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): void {
-  for (const itf of rec.interfaces.filter(isBuiltIn)) wireInterface(rt, rec, itf, ns);
+/** Every built-in interface of a sandbox again (reconcile's repair, on the main thread). */
+export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): Promise<void> {
+  for (const itf of rec.interfaces.filter(isBuiltIn)) await wireInterface(rt, rec, itf, ns);
 }
 
 export function unwireSandbox(rec: SandboxRecord): void {

@@ -133,6 +133,11 @@ export class VethReaper {
     }
   }
 
+  /** Whether retired veths may still be there (waiting, or handed to the thread). */
+  busy(): boolean {
+    return this.waiting + this.inFlight > 0;
+  }
+
   /** Retired veths not handed to the kernel's delete yet, and deleted so far (metrics, tests). */
   stats(): { waiting: number; deleted: number } {
     return { waiting: this.waiting + this.inFlight, deleted: this.deleted };

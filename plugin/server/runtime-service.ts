@@ -106,7 +106,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       });
       return podNetwork(rt, rec);
     }),
-    Detach: u('Detach', async (req: { sandbox_id: string }) => ({ released: await rt.detach(req.sandbox_id, true) })),
+    Detach: u('Detach', async (req: { sandbox_id: string; netns_ending?: boolean }) => ({ released: await rt.detach(req.sandbox_id, true, 'kni', req.netns_ending === true) })),
     Check: u('Check', async (req: { sandbox_id: string }) => {
       const problems = await rt.check(req.sandbox_id);
       return { ok: problems.length === 0, problems };
@@ -134,6 +134,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
         namespace: d.namespace, name: d.name, source: d.source, origin: d.origin, valid: !!d.config, error: d.error ?? '',
         cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
         attachments: rt.list().flatMap((r) => r.interfaces.filter((i) => i.network === `${d.namespace}/${d.name}`).map((i) => `${r.id}/${i.name}`)),
+        pods: [...new Set(rt.list().filter((r) => r.pod.name && r.interfaces.some((i) => i.network === `${d.namespace}/${d.name}`)).map((r) => `${r.pod.namespace}/${r.pod.name}`))].sort(),
       })),
     })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),

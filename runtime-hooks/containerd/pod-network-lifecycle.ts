@@ -53,7 +53,8 @@ export function podNetworkLifecycleHandlers(rt: NetworkRuntime): grpc.UntypedSer
       return setupResponse(rt, rec, req.dns_config);
     }),
     TeardownPodNetwork: u('TeardownPodNetwork', async (req: { sandbox_id: string }) => {
-      await rt.detach(req.sandbox_id, true, 'containerd');
+      // Teardown comes as containerd stops the sandbox: the netns goes next.
+      await rt.detach(req.sandbox_id, true, 'containerd', true);
       return {};
     }),
     CheckHealth: u('CheckHealth', () => {

@@ -223,7 +223,8 @@ export class NriPlugin {
   }
 
   private async onStop(pod: NriPod): Promise<void> {
-    await this.rt.detach(pod.id, true, 'nri');
+    // The runtime is stopping (or removing) the sandbox: its netns goes next.
+    await this.rt.detach(pod.id, true, 'nri', true);
   }
 
   private async reconcile(live: string[]): Promise<void> {
