@@ -9,7 +9,7 @@ import { Command } from 'commander';
 import { runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import { percentile } from './stats';
+import { percentile, rssMb } from './stats';
 
 interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
@@ -68,6 +68,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
     const floor = JSON.parse(fl.stdout) as { attachMs: number[]; detachMs: number[] };
     process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
     const inDaemon = log.slice(mark).split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);
+    process.stdout.write(`daemon RSS with ${n} pods: ${rssMb(d.pid!).toFixed(0)} MB\n`);
     process.stdout.write(`attach p50: in-daemon ${percentile(inDaemon, 50).toFixed(2)} ms, gRPC ${percentile(grpcMs, 50).toFixed(2)} ms; detach (gRPC) p50 ${detach ? percentile(delMs, 50).toFixed(2) : '-'} ms\n`);
     for (const p of pods) removePinnedNetns(p.netns);
   } finally {

@@ -42,9 +42,11 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
-    // With tracing on, on this thread: each kernel step is then a span of its own (the wiring
-    // threads have no tracer), at the price of attaches not overlapping.
-    await wireInterface(this.rt, rec, itf, ns, tracingEnabled() ? undefined : this.rt.wiring);
+    // On a wiring thread only when other attaches are in flight (they then overlap); one alone
+    // is wired here, saving the hop. With tracing on, always here: each kernel step is then a
+    // span of its own (the wiring threads have no tracer).
+    const pool = this.rt.attachesInFlight > 1 && !tracingEnabled() ? this.rt.wiring : undefined;
+    await wireInterface(this.rt, rec, itf, ns, pool);
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {

@@ -58,6 +58,8 @@ export class NetworkRuntime {
   readonly reaper = new VethReaper();
   /** Threads that make pod interfaces, so that concurrent attaches overlap. */
   readonly wiring = new WiringPool();
+  /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
+  attachesInFlight = 0;
   /** Every pod network change, for Watch. */
   readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];
@@ -191,6 +193,7 @@ export class NetworkRuntime {
       entry: entryPoint,
     };
     const attrs = { 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint };
+    this.attachesInFlight++;
     try {
       const rec = await withSpan('kni.attach', attrs, () => this.attachSandbox(req));
       const s = Number(process.hrtime.bigint() - started) / 1e9;
@@ -200,6 +203,8 @@ export class NetworkRuntime {
     } catch (e) {
       this.failed('attach', entryPoint, e, fields, started);
       throw e;
+    } finally {
+      this.attachesInFlight--;
     }
   }
 

@@ -20,6 +20,7 @@ import { Worker } from 'node:worker_threads';
 import { log } from '../core/log';
 import { attrString, attrU32 } from '../netlink/attr';
 import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
+import { WORKER_LIMITS } from './wiring-pool';
 
 const RTM_NEWLINK = 16;
 const RTM_DELLINK = 17;
@@ -100,7 +101,7 @@ export class VethReaper {
 
   private spawnWorker(): Worker {
     if (this.worker) return this.worker;
-    const w = new Worker(path.join(__dirname, 'veth-reaper-worker.js'));
+    const w = new Worker(path.join(__dirname, 'veth-reaper-worker.js'), { resourceLimits: WORKER_LIMITS });
     w.unref();
     w.on('message', (m: { ok: boolean; error?: string }) => {
       this.workerBusy = false;

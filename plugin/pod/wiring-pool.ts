@@ -18,6 +18,12 @@ import { HostVethExistsError, PodInterfaceExistsError } from './pod-wiring';
 import type { WireError, WireJob } from './wiring-worker';
 
 const JOB_TIMEOUT_MS = 10_000;
+/**
+ * A wiring or reaper thread holds a few small buffers: V8's default heap sizes would add tens
+ * of MB of resident memory per thread for nothing (measured: daemon RSS at 1000 pods 106 MB
+ * without threads, 162 MB with two at the defaults).
+ */
+export const WORKER_LIMITS = { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 16, codeRangeSizeMb: 8 };
 
 function rebuild(e: WireError): Error {
   switch (e.kind) {
@@ -41,7 +47,7 @@ class WiringThread {
   readonly pending = new Map<number, Pending>();
 
   constructor(onDead: (t: WiringThread, why: string) => void) {
-    this.worker = new Worker(path.join(__dirname, 'wiring-worker.js'));
+    this.worker = new Worker(path.join(__dirname, 'wiring-worker.js'), { resourceLimits: WORKER_LIMITS });
     this.worker.unref();
     this.worker.on('message', (m: { seq: number; error?: WireError }) => {
       const p = this.pending.get(m.seq);
