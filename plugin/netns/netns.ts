@@ -1,8 +1,9 @@
 // Network namespaces: create and pin, unpin, and open netlink sockets inside one.
 //
-// Everything here runs synchronously on the main thread, which is the only thread that ever
-// changes netns: setns moves the thread, the socket is bound to the netns it was created in,
-// and the thread is moved back before any other JavaScript can run.
+// Everything here runs synchronously on the calling thread (the main thread, or a wiring
+// thread: plugin/pod/wiring-pool.ts): setns moves only that thread, the socket is bound to the
+// netns it was created in, and the thread is moved back before any other JavaScript can run on
+// it. Each thread keeps its own handle on the node netns ("home").
 import fs from 'node:fs';
 import path from 'node:path';
 import * as libc from '../sys/libc';
