@@ -31,13 +31,14 @@ export interface NetnsPolicy {
 /**
  * The allowed roots with symlinks resolved (/var/run → /run). Roots are configuration: each is
  * resolved once, not on every attach; one that does not exist yet (containerd makes its netns
- * dir with its first pod) is tried again next time.
+ * dir with its first pod) is tried again when a path lies in none of the resolved ones.
  */
 const resolvedRoots = new Map<string, string>();
-const realRoots = (roots: string[]): string[] =>
+const realRoots = (roots: string[], retryMissing: boolean): string[] =>
   roots.flatMap((r) => {
     let real = resolvedRoots.get(r);
     if (real === undefined) {
+      if (!retryMissing) return [];
       try {
         real = fs.realpathSync(r);
       } catch {
@@ -47,6 +48,10 @@ const realRoots = (roots: string[]): string[] =>
     }
     return [real];
   });
+
+/** Whether an opened path lies in a root: the resolved ones first, missing ones tried only then. */
+const insideRoots = (opened: string, roots: string[]): boolean =>
+  realRoots(roots, false).some((r) => opened.startsWith(`${r}/`)) || realRoots(roots, true).some((r) => opened.startsWith(`${r}/`));
 
 /**
  * Opens a netns path: INVALID_ARGUMENT when it leads outside the policy's roots, is not a network
@@ -69,7 +74,7 @@ export function openNetns(p: string, policy: NetnsPolicy): NetnsHandle {
     // What was opened, as the kernel names it: a mount point path, or "net:[inode]" under /proc.
     const opened = fs.readlinkSync(`/proc/self/fd/${pathFd}`);
     const roots = policy.allowedRoots;
-    if (!isProc && roots !== 'any' && !realRoots(roots).some((r) => opened.startsWith(`${r}/`))) {
+    if (!isProc && roots !== 'any' && !insideRoots(opened, roots)) {
       throw invalid(`${field} ${p} is outside the allowed netns roots (${roots.join(', ')})`);
     }
     const st = fs.fstatSync(pathFd);

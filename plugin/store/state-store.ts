@@ -7,6 +7,15 @@ import path from 'node:path';
 import { log } from '../core/log';
 import { NetnsRecord, SandboxRecord } from './records';
 
+/** One unlink (rmSync with force stats first: an extra syscall per file on every detach). */
+function unlinkIfThere(file: string): void {
+  try {
+    fs.unlinkSync(file);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+  }
+}
+
 class Collection<T extends object> {
   constructor(private readonly dir: string) {
     fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
@@ -37,8 +46,8 @@ class Collection<T extends object> {
 
   /** The record first, then its marks: a crash in between leaves a mark alone, which loadAll drops. */
   delete(key: string, flags: string[] = []): void {
-    fs.rmSync(this.file(key), { force: true });
-    for (const f of flags) fs.rmSync(path.join(this.dir, `${key}.${f}`), { force: true });
+    unlinkIfThere(this.file(key));
+    for (const f of flags) unlinkIfThere(path.join(this.dir, `${key}.${f}`));
   }
 
   /** Every readable record; unreadable ones are reported and set aside (.corrupt). */
