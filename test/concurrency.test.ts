@@ -1,5 +1,6 @@
 // Many sandboxes at once: 16 concurrent attaches of 200 sandboxes get 200 distinct addresses.
 import assert from 'node:assert/strict';
+import fs from 'node:fs';
 import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
 
@@ -29,6 +30,12 @@ describe('concurrency', () => {
     assert.equal((await rt.ListPods()).pods.length, 200);
     assert.equal(d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l)).length, 200);
     assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '200');
+    // The attaches overlapped on wiring threads, each entering pod netns: every thread of the
+    // daemon is back in the node's netns.
+    const expected = fs.statSync(d.nodeNetns).ino;
+    const threads = fs.readdirSync(`/proc/${d.proc!.pid}/task`);
+    assert.ok(threads.length > 1);
+    for (const t of threads) assert.equal(fs.statSync(`/proc/${d.proc!.pid}/task/${t}/ns/net`).ino, expected, `thread ${t} is not in the node netns`);
     // Same id attached again concurrently with itself: one network, same answer.
     const [x, y] = await Promise.all([rt.GetPod({ sandbox_id: 'conc-7' }), rt.Attach({ sandbox_id: 'conc-7', netns_path: (await rt.GetPod({ sandbox_id: 'conc-7' })).netns_path })]);
     assert.deepEqual(x, y);

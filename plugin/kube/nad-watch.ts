@@ -34,7 +34,10 @@ export class NadWatch {
     this.informer.on('add', (o) => this.upsert(o));
     this.informer.on('update', (o) => this.upsert(o));
     this.informer.on('delete', (o) => this.rt.networks.delete('api', `${o.metadata?.namespace}/${o.metadata?.name}`));
-    this.informer.on('connect', () => this.resync());
+    this.informer.on('connect', () => {
+      this.lastError = '';
+      this.resync();
+    });
     this.informer.on('error', (e) => this.broke(e));
     void this.informer.start().catch((e) => this.broke(e));
   }
@@ -74,13 +77,21 @@ export class NadWatch {
     }
   }
 
+  private lastError = '';
+  private backoffMs = 5000;
+
+  /** Starts the watch again, backing off to a minute while the same error repeats (logged once). */
   private broke(e: unknown): void {
     if (this.stopped) return;
     watchRestartsTotal.inc({ resource: 'network-attachment-definition' });
     const err = apiError(e);
-    log('warn', err.includes('404') ? 'NetworkAttachmentDefinitions cannot be listed: is the CRD installed (kind-config/network-attachment-definition-crd.yaml)? retrying' : 'NetworkAttachmentDefinition watch broke; starting it again', { error: err });
+    if (err !== this.lastError) {
+      log('warn', err.includes('404') ? 'NetworkAttachmentDefinitions cannot be listed: is their CRD installed (kind-config/kni-daemonset.yaml has it)? retrying' : 'NetworkAttachmentDefinition watch broke; starting it again', { error: err });
+      this.backoffMs = 5000;
+    } else this.backoffMs = Math.min(this.backoffMs * 2, 60_000);
+    this.lastError = err;
     if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err2) => this.broke(err2)), 5000);
+    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err2) => this.broke(err2)), this.backoffMs);
     this.restartTimer.unref();
   }
 }
