@@ -5,6 +5,8 @@ import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
 import { formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
+import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
+import { parseNetworkConfig } from '../plugin/cni/conflist';
 
 describe('ip', () => {
   it('round-trips IPv4 and IPv6 in canonical form', () => {
@@ -128,6 +130,25 @@ describe('range allocator', () => {
     assert.equal(r.reserve('10.99.0.9', 'a'), true);
     assert.equal(r.reserve('10.99.0.9', 'b'), false);
     assert.equal(r.reserve('10.98.0.9', 'b'), false);
+  });
+});
+
+describe('IPAM status of a CNI network', () => {
+  it('counts host-local ranges (subnet, rangeStart/rangeEnd, the legacy form) and skips what it cannot count', () => {
+    const list = parseNetworkConfig(JSON.stringify({
+      cniVersion: '1.0.0', name: 'n',
+      plugins: [
+        { type: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.1.0.0/24' }, { subnet: '10.2.0.0/24', rangeStart: '10.2.0.10', rangeEnd: '10.2.0.11' }], [{ subnet: 'usePodCidr' }]] } },
+        { type: 'macvlan', ipam: { type: 'host-local', subnet: 'fd00:9::/120' } },
+        { type: 'ptp', ipam: { type: 'static' } },
+      ],
+    }), 't');
+    const st = cniIpamStatus(list, ['10.1.0.2', '10.2.0.10', '10.2.0.11', '10.9.9.9', 'fd00:9::5']);
+    assert.deepEqual(st.map((r) => [r.cidr, r.size, r.used, r.free, r.exhausted]), [
+      ['10.1.0.0/24', 253n, 1, 252n, false],
+      ['10.2.0.0/24', 2n, 2, 0n, true],
+      ['fd00:9::/120', 254n, 1, 253n, false],
+    ]);
   });
 });
 
