@@ -3,8 +3,8 @@
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
 import path from 'node:path';
 import { Config, SandboxKind } from './config';
-import { AttachRequest, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
-import { KniError, invalid } from './errors';
+import { AttachRequest } from './runtime-types';
+import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
 import { log } from './log';
@@ -22,6 +22,7 @@ import { NodeLifecycle } from './node-lifecycle';
 import { VethReaper } from '../pod/veth-reaper';
 import { WiringPool } from '../pod/wiring-pool';
 import { restoreState } from './restore-state';
+import { podRef, sandboxKind, updateMetadata } from './sandbox-metadata';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
 import { loadCniNetwork } from '../cni/load-network';
@@ -162,25 +163,13 @@ export class NetworkRuntime {
 
   // --- attach / detach ---
 
-  /**
-   * Container or VM: from the runtime handler (CRI, NRI) through cfg.runtimeHandlers, else from
-   * the pod annotations (kni.dev/sandbox-kind, or kni.dev/runtime-handler mapped the same way).
-   */
+  /** Container or VM (see sandbox-metadata.ts). */
   sandboxKind(runtimeHandler: string, annotations: Record<string, string>): SandboxKind {
-    const byHandler = (h: string | undefined) => (h ? this.cfg.runtimeHandlers[h] : undefined);
-    const explicit = annotations[KIND_ANNOTATION];
-    if (explicit !== undefined && explicit !== 'vm' && explicit !== 'container') {
-      throw invalid(`annotation ${KIND_ANNOTATION} must be vm or container, not ${JSON.stringify(explicit)}`);
-    }
-    return byHandler(runtimeHandler) ?? (explicit as SandboxKind | undefined) ?? byHandler(annotations[HANDLER_ANNOTATION]) ?? 'container';
+    return sandboxKind(this.cfg, runtimeHandler, annotations);
   }
 
   podRef(pod: Partial<PodRef> = {}): PodRef {
-    return {
-      name: validate.objectName(pod.name, 'pod name'),
-      namespace: validate.objectName(pod.namespace, 'pod namespace'),
-      uid: validate.objectName(pod.uid?.toLowerCase(), 'pod uid'),
-    };
+    return podRef(pod);
   }
 
   /** Attaches a sandbox: one span, one log line, one histogram sample, whatever the entry point. */
@@ -342,28 +331,9 @@ export class NetworkRuntime {
     return detachNetwork(this, sandboxId, ifName);
   }
 
-  /**
-   * Adds what a later hook knows to an attached sandbox (NRI after the CNI path: uid, labels,
-   * annotations, runtime handler). Fields already set are kept. Unknown ids answer false.
-   */
-  async updateMetadata(sandboxId: string, meta: Omit<AttachRequest, 'sandboxId' | 'netnsPath' | 'interfaceName'>): Promise<boolean> {
-    const id = validate.sandboxId(sandboxId);
-    const pod = this.podRef(meta.pod);
-    const labels = validate.stringMap(meta.labels, 'labels');
-    const annotations = validate.stringMap(meta.annotations, 'annotations');
-    return this.locks.run(id, () => {
-      const rec = this.sandboxes.get(id);
-      if (!rec || rec.phase !== 'attached') return false;
-      rec.pod = { name: rec.pod.name || pod.name, namespace: rec.pod.namespace || pod.namespace, uid: rec.pod.uid || pod.uid };
-      rec.labels = { ...labels, ...rec.labels };
-      rec.annotations = { ...annotations, ...rec.annotations };
-      rec.runtimeHandler ||= typeof meta.runtimeHandler === 'string' ? meta.runtimeHandler.slice(0, 253) : '';
-      if ((rec.kind ?? 'container') === 'container' && this.sandboxKind(rec.runtimeHandler, rec.annotations) === 'vm') {
-        log('warn', 'a vm sandbox was wired as a container: the early hook had no runtime handler; annotate the pod with kni.dev/runtime-handler', { sandbox: id, runtimeHandler: rec.runtimeHandler });
-      }
-      this.store.sandboxes.put(id, rec);
-      return true;
-    });
+  /** Adds what a later hook knows to an attached sandbox (see sandbox-metadata.ts). */
+  updateMetadata(sandboxId: string, meta: Omit<AttachRequest, 'sandboxId' | 'netnsPath' | 'interfaceName'>): Promise<boolean> {
+    return updateMetadata(this, sandboxId, meta);
   }
 
   has(sandboxId: string): boolean {
