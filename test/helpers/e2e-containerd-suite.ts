@@ -120,17 +120,41 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
   it('kill -9 of kni-runtime while pods are being created: earlier pods keep working, later RunPodSandbox calls succeed', async () => {
     const before = await runPod('before-crash');
     const from = d.output.length;
-    const inflight = ['c0', 'c1', 'c2', 'c3', 'c4', 'c5'].map((n) => runPod(`crash-${n}`).then((p) => p, () => undefined));
-    // Killed as soon as the first of them reached kni: the others are then mid-creation.
-    await waitFor(() => /"msg":"attach".*crash-c/.test(d.output.slice(from)), 60_000, () => 'no crash-* pod reached kni');
-    await d.stop('SIGKILL');
-    // What kni had attached when it died: a RunPodSandbox whose CNI ADD had already answered
-    // still completes after the kill, so the runtime's answers do not tell what was in flight.
-    const attachedBeforeKill = (d.output.slice(from).match(/"msg":"attach".*crash-c/g) ?? []).length;
-    const made = (await Promise.all(inflight)).filter((p): p is Pod => p !== undefined);
-    d.closeClients();
-    await d.launch();
-    assert.ok(attachedBeforeKill < 6, 'kni had attached every crash-* pod before the kill: nothing was in flight');
+    // Killed from the daemon's own output stream, the moment the first of them is attached (a
+    // poll would let overlapping attaches all finish first): the others are then mid-creation.
+    const proc = d.proc!;
+    let seen = '';
+    const aim = (b: Buffer) => {
+      seen += b.toString();
+      if (/"msg":"attach".*crash-c/.test(seen)) {
+        proc.kill('SIGKILL');
+        proc.stdout!.off('data', aim);
+      }
+    };
+    proc.stdout!.on('data', aim);
+    const names = Array.from({ length: 10 }, (_, i) => `crash-c${i}`);
+    const inflight = names.map((n) => runPod(n).then((p) => p, () => undefined));
+    let made: Pod[] = [];
+    try {
+      await waitFor(() => /"msg":"attach".*crash-c/.test(d.output.slice(from)), 60_000, () => 'no crash-* pod reached kni');
+      await d.stop('SIGKILL');
+      // What kni had attached when it died: a RunPodSandbox whose CNI ADD had already answered
+      // still completes after the kill, so the runtime's answers do not tell what was in flight.
+      const attachedBeforeKill = (d.output.slice(from).match(/"msg":"attach".*crash-c/g) ?? []).length;
+      made = (await Promise.all(inflight)).filter((p): p is Pod => p !== undefined);
+      d.closeClients();
+      await d.launch();
+      assert.ok(attachedBeforeKill < names.length, 'kni had attached every crash-* pod before the kill: nothing was in flight');
+    } catch (e) {
+      // Whatever happened, the next tests get a runtime without these sandboxes.
+      proc.stdout!.off('data', aim);
+      if (!d.proc || d.proc.exitCode !== null || d.proc.signalCode !== null) {
+        d.closeClients();
+        await d.launch().catch(() => undefined);
+      }
+      for (const s of (await cri.ListPodSandbox({})).items) await removePod({ id: s.id } as Pod).catch(() => undefined);
+      throw e;
+    }
 
     const rec = await d.rt().GetPod({ sandbox_id: before.id });
     assert.equal(rec.interfaces[0].addresses[0].address, before.ip);
