@@ -21,6 +21,7 @@ const IFLA_NET_NS_FD = 28;
 const IFLA_LINK = 5;
 const IFLA_IFALIAS = 20;
 const IFLA_LINK_NETNSID = 37;
+const IFLA_GROUP = 27;
 const IFLA_AF_SPEC = 26;
 const AF_INET6 = 10;
 const IFLA_INET6_ADDR_GEN_MODE = 8;
@@ -208,6 +209,16 @@ export function linkSetUpByIndex(index: number, name: string): NetlinkRequest {
 
 export function linkSetAlias(index: number, name: string, alias: string): NetlinkRequest {
   return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFALIAS, alias)]) };
+}
+
+/** Moves a link (found by name) to a device group, with a new alias, in one request. */
+export function linkSetGroup(name: string, group: number, alias: string): NetlinkRequest {
+  return { type: RTM_NEWLINK, flags: 0, what: `move ${name} to group ${group}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrU32(IFLA_GROUP, group), attrString(IFLA_IFALIAS, alias)]) };
+}
+
+/** Deletes every link of a device group in one request: the kernel unregisters them together. */
+export function linkGroupDel(group: number, what: string): NetlinkRequest {
+  return { type: RTM_DELLINK, flags: 0, what: `delete ${what} (group ${group})`, body: Buffer.concat([ifinfomsg(), attrU32(IFLA_GROUP, group)]) };
 }
 
 /**

@@ -4,10 +4,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { NetworkDefinition, parseDefinition } from './network-definitions';
+import { DNS_LABEL, DNS_SUBDOMAIN } from './network-selection';
 
 const EXT = /\.(conf|conflist|json)$/;
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const MAX_FILE = 1 << 20;
 
 export function scanNetworkDir(dir: string, ipamDataDir: string): NetworkDefinition[] {

@@ -25,8 +25,9 @@ export interface NetworkSelection {
 export class SelectionError extends Error {}
 
 export const MAX_SELECTIONS = 32;
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** Kubernetes object names: a namespace (DNS label) and a definition's name (DNS subdomain). */
+export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
+export const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
 const JSON_KEYS = new Set(['name', 'namespace', 'interface', 'ips', 'mac', 'default-route', 'cni-args', 'portMappings', 'bandwidth']);
 
 export const networkKey = (s: { namespace: string; name: string }): string => `${s.namespace}/${s.name}`;

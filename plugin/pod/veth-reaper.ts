@@ -18,41 +18,17 @@
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { log } from '../core/log';
-import { attrString, attrU32 } from '../netlink/attr';
+import { linkGroupDel, linkSetGroup } from '../netlink/link';
 import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
 import { WORKER_LIMITS } from './wiring-pool';
 
-const RTM_NEWLINK = 16;
-const RTM_DELLINK = 17;
-const IFLA_IFNAME = 3;
-const IFLA_IFALIAS = 20;
-const IFLA_GROUP = 27;
 /** The device group retired veths wait in ("kni" in ASCII); group 0 is every link's default. */
 export const REAP_GROUP = 0x6b6e69;
 export const RELEASED_ALIAS_PREFIX = 'kni-released:';
 /** How long retired veths wait for company before the batch delete. */
 const BATCH_MS = 2;
 
-function ifinfomsg(index: number): Buffer {
-  const b = Buffer.alloc(16);
-  b.writeInt32LE(index, 4);
-  return b;
-}
-
-/** By name when index is 0 (the kernel then looks the link up by IFLA_IFNAME; no create flag). */
-const retireRequest = (index: number, name: string, sandboxId: string): NetlinkRequest => ({
-  type: RTM_NEWLINK,
-  flags: 0,
-  what: `retire veth ${name}`,
-  body: Buffer.concat([ifinfomsg(index), ...(index ? [] : [attrString(IFLA_IFNAME, name)]), attrU32(IFLA_GROUP, REAP_GROUP), attrString(IFLA_IFALIAS, `${RELEASED_ALIAS_PREFIX}${sandboxId}`)]),
-});
-
-export const groupDelete = (): NetlinkRequest => ({
-  type: RTM_DELLINK,
-  flags: 0,
-  what: 'delete the retired veths',
-  body: Buffer.concat([ifinfomsg(0), attrU32(IFLA_GROUP, REAP_GROUP)]),
-});
+export const groupDelete = (): NetlinkRequest => linkGroupDel(REAP_GROUP, 'the retired veths');
 
 export class VethReaper {
   private timer?: NodeJS.Timeout;
@@ -73,7 +49,7 @@ export class VethReaper {
    */
   retire(hostVeth: string, sandboxId: string): void {
     try {
-      this.socket().request(retireRequest(0, hostVeth, sandboxId));
+      this.socket().request(linkSetGroup(hostVeth, REAP_GROUP, `${RELEASED_ALIAS_PREFIX}${sandboxId}`));
     } catch (e) {
       if (e instanceof NetlinkError && e.code === 'ENODEV') return;
       throw e;

@@ -22,6 +22,34 @@ export const knictl = (w: string, ...args: string[]): any =>
 export const kniVeths = (w: string): string[] =>
   execFileSync('ip', ['-n', `kc-${w}`, '-o', 'link', 'show'], { encoding: 'utf8' }).split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter((n) => /^kni[0-9a-f]{12}$/.test(n));
 
+/** The e2e image serving HTTP on :80 (indented for a pod spec at `indent`). */
+const HTTPD = (indent: string, extra = '') => [
+  'automountServiceAccountToken: false',
+  'terminationGracePeriodSeconds: 1',
+  'containers:',
+  '- name: httpd',
+  '  image: kni.local/e2e:1',
+  '  imagePullPolicy: Never',
+  '  command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]',
+  ...(extra ? [`  ${extra}`] : []),
+].map((l) => `${indent}${l}`).join('\n');
+
+/** One httpd pod pinned to a worker, with annotations and a hostPort when given. */
+export const POD = (name: string, node: string, o: { labels?: Record<string, string>; annotations?: Record<string, string>; hostPort?: number } = {}) => `apiVersion: v1
+kind: Pod
+metadata:
+  name: ${name}
+  labels: ${JSON.stringify(o.labels ?? { app: name })}
+  annotations: ${JSON.stringify(o.annotations ?? {})}
+spec:
+  nodeName: kc-${node}
+${HTTPD('  ', o.hostPort ? `ports: [{containerPort: 80, hostPort: ${o.hostPort}}]` : '')}
+`;
+
+/** An HTTP GET from a node's netns (bash's /dev/tcp: no tool needed on the node). */
+export const getFromNode = (w: string, ip: string, port: number): string =>
+  execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'timeout', '10', 'bash', '-c', `exec 3<>/dev/tcp/${ip}/${port}; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3`], { encoding: 'utf8' });
+
 export const WEB = (replicas: number) => `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: web}
@@ -31,13 +59,7 @@ spec:
   template:
     metadata: {labels: {app: web}}
     spec:
-      automountServiceAccountToken: false
-      terminationGracePeriodSeconds: 1
-      containers:
-      - name: httpd
-        image: kni.local/e2e:1
-        imagePullPolicy: Never
-        command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
+${HTTPD('      ')}
 `;
 export const apply = (yaml: string) => execFileSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, 'apply', '-f', '-'], { input: yaml, encoding: 'utf8' });
 

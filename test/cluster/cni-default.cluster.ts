@@ -4,29 +4,10 @@
 // addresses, reach each other across nodes over kni's routes, a hostPort answers from its node
 // and from the other node, and deleting the pods frees every lease.
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictl, kubectl, kubectlJson, ready, WEB, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, knictl, kubectl, kubectlJson, POD, ready, WEB, WORKERS } from './cluster-helpers';
 
-const HOSTPORT_POD = `apiVersion: v1
-kind: Pod
-metadata: {name: hp, labels: {app: hp}}
-spec:
-  nodeName: kc-w1
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: httpd
-    image: kni.local/e2e:1
-    imagePullPolicy: Never
-    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-    ports: [{containerPort: 80, hostPort: 8080}]
-`;
-
-/** An HTTP GET from a node's netns (bash's /dev/tcp: no tool needed on the node). */
-const getFromNode = (w: string, ip: string, port: number): string =>
-  execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'timeout', '10', 'bash', '-c', `exec 3<>/dev/tcp/${ip}/${port}; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3`], { encoding: 'utf8' });
 const leases = (w: string): string[] => {
   const d = `${CL}/${w}/root/var/lib/kni/host-local/chain`;
   return fs.existsSync(d) ? fs.readdirSync(d).filter((f) => /^\d/.test(f)) : [];
@@ -90,7 +71,7 @@ describe('cluster: a chained CNI conflist as every node\'s default network', fun
   });
 
   it('a hostPort (portmap through the portMappings capability) answers on its node, from that node and from the other node', async () => {
-    apply(HOSTPORT_POD);
+    apply(POD('hp', 'w1', { hostPort: 8080 }));
     await waitFor(() => kubectlJson('get', 'pod', 'hp').status.phase === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     for (const from of ['w2', 'w1']) assert.match(getFromNode(from, '10.240.0.11', 8080), /hello from kni e2e/, `hostPort from kc-${from}`);
   });

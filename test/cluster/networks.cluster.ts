@@ -6,7 +6,7 @@
 // from running pods, and everything released with the pod.
 import assert from 'node:assert/strict';
 import { waitFor } from '../helpers/wait';
-import { apply, cluster, knictl, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
+import { apply, cluster, knictl, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 
 const NAD = (name: string, config: unknown) => `apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -15,23 +15,8 @@ spec:
   config: '${typeof config === 'string' ? config : JSON.stringify(config)}'
 `;
 
-const POD = (name: string, node: string, networks: unknown) => `apiVersion: v1
-kind: Pod
-metadata:
-  name: ${name}
-  labels: {app: multinet}
-  annotations:
-    k8s.v1.cni.cncf.io/networks: '${JSON.stringify(networks)}'
-spec:
-  nodeName: kc-${node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: httpd
-    image: kni.local/e2e:1
-    imagePullPolicy: Never
-    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-`;
+const MULTINET = (name: string, node: string, networks: unknown) =>
+  POD(name, node, { labels: { app: 'multinet' }, annotations: { 'k8s.v1.cni.cncf.io/networks': JSON.stringify(networks) } });
 
 const MACVLAN = { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' } };
 const MACVLAN_HL = { cniVersion: '1.0.0', name: 'macvlan-hl', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'host-local', ranges: [[{ subnet: '10.251.0.0/24' }]] } }] };
@@ -64,8 +49,8 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
   });
 
   it('a pod with two extra networks reaches a pod on the other node over each; network-status matches its netns', async () => {
-    apply(POD('mn-a', 'w1', [{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }]));
-    apply(POD('mn-b', 'w2', [{ name: 'macvlan-static', ips: ['10.250.0.12/24'] }, { name: 'macvlan-hl', ips: ['10.251.0.100/24'] }]));
+    apply(MULTINET('mn-a', 'w1', [{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }]));
+    apply(MULTINET('mn-b', 'w2', [{ name: 'macvlan-static', ips: ['10.250.0.12/24'] }, { name: 'macvlan-hl', ips: ['10.251.0.100/24'] }]));
     await waitFor(() => phase('mn-a') === 'Running' && phase('mn-b') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide') + podEvents('mn-a') + podEvents('mn-b'));
     await waitFor(() => status('mn-a').length === 3 && status('mn-b').length === 3, 60_000, () => JSON.stringify([status('mn-a'), status('mn-b')]));
     const sa = status('mn-a');
@@ -85,7 +70,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
   });
 
   it('a pod asking for a missing network waits in ContainerCreating with the reason in its events, and starts once the definition exists', async () => {
-    apply(POD('mn-wait', 'w1', [{ name: 'later-net', ips: ['10.253.0.5/24'] }]));
+    apply(MULTINET('mn-wait', 'w1', [{ name: 'later-net', ips: ['10.253.0.5/24'] }]));
     await waitFor(() => /network default\/later-net: no NetworkAttachmentDefinition/.test(podEvents('mn-wait')), 90_000, () => podEvents('mn-wait'));
     assert.equal(phase('mn-wait'), 'Pending');
     apply(NAD('later-net', { ...BRIDGE, name: 'later-net' }));
@@ -96,7 +81,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
   it('a broken definition gets a Warning Event; pods asking for it fail with the parse error until it is fixed', async () => {
     apply(NAD('broken-net', '{"cniVersion": "1.0.0", "name": "broken-net", "type": 7}'));
     await waitFor(() => kubectlJson('get', 'events', '--field-selector', 'involvedObject.name=broken-net,reason=InvalidConfig').items.length > 0, 60_000, () => kubectl('get', 'events'));
-    apply(POD('mn-broken', 'w2', [{ name: 'broken-net', ips: ['10.254.0.5/24'] }]));
+    apply(MULTINET('mn-broken', 'w2', [{ name: 'broken-net', ips: ['10.254.0.5/24'] }]));
     await waitFor(() => /network default\/broken-net: its definition is invalid/.test(podEvents('mn-broken')), 90_000, () => podEvents('mn-broken'));
     apply(NAD('broken-net', { ...BRIDGE, name: 'broken-net' }));
     await waitFor(() => phase('mn-broken') === 'Running', 120_000, () => podEvents('mn-broken'));

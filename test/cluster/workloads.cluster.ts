@@ -7,7 +7,7 @@ import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictl, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, knictl, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
 describe('cluster: kni as the network of a Kubernetes cluster', function () {
   this.timeout(300_000);
@@ -79,23 +79,9 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
   });
 
   it('a hostPort on the built-in network (the kubelet\'s port mapping through containerd) answers from its node and from the other node, and goes with the pod', async () => {
-    apply(`apiVersion: v1
-kind: Pod
-metadata: {name: hostport, labels: {app: hostport}}
-spec:
-  nodeName: kc-w1
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: httpd
-    image: kni.local/e2e:1
-    imagePullPolicy: Never
-    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-    ports: [{containerPort: 80, hostPort: 8080}]
-`);
+    apply(POD('hostport', 'w1', { hostPort: 8080 }));
     await waitFor(() => kubectlJson('get', 'pod', 'hostport').status.phase === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
-    const get = (w: string) => execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'timeout', '10', 'bash', '-c', "exec 3<>/dev/tcp/10.240.0.11/8080; printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; cat <&3"], { encoding: 'utf8' });
-    for (const w of ['w2', 'w1']) assert.match(get(w), /hello from kni e2e/, `hostPort 8080 from kc-${w}`);
+    for (const w of ['w2', 'w1']) assert.match(getFromNode(w, '10.240.0.11', 8080), /hello from kni e2e/, `hostPort 8080 from kc-${w}`);
     kubectl('delete', 'pod', 'hostport', '--wait=true');
     assert.doesNotMatch(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S'], { encoding: 'utf8' }), /8080/);
   });
