@@ -8,6 +8,7 @@ import { hostVethName } from '../plugin/core/network-runtime';
 import { Client } from '../plugin/client/clients';
 import { rejectsWith } from './helpers/expect';
 import { RUN, sh, trySh } from './helpers/sh';
+import { removeStateRecord, stateRecords, writeStateRecord } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
 import * as grpc from '@grpc/grpc-js';
 import { waitFor } from './helpers/wait';
@@ -103,11 +104,10 @@ describe('hardening: netns paths', () => {
       await rt.Attach({ sandbox_id: 'pidreuse', netns_path: viaPid });
       await d.stop('SIGKILL');
       // After a reboot or a restart the pid may belong to anyone: here, to the node's netns.
-      const file = `${d.stateDir}/sandboxes/pidreuse.json`;
-      const rec = JSON.parse(fs.readFileSync(file, 'utf8'));
+      const rec = stateRecords(d.stateDir, 'sandboxes').get('pidreuse');
       const reused = nodePidHolder();
       await waitFor(() => fs.statSync(`/proc/${reused}/ns/net`).ino === fs.statSync(d.nodeNetns).ino, 10_000, () => 'the stand-in is not in the node netns');
-      fs.writeFileSync(file, JSON.stringify({ ...rec, netnsPath: `/proc/${reused}/ns/net` }));
+      writeStateRecord(d.stateDir, 'sandboxes', 'pidreuse', { ...rec, netnsPath: `/proc/${reused}/ns/net` });
       const before = nodeRoutes();
       d.closeClients();
       const from = d.output.length;
@@ -164,7 +164,7 @@ describe('hardening: netns paths', () => {
     const netns = d.makePodNetns('lostrec');
     await rt.Attach({ sandbox_id: 'lostrec', netns_path: netns });
     await d.stop('SIGKILL');
-    fs.rmSync(`${d.stateDir}/sandboxes/lostrec.json`);
+    removeStateRecord(d.stateDir, 'sandboxes', 'lostrec');
     const fifo = `${d.netnsDir}/${RUN}-startfifo`;
     sh('mkfifo', [fifo]);
     try {

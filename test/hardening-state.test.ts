@@ -6,9 +6,10 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { Client } from '../plugin/client/clients';
-import { packageRoot } from '../plugin/server/protos';
+import { extensionService, packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { stateRecords, writeStateRecord } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -45,34 +46,44 @@ describe('hardening: state dir', () => {
 
   describe('on a small tmpfs', () => {
     const mnt = `/tmp/${RUN}-statefs`;
+    const filler = `${mnt}/filler`;
     let d: TestDaemon;
     let rt: Client;
-    let fillers = 0;
+    let ext: grpc.Server | undefined;
 
-    /** Uses every free inode of the state fs, then frees n of them. */
-    function leaveFreeInodes(n: number): void {
-      for (;;) {
-        try {
-          fs.writeFileSync(`${mnt}/filler${fillers}`, '');
-          fillers++;
-        } catch (e) {
-          if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e;
-          break;
+    /**
+     * Uses every free page of the state fs. The record logs append to open files, so only a
+     * write that needs a new page fails: the pods here carry 12 KiB of annotations, and each of
+     * their records needs at least three new pages.
+     */
+    function fillSpace(): void {
+      const fd = fs.openSync(filler, 'a');
+      try {
+        for (const chunk of [Buffer.alloc(65536), Buffer.alloc(4096)]) {
+          for (;;) {
+            try {
+              fs.writeSync(fd, chunk);
+            } catch (e) {
+              if ((e as NodeJS.ErrnoException).code !== 'ENOSPC') throw e;
+              break;
+            }
+          }
         }
+      } finally {
+        fs.closeSync(fd);
       }
-      for (let i = 0; i < n; i++) fs.rmSync(`${mnt}/filler${--fillers}`);
     }
-    const freeAll = () => {
-      while (fillers > 0) fs.rmSync(`${mnt}/filler${--fillers}`);
-    };
+    const freeSpace = () => fs.rmSync(filler, { force: true });
+    const bigPod = (id: string, netns: string) => ({ sandbox_id: id, netns_path: netns, annotations: { 'test/padding': 'x'.repeat(12 * 1024) } });
 
     before(async () => {
       fs.mkdirSync(mnt, { recursive: true });
-      sh('mount', ['-t', 'tmpfs', '-o', 'size=4m,nr_inodes=64', 'kni-test-state', mnt]);
+      sh('mount', ['-t', 'tmpfs', '-o', 'size=4m', 'kni-test-state', mnt]);
       d = await TestDaemon.start({}, { args: ['--state-dir', `${mnt}/state`] });
       rt = d.rt();
     });
     after(() => {
+      ext?.forceShutdown();
       d?.cleanup();
       trySh('umount', ['-l', mnt]);
       fs.rmSync(mnt, { recursive: true, force: true });
@@ -80,29 +91,42 @@ describe('hardening: state dir', () => {
 
     it('no room for the record: UNAVAILABLE, nothing wired, no address taken', async () => {
       const netns = d.makePodNetns('full0');
-      leaveFreeInodes(0);
+      fillSpace();
       try {
-        await rejectsWith(rt.Attach({ sandbox_id: 'full0', netns_path: netns }), S.UNAVAILABLE, /cannot record sandbox full0 in the state dir/);
+        await rejectsWith(rt.Attach(bigPod('full0', netns)), S.UNAVAILABLE, /cannot record sandbox full0 in the state dir/);
       } finally {
-        freeAll();
+        freeSpace();
       }
       assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
       assert.equal((await rt.GetIPAMStatus({})).ranges[0].used, '0');
     });
 
     it('room for the record but not for the commit: the attach is undone before the error, and a retry wires it for good', async () => {
+      // An extension (called after the wiring, before the commit) fills the fs in between.
+      ext = new grpc.Server();
+      ext.addService(extensionService().service, {
+        Check: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, { healthy: true }),
+        PodAttached: (call: grpc.ServerUnaryCall<{ sandbox_id: string }, unknown>, cb: grpc.sendUnaryData<unknown>) => {
+          if (call.request.sandbox_id === 'full1' && !fs.existsSync(filler)) fillSpace();
+          cb(null, {});
+        },
+        PodDetached: (_call: unknown, cb: grpc.sendUnaryData<unknown>) => cb(null, {}),
+      });
+      const extSocket = `${d.dir}/filler-ext.sock`;
+      await new Promise<void>((resolve, reject) => ext!.bindAsync(`unix://${extSocket}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+      await rt.RegisterExtension({ name: 'filler', socket: extSocket });
       const netns = d.makePodNetns('full1');
-      leaveFreeInodes(1); // the record takes it; the commit mark then finds none
       try {
-        await rejectsWith(rt.Attach({ sandbox_id: 'full1', netns_path: netns }), S.UNAVAILABLE, /cannot commit sandbox full1 .*the attach was undone/);
+        await rejectsWith(rt.Attach(bigPod('full1', netns)), S.UNAVAILABLE, /cannot commit sandbox full1 .*the attach was undone/);
         assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/, 'the pod was left wired');
         await rejectsWith(rt.GetPod({ sandbox_id: 'full1' }), S.NOT_FOUND, /not attached/);
         assert.deepEqual(await d.kniVethsSettled(0), []);
         assert.equal((await rt.GetIPAMStatus({})).ranges[0].used, '0');
       } finally {
-        freeAll();
+        freeSpace();
       }
-      await rt.Attach({ sandbox_id: 'full1', netns_path: netns });
+      await rt.UnregisterExtension({ name: 'filler' });
+      await rt.Attach(bigPod('full1', netns));
       // Committed: a restart keeps it (an uncommitted one would be rolled back).
       await d.restart('SIGKILL');
       rt = d.rt();
@@ -110,13 +134,10 @@ describe('hardening: state dir', () => {
       await rt.Detach({ sandbox_id: 'full1' });
     });
 
-    it('a read-only state dir during Detach: UNAVAILABLE, the pod keeps its network, reconcile leaves it, and Detach works once writable', async () => {
+    it('a full state dir during Detach: UNAVAILABLE, the pod keeps its network, reconcile leaves it, and Detach works once there is room', async () => {
       const netns = d.makePodNetns('ro');
-      const pod = await rt.Attach({ sandbox_id: 'ro', netns_path: netns });
-      // The records' dir read-only (the lock file, open for writing, keeps the fs itself rw).
-      const records = `${mnt}/state/sandboxes`;
-      sh('mount', ['--bind', records, records]);
-      sh('mount', ['-o', 'remount,bind,ro', records]);
+      const pod = await rt.Attach(bigPod('ro', netns));
+      fillSpace();
       try {
         const from = d.output.length;
         await rejectsWith(rt.Detach({ sandbox_id: 'ro' }), S.UNAVAILABLE, /cannot record the detach of sandbox ro .*nothing was changed/);
@@ -126,18 +147,18 @@ describe('hardening: state dir', () => {
         assert.deepEqual([r.repaired_sandbox_ids, r.released_sandbox_ids], [[], []]);
         assert.equal((await rt.GetPod({ sandbox_id: 'ro' })).interfaces[0].addresses[0].address, pod.interfaces[0].addresses[0].address);
       } finally {
-        sh('umount', [records]);
+        freeSpace();
       }
       assert.equal((await rt.Detach({ sandbox_id: 'ro' })).released, true);
       assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
     });
 
-    it('a detach cut short after its mark is finished at the next start, never wired again', async () => {
+    it('a detach cut short after its record is written is finished at the next start, never wired again', async () => {
       const netns = d.makePodNetns('half');
       await rt.Attach({ sandbox_id: 'half', netns_path: netns });
       await d.stop('SIGKILL');
-      // What a kill -9 between the detaching mark and the kernel work leaves.
-      fs.writeFileSync(`${mnt}/state/sandboxes/half.detaching`, '');
+      // What a kill -9 between the record of the detach and its kernel work leaves.
+      writeStateRecord(`${mnt}/state`, 'sandboxes', 'half', { ...stateRecords(`${mnt}/state`, 'sandboxes').get('half'), phase: 'detaching' });
       d.closeClients();
       const from = d.output.length;
       await d.launch();

@@ -4,6 +4,7 @@ import fs from 'node:fs';
 import { Client } from '../plugin/client/clients';
 import { hostVethName } from '../plugin/core/network-runtime';
 import { inNetns, ping } from './helpers/sh';
+import { stateRecords } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
 
 const addressesOf = (p: any): string[] => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address));
@@ -86,7 +87,7 @@ describe('pod network (real kernel)', () => {
     assert.ok(!d.nodeLinks().includes(veth), 'host veth still there after 2 s');
     assert.ok(!fs.existsSync(a.netns), 'netns pin still there');
     assert.equal(Number((await rt.GetIPAMStatus()).ranges[0].used), used - 1);
-    assert.ok(!fs.existsSync(`${d.stateDir}/sandboxes/gone-a.json`), 'record still there');
+    assert.ok(!stateRecords(d.stateDir, 'sandboxes').has('gone-a'), 'record still there');
     assert.ok(!(await rt.ListPods()).pods.some((p: any) => p.sandbox_id === 'gone-a'));
   });
 

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import { inNetns, ping, sh } from './helpers/sh';
+import { damageStateRecord, stateRecords } from './helpers/state-records';
 import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -27,8 +28,7 @@ describe('crash anywhere', () => {
     let answered = 0;
     let rolledBack = 0;
     let midAttachKills = 0;
-    const records = `${d.stateDir}/sandboxes`;
-    const uncommittedAttach = () => fs.readdirSync(records).some((f) => f.endsWith('.json') && !fs.existsSync(`${records}/${f.slice(0, -5)}.attached`));
+    const uncommittedAttach = () => [...stateRecords(d.stateDir, 'sandboxes').values()].some((r) => r.phase === 'attaching');
     const unexpected: string[] = [];
     // Only what a kill can cause: the connection is gone (UNAVAILABLE / CANCELLED, or grpc-js's
     // INTERNAL for a stream reset by the dying server).
@@ -237,14 +237,14 @@ describe('corrupt state', () => {
     const b = await rt.Attach({ sandbox_id: 'lost-b', netns_path: nB });
     const c = await rt.Attach({ sandbox_id: 'intact-c', netns_path: d.makePodNetns('intact-c') });
     await d.stop('SIGKILL');
-    const rec = (dir: string, name: string) => path.join(d.stateDir, dir, `${name}.json`);
-    fs.truncateSync(rec('sandboxes', 'lost-a'), 17);
-    fs.writeFileSync(rec('sandboxes', 'lost-b'), '\u0000\u0001garbage{{{');
-    fs.writeFileSync(rec('netns', path.basename(nB)), 'not json');
+    damageStateRecord(d.stateDir, 'sandboxes', 'lost-a');
+    damageStateRecord(d.stateDir, 'sandboxes', 'lost-b');
+    damageStateRecord(d.stateDir, 'netns', path.basename(nB));
+    fs.appendFileSync(`${d.stateDir}/sandboxes.log`, '\u0000\u0001garbage{{{\n{"half a line');
     const from = d.output.length;
     await d.restart();
 
-    assert.match(d.output.slice(from), /"msg":"state records unreadable: set aside; rebuilding what the kernel still has".*lost-a\.json.*lost-b\.json/);
+    assert.match(d.output.slice(from), /"msg":"state records unreadable: set aside; rebuilding what the kernel still has".*netns\.log: line 1 unreadable.*sandboxes\.log: lines 1, 2, 3, 4, 7 unreadable.*sandboxes\.log: a torn last line dropped/);
     assert.match(d.output.slice(from), /"msg":"sandbox record rebuilt from the kernel","sandbox":"lost-a"/);
     const rt2 = d.rt();
     for (const [id, before, netns] of [['lost-a', a, nA], ['lost-b', b, nB], ['intact-c', c, c.netns_path]] as const) {
@@ -253,7 +253,7 @@ describe('corrupt state', () => {
       assert.equal(now.netns_path, netns);
       assert.deepEqual((await rt2.Check({ sandbox_id: id })).problems, [], id);
     }
-    assert.ok(fs.readdirSync(path.join(d.stateDir, 'sandboxes')).some((f) => f.endsWith('.corrupt')), 'the unreadable record was not kept aside');
+    assert.ok(fs.existsSync(`${d.stateDir}/sandboxes.log.corrupt`), 'the damaged log was not kept aside');
     const taken = new Set([a, b, c].flatMap(addrsOf));
     for (let i = 0; i < 8; i++) {
       const p = await rt2.Attach({ sandbox_id: `new-${i}`, netns_path: d.makePodNetns(`new-${i}`) });

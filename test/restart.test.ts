@@ -45,7 +45,7 @@ describe('restart', () => {
     for (const id of ['r-a', 'r-b', 'r-c', 'r-d']) await d.rt().Detach({ sandbox_id: id });
   });
 
-  it('rolls back an attach a crash interrupted: record without its commit mark, veth made, no address yet', async () => {
+  it('rolls back an attach a crash interrupted: its record still attaching (written in the file-per-record layout of earlier versions, which a start imports), veth made, no address yet', async () => {
     const { netns_path } = await d.kni().CreateNetwork({});
     await d.stop('SIGKILL');
     // What a kill -9 between veth.create and pod.addresses leaves: the record (phase attaching,
@@ -60,6 +60,8 @@ describe('restart', () => {
       ] }],
       createdAt: new Date().toISOString(),
     };
+    // In the layout of kni before its record logs (a file per record): imported at start.
+    fs.mkdirSync(`${d.stateDir}/sandboxes`, { recursive: true });
     fs.writeFileSync(`${d.stateDir}/sandboxes/half.json`, JSON.stringify(rec));
     sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', hostVeth, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns_path]);
     assert.doesNotMatch(inNetns(netns_path, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out, /inet/);

@@ -1,7 +1,8 @@
 // The attach pipeline, the same for every network: each interface's backend reserves what the
 // record must hold, the record goes on disk before any kernel work, the backends wire their
 // interfaces in order (the default network first), then host ports, a selection's default
-// route, the extensions and last the commit mark. Any failure undoes every interface.
+// route, the extensions and last the commit (the record again, phase attached). Any failure undoes
+// every interface.
 // Interfaces added to a running sandbox (dynamic networks) go through the same steps, marked
 // `adding` until they are done so that a crash part way is undone at the next start.
 import { KniError } from './errors';
@@ -75,9 +76,9 @@ export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan
     throw kernelError(e, rec);
   }
   try {
-    // The record on disk keeps phase "attaching"; the mark says the kernel work is done.
-    // The netns record is not rewritten: its owner is found from the sandbox records at start.
-    withSpan('store.commit', {}, () => rt.store.sandboxes.mark(rec.id, ATTACHED));
+    // The record again with phase "attached": the kernel work is done. The netns record is
+    // not rewritten: its owner is found from the sandbox records at start.
+    withSpan('store.commit', {}, () => rt.store.sandboxes.put(rec.id, { ...rec, phase: ATTACHED }));
   } catch (e) {
     // Not committed means rolled back at the next start: undo it now, so no caller sees a
     // pod that a restart would take away.
@@ -92,7 +93,7 @@ export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan
 
 /**
  * Adds one interface to an attached sandbox (its lock held). The record names it, marked
- * `adding`, before any kernel work; the mark goes when it is wired. A failure removes it again.
+ * `adding`, before any kernel work; the flag goes when it is wired. A failure removes it again.
  */
 export async function addPlanned(rt: NetworkRuntime, rec: SandboxRecord, p: PlannedInterface, ns: NetnsHandle): Promise<InterfaceRecord> {
   p.itf.adding = true;

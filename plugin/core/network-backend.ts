@@ -1,7 +1,7 @@
 // A network behind one interface: kni's built-in bridge network and CNI networks (the default
 // network's conflist, NetworkAttachmentDefinitions) both wire one pod interface at a time. The
 // core keeps what every sandbox needs whatever wires it: ids, the lock, the record written
-// before any kernel work and the commit mark after it, rollback, release, reconcile, GC,
+// before any kernel work and its commit after it, rollback, release, reconcile, GC,
 // metrics, spans and events.
 import type { NetnsHandle } from '../netns/open-netns';
 import type { PortMapping } from '../node/host-ports';

@@ -50,7 +50,6 @@ export function rebuildFromKernel(rt: NetworkRuntime): void {
           netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: '', interfaces: [itf], createdAt: new Date().toISOString(),
         };
         rt.store.sandboxes.put(id, rec);
-        rt.store.sandboxes.mark(id, 'attached');
         rt.sandboxes.set(id, rec);
         log('warn', 'sandbox record rebuilt from the kernel', { sandbox: id, netns: ns.path, addresses: itf.addresses.map((a) => a.address) });
       } catch (e) {

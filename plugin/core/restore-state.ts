@@ -3,7 +3,6 @@
 // holds and no readable record describes rebuilt (recovery.ts).
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
-import { ATTACHED, DETACHING } from './runtime-types';
 import { rebuildFromKernel } from './recovery';
 import { removePinnedNetns } from '../netns/netns';
 import { isNetnsPin } from '../netns/open-netns';
@@ -13,7 +12,7 @@ import { isBuiltIn } from './network-backend';
 export async function restoreState(rt: NetworkRuntime): Promise<void> {
     const netnsState = rt.store.netns.loadAll();
     const sandboxState = rt.store.sandboxes.loadAll();
-    const corrupt = [...netnsState.corrupt.map((f) => `netns/${f}`), ...sandboxState.corrupt.map((f) => `sandboxes/${f}`)];
+    const problems = [...netnsState.problems, ...sandboxState.problems];
     for (const n of netnsState.records) {
       if (isNetnsPin(n.path)) {
         rt.netns.set(n.name, n);
@@ -34,8 +33,6 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
       const addresses = rec.interfaces.filter(isBuiltIn).flatMap((i) => i.addresses);
       const lost = rt.ipam.restore(rec.id, addresses);
       if (lost.length) log('error', 'sandbox record claims addresses held by another record or outside the ranges', { sandbox: rec.id, addresses: lost.map((a) => a.address) });
-      if (rt.store.sandboxes.marked(rec.id, DETACHING)) rec.phase = 'detaching';
-      else if (rt.store.sandboxes.marked(rec.id, ATTACHED)) rec.phase = 'attached';
       rt.sandboxes.set(rec.id, rec);
       if (rec.phase !== 'attached') interrupted.push(rec);
       else if (rec.interfaces.some((i) => i.adding || i.removing)) unfinished.push(rec);
@@ -53,6 +50,6 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
         await rt.removeInterface(rec, itf).catch((e) => log('error', 'cannot remove the interface; reconcile retries', { sandbox: rec.id, interface: itf.name, error: (e as Error).message }));
       }
     }
-    if (corrupt.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { files: corrupt });
+    if (problems.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { problems });
   rebuildFromKernel(rt);
 }

@@ -44,9 +44,9 @@ export interface NodeStatus {
 export const KIND_ANNOTATION = 'kni.dev/sandbox-kind';
 export const HANDLER_ANNOTATION = 'kni.dev/runtime-handler';
 
-/** The state store's marks: the attach finished; a release began (the kernel may be half undone). */
-export const ATTACHED = 'attached';
-export const DETACHING = 'detaching';
+/** A record's phases on disk: the attach finished (its commit); a release began (the kernel may be half undone). */
+export const ATTACHED = 'attached' as const;
+export const DETACHING = 'detaching' as const;
 
 /** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
 export const hostVethName = (sandboxId: string, ifName: string): string =>

@@ -7,7 +7,7 @@ import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { DetachMode, isBuiltIn } from './network-backend';
 import { restoreDefaultRoute } from './attach-pipeline';
-import { ATTACHED, DETACHING } from './runtime-types';
+import { DETACHING } from './runtime-types';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -29,11 +29,11 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
   const wasAttached = rec.phase !== 'attaching';
   if (rec.phase === 'attached') {
     try {
-      rt.store.sandboxes.mark(rec.id, DETACHING);
+      rt.store.sandboxes.put(rec.id, { ...rec, phase: DETACHING });
     } catch (e) {
       throw new KniError('UNAVAILABLE', `cannot record the detach of sandbox ${rec.id} in the state dir (${(e as Error).message}); nothing was changed`);
     }
-    rec.phase = 'detaching';
+    rec.phase = DETACHING;
   }
   const owned = releaseNetns ? rt.netns.get(rec.ownedNetns) : undefined;
   let first: unknown;
@@ -46,7 +46,13 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
   }
   if (first) throw first;
   if (owned) unpinOwnedNetns(rt, owned);
-  rt.store.sandboxes.delete(rec.id, [ATTACHED, DETACHING]);
+  try {
+    rt.store.sandboxes.delete(rec.id);
+  } catch (e) {
+    // Released in the kernel all the same: the record on disk says attaching or detaching, and
+    // the next start finishes that release again (it finds nothing left to undo).
+    log('warn', 'cannot remove a released sandbox\'s record from the state dir; the next start finishes the release', { sandbox: rec.id, error: (e as Error).message });
+  }
   rt.sandboxes.delete(rec.id);
   if (rec.portMappings) await rt.node.syncHostPorts().catch((e) => log('error', 'cannot remove host ports; reconcile retries', { sandbox: rec.id, error: (e as Error).message }));
   rt.ipam.release(rec.id, rec.interfaces.filter(isBuiltIn).flatMap((i) => i.addresses));

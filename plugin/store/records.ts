@@ -35,8 +35,9 @@ export interface InterfaceRecord {
 export interface SandboxRecord {
   id: string;
   /**
-   * 'attaching' is written before the first kernel call; a record left so is rolled back. On
-   * disk the phase stays 'attaching': the store's marks (attached, detaching) say the rest.
+   * 'attaching' is written before the first kernel call, 'attached' once it is all done (the
+   * commit), 'detaching' before the first kernel call of a detach. At start a record left
+   * 'attaching' is rolled back and one left 'detaching' is finished.
    */
   phase: 'attaching' | 'attached' | 'detaching';
   pod: PodRef;

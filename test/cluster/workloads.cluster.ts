@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
+import { stateRecords } from '../helpers/state-records';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, getFromNode, knictl, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
@@ -143,7 +144,7 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
       for (const r of knictl(w, 'ipam').ranges) assert.equal(r.used, '0', `kc-${w} ${r.cidr}`);
       const netns = execFileSync('sh', ['-c', `ls ${CL}/${w}/root/run/containerd/*/netns 2>/dev/null | wc -l`], { encoding: 'utf8' }).trim();
       assert.equal(netns, '0', `netns pins left on kc-${w}`);
-      assert.deepEqual(execFileSync('ls', [`${CL}/${w}/root/var/lib/kni/sandboxes`], { encoding: 'utf8' }).trim(), '', `records left on kc-${w}`);
+      assert.deepEqual([...stateRecords(`${CL}/${w}/root/var/lib/kni`, 'sandboxes').keys()], [], `records left on kc-${w}`);
     }
   });
 });

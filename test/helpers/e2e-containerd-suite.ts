@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import { Client } from '../../plugin/client/clients';
 import { ContainerdEnv, Flavour, IMAGE } from './containerd-env';
 import { ping, RUN, trySh } from './sh';
+import { stateRecords } from './state-records';
 import { TestDaemon } from './test-daemon';
 import { waitFor } from './wait';
 
@@ -114,7 +115,7 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     await cri.RemovePodSandbox({ pod_sandbox_id: p.id });
     assert.ok(!fs.existsSync(p.netns), 'netns still pinned');
     assert.equal((await d.rt().GetIPAMStatus()).ranges[0].used, '0');
-    assert.deepEqual(fs.readdirSync(`${d.stateDir}/sandboxes`), []);
+    assert.deepEqual([...stateRecords(d.stateDir, 'sandboxes').keys()], []);
   });
 
   it('kill -9 of kni-runtime while pods are being created: earlier pods keep working, later RunPodSandbox calls succeed', async () => {
