@@ -12,8 +12,12 @@
 //           write of addr_gen_mode none + hairpin + alias + up; RTM_GETLINK eth0 in the pod;
 //           one write of addr_gen_mode none + lo up + eth0 up + two addresses; one write of
 //           two default routes.
-//   detach: a fresh socket, RTM_DELLINK the host end by index (the kernel's veth teardown).
-// Prints one line of JSON: {"attachMs":[...],"detachMs":[...]}.
+//   Every RTM_GETLINK asks for no counters (IFLA_EXT_MASK RTEXT_FILTER_SKIP_STATS), as kni does.
+//   detach: as kni's when the runtime tears the netns down next (NRI, CRI, CNI DEL from a
+//           Kubernetes runtime): one RTM_NEWLINK moving the host end to the reap group with its
+//           released alias; then, untimed per pod, one RTM_DELLINK of the whole group (what the
+//           reaper thread does after the answers), reported as groupDeleteMs.
+// Prints one line of JSON: {"attachMs":[...],"detachMs":[...],"groupDeleteMs":x}.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -41,6 +45,7 @@
 #endif
 #define NS_GET_NSTYPE 0xb703
 #define IFLA_BRPORT_MODE_ 4
+#define REAP_GROUP 0x6b6e69 // kni's group for retired veths (plugin/pod/veth-reaper.ts)
 
 static const char *stage = "start";
 
@@ -135,6 +140,7 @@ static int getlink(int fd, const char *name) {
     struct ifinfomsg ifi = {0};
     struct nlmsghdr *h = msg_start(&m, RTM_GETLINK, 0, &ifi, sizeof ifi);
     attr_str(&m, h, IFLA_IFNAME, name);
+    attr_u32(&m, h, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS); // as kni asks: no counters in the answer
     return nl_exec(fd, &m, 1);
 }
 
@@ -186,7 +192,7 @@ int main(int argc, char **argv) {
     if (home_fd < 0) die("open home netns");
     int host = nl_socket();
     double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
-    int *veth = calloc(n, sizeof *veth);
+
     for (int i = 0; i < n; i++) {
         char path[4096], name[IFNAMSIZ], alias[64];
         snprintf(path, sizeof path, "%s/floor%d", dir, i);
@@ -221,7 +227,6 @@ int main(int argc, char **argv) {
         nl_exec(host, &m, 1);
 
         int hidx = getlink(host, name);
-        veth[i] = hidx;
         set_nolinklocal(&m, hidx);
         struct ifinfomsg br_ifi = {.ifi_family = AF_BRIDGE, .ifi_index = hidx};
         h = msg_start(&m, RTM_SETLINK, 0, &br_ifi, sizeof br_ifi);
@@ -267,20 +272,33 @@ int main(int argc, char **argv) {
         att[i] = now_ms() - t0;
     }
     for (int i = 0; i < n; i++) {
+        char name[IFNAMSIZ], alias[64];
+        snprintf(name, sizeof name, "kfl%09d", i);
+        snprintf(alias, sizeof alias, "kni-released:floor%d", i);
         double t0 = now_ms();
-        stage = "delete veth";
-        int s = nl_socket();
+        stage = "retire veth";
         struct msg m = {.len = 0};
-        struct ifinfomsg ifi = {.ifi_index = veth[i]};
-        msg_start(&m, RTM_DELLINK, 0, &ifi, sizeof ifi);
-        nl_exec(s, &m, 1);
-        close(s);
+        struct ifinfomsg ifi = {0};
+        struct nlmsghdr *h = msg_start(&m, RTM_NEWLINK, 0, &ifi, sizeof ifi);
+        attr_str(&m, h, IFLA_IFNAME, name);
+        attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
+        attr_str(&m, h, IFLA_IFALIAS, alias);
+        nl_exec(host, &m, 1);
         det[i] = now_ms() - t0;
     }
+    // What kni's reaper thread does after the answers: every retired veth in one request.
+    double g0 = now_ms();
+    stage = "delete the retired group";
+    struct msg m = {.len = 0};
+    struct ifinfomsg all = {0};
+    struct nlmsghdr *h = msg_start(&m, RTM_DELLINK, 0, &all, sizeof all);
+    attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
+    nl_exec(host, &m, 1);
+    double group = now_ms() - g0;
     printf("{\"attachMs\":[");
     for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", att[i]);
     printf("],\"detachMs\":[");
     for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", det[i]);
-    printf("]}\n");
+    printf("],\"groupDeleteMs\":%.4f}\n", group);
     return 0;
 }

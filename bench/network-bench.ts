@@ -184,15 +184,15 @@ class Bench {
    * The kernel floor (bench/kernel-floor.c): the same netlink work as one kni attach and one
    * detach, in C, on kni's own bridge, for n pods in netns the bench made (as a runtime does).
    */
-  floor(n: number): { attach: Stats; detach: Stats } {
+  floor(n: number): { attach: Stats; detach: Stats; groupDeleteMs: number } {
     const pods = Array.from({ length: n }, (_, i) => ({ netns: createPinnedNetns(this.podDir, `floor${i}`) }));
     try {
       const t0 = performance.now();
       const r = spawnSync(FLOOR, ['kni0', this.podDir, String(n)], { encoding: 'utf8' });
       if (r.status !== 0) throw new Error(`kernel-floor failed: ${r.stderr}`);
-      const x = JSON.parse(r.stdout) as { attachMs: number[]; detachMs: number[] };
+      const x = JSON.parse(r.stdout) as { attachMs: number[]; detachMs: number[]; groupDeleteMs: number };
       const wall = performance.now() - t0;
-      return { attach: stats(x.attachMs, wall), detach: stats(x.detachMs, wall) };
+      return { attach: stats(x.attachMs, wall), detach: stats(x.detachMs, wall), groupDeleteMs: x.groupDeleteMs };
     } finally {
       this.dropPods(pods);
     }
@@ -290,6 +290,7 @@ async function inner(o: Opts): Promise<void> {
     lines.push(`| attach, in-daemon | ${f2(inD.p50)} / ${f2(inD.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(inD.p50 / floor.attach.p50).toFixed(2)}× |`);
     lines.push(`| attach, gRPC | ${f2(grpc1.add.p50)} / ${f2(grpc1.add.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(grpc1.add.p50 / floor.attach.p50).toFixed(2)}× |`);
     lines.push(`| detach, gRPC (the runtime made the netns) | ${f2(grpc1.del.p50)} / ${f2(grpc1.del.p99)} | ${f2(floor.detach.p50)} / ${f2(floor.detach.p99)} | ${(grpc1.del.p50 / floor.detach.p50).toFixed(2)}× |\n`);
+    lines.push(`The floor's detach is kni's when the runtime tears the netns down next: the host veth retired in one request; the ${o.n} retired veths were then deleted in one request of ${f2(floor.groupDeleteMs)} ms (kni's reaper thread does that after the answers).\n`);
     lines.push('| pods already attached | attach p50 / p90 / p99 (ms) | daemon RSS (MB) |\n|---|---|---|');
     for (const s of scale) lines.push(`| ${s.pods} | ${f2(s.attach.p50)} / ${f2(s.attach.p90)} / ${f2(s.attach.p99)} | ${s.rssMb.toFixed(0)} |`);
     lines.push(`\n### What a call costs before kni does anything (bench/transport-floor.ts)\n\n${transportTable(transport)}\n`);

@@ -11,6 +11,7 @@ import { NetnsHandle } from '../netns/open-netns';
 import { tracingEnabled, withSpan } from '../observe/tracing';
 import { podMac } from '../pod/pod-wiring';
 import { tapName } from '../pod/vm-wiring';
+import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 export class BuiltInBackend implements NetworkBackend {
@@ -45,7 +46,15 @@ export class BuiltInBackend implements NetworkBackend {
     // On a wiring thread only when other attaches are in flight (they then overlap); one alone
     // is wired here, saving the hop. With tracing on, always here: each kernel step is then a
     // span of its own (the wiring threads have no tracer).
-    const pool = this.rt.attachesInFlight > 1 && !tracingEnabled() ? this.rt.wiring : undefined;
+    let pool: WiringPool | undefined;
+    if (!tracingEnabled()) {
+      // One turn of the event loop first, so that requests already on the socket are read and
+      // begin: an attach has no wait of its own before this point, so without the turn each
+      // one got here before the next was even decoded, saw itself alone, and all were wired on
+      // this thread one after the other (16 at once ran no faster than one at a time).
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      if (this.rt.attachesInFlight > 1) pool = this.rt.wiring;
+    }
     await wireInterface(this.rt, rec, itf, ns, pool);
   }
 

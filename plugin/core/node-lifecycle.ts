@@ -148,11 +148,14 @@ export class NodeLifecycle {
   }
 
   /**
-   * Sets the node network up again when it is not, or when the bridge kni set up is gone
-   * (deleted behind kni's back: its index would make the next veth fail). One RTM_GETLINK.
+   * Sets the node network up again when it is not. verify: also when the bridge kni set up is
+   * gone or replaced (one RTM_GETLINK). An attach does not verify: the lookup waits for the
+   * kernel's rtnl lock, which the wiring thread's veths hold, so it made concurrent attaches
+   * take turns (≈ 1.3 ms each at 16 at once here). A veth on a bridge that is gone fails
+   * instead, and the attach then verifies and tries again (sandbox-wiring.ts).
    */
-  async ensure(): Promise<void> {
-    if (this.ready && this.rt.cni) return;
+  async ensure(verify = false): Promise<void> {
+    if (this.ready && (this.rt.cni || !verify)) return;
     if (this.ready && linkByName(this.rt.host, this.rt.cfg.bridge)?.index === this.bridgeIndex) return;
     if (this.ready) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.rt.cfg.bridge });
     this.ready = false;

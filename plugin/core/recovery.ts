@@ -183,7 +183,7 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   const before = rt.node.status();
   try {
     // Waiting for pod ranges from the Node is not drift: nothing to repair until they come.
-    if (rt.cfg.ranges.length || rt.cni) await rt.node.ensure();
+    if (rt.cfg.ranges.length || rt.cni) await rt.node.ensure(true);
     if (!before.ready) found(`node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
     found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });

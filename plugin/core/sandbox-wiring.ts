@@ -25,6 +25,10 @@ export async function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf:
   try {
     await wire();
   } catch (e) {
+    if (e instanceof NetlinkError && (await bridgeReplaced(rt))) {
+      await wire();
+      return shape(rt, rec, itf, ns);
+    }
     if (e instanceof PodInterfaceExistsError && rt.reaper.busy()) {
       // The pod end of a detach that answered already, whose veth the reaper has not deleted
       // yet (a runtime that reuses the netns at once): delete the retired veths now.
@@ -40,6 +44,13 @@ export async function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf:
     await wire();
   }
   shape(rt, rec, itf, ns);
+}
+
+/** After a kernel failure: whether the bridge was gone or replaced, and is now set up again. */
+async function bridgeReplaced(rt: NetworkRuntime): Promise<boolean> {
+  const before = rt.node.bridgeIndex;
+  await rt.node.ensure(true);
+  return rt.node.bridgeIndex !== before;
 }
 
 /** What follows the veth on the main thread: bandwidth shaping and a vm sandbox's tap. */
