@@ -144,6 +144,18 @@ static int getlink(int fd, const char *name) {
     return nl_exec(fd, &m, 1);
 }
 
+// kni's retire (RTM_NEWLINK: the named link into the reap group, with its released alias) and
+// its reaper's batch delete (RTM_DELLINK of the whole group, no name).
+static void reap_group_request(int fd, uint16_t type, const char *name, const char *alias) {
+    struct msg m = {.len = 0};
+    struct ifinfomsg ifi = {0};
+    struct nlmsghdr *h = msg_start(&m, type, 0, &ifi, sizeof ifi);
+    if (name) attr_str(&m, h, IFLA_IFNAME, name);
+    attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
+    if (alias) attr_str(&m, h, IFLA_IFALIAS, alias);
+    nl_exec(fd, &m, 1);
+}
+
 static void set_nolinklocal(struct msg *m, int index) {
     struct ifinfomsg ifi = {.ifi_index = index};
     struct nlmsghdr *h = msg_start(m, RTM_NEWLINK, 0, &ifi, sizeof ifi);
@@ -192,7 +204,6 @@ int main(int argc, char **argv) {
     if (home_fd < 0) die("open home netns");
     int host = nl_socket();
     double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
-
     for (int i = 0; i < n; i++) {
         char path[4096], name[IFNAMSIZ], alias[64];
         snprintf(path, sizeof path, "%s/floor%d", dir, i);
@@ -277,23 +288,13 @@ int main(int argc, char **argv) {
         snprintf(alias, sizeof alias, "kni-released:floor%d", i);
         double t0 = now_ms();
         stage = "retire veth";
-        struct msg m = {.len = 0};
-        struct ifinfomsg ifi = {0};
-        struct nlmsghdr *h = msg_start(&m, RTM_NEWLINK, 0, &ifi, sizeof ifi);
-        attr_str(&m, h, IFLA_IFNAME, name);
-        attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
-        attr_str(&m, h, IFLA_IFALIAS, alias);
-        nl_exec(host, &m, 1);
+        reap_group_request(host, RTM_NEWLINK, name, alias);
         det[i] = now_ms() - t0;
     }
     // What kni's reaper thread does after the answers: every retired veth in one request.
     double g0 = now_ms();
     stage = "delete the retired group";
-    struct msg m = {.len = 0};
-    struct ifinfomsg all = {0};
-    struct nlmsghdr *h = msg_start(&m, RTM_DELLINK, 0, &all, sizeof all);
-    attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
-    nl_exec(host, &m, 1);
+    reap_group_request(host, RTM_DELLINK, NULL, NULL);
     double group = now_ms() - g0;
     printf("{\"attachMs\":[");
     for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", att[i]);

@@ -22,7 +22,6 @@ const IFLA_LINK = 5;
 const IFLA_IFALIAS = 20;
 const IFLA_LINK_NETNSID = 37;
 const IFLA_EXT_MASK = 29;
-/** Leave the counters out of an answer: a veth's are summed over every CPU and queue on each ask. */
 const RTEXT_FILTER_SKIP_STATS = 1 << 3;
 const IFLA_GROUP = 27;
 const IFLA_AF_SPEC = 26;
@@ -254,12 +253,15 @@ function parseLink(body: Buffer): Link {
   };
 }
 
+/** Asked of every link lookup: no counters in the answer (a veth's are summed over every CPU and queue on each ask). */
+const NO_COUNTERS = attrU32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
+
 export function linkByName(sock: NetlinkSocket, name: string): Link | undefined {
   const req: NetlinkRequest = {
     type: RTM_GETLINK,
     flags: 0,
     what: `get link ${name}`,
-    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrU32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]),
+    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), NO_COUNTERS]),
   };
   try {
     const msgs = sock.query(req);
@@ -271,5 +273,5 @@ export function linkByName(sock: NetlinkSocket, name: string): Link | undefined 
 }
 
 export function linkList(sock: NetlinkSocket): Link[] {
-  return sock.dump(RTM_GETLINK, Buffer.concat([ifinfomsg(), attrU32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS)]), 'list links').filter((m) => m.type === RTM_NEWLINK).map((m) => parseLink(m.body));
+  return sock.dump(RTM_GETLINK, Buffer.concat([ifinfomsg(), NO_COUNTERS]), 'list links').filter((m) => m.type === RTM_NEWLINK).map((m) => parseLink(m.body));
 }

@@ -89,11 +89,6 @@ export class WiringPool {
     void t.worker.terminate();
   }
 
-  /** Whether a thread is idle (or none has started yet). */
-  hasIdleThread(): boolean {
-    return this.threads.length < this.size || this.threads.some((t) => t.pending.size === 0);
-  }
-
   /** Wires one interface in the netns open on netnsFd (kept open by the caller until this settles). */
   wire(netnsFd: number, bridgeIndex: number, itf: InterfaceRecord, sandboxId: string): Promise<void> {
     const t = this.thread();

@@ -19,7 +19,7 @@ export function legacyRecords<T extends object>(dir: string): () => Imported<T> 
       if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { records, problems, remove: () => undefined };
       throw e;
     }
-    const has = (f: string) => names.includes(f);
+    const present = new Set(names);
     for (const name of names) {
       const full = path.join(dir, name);
       if (name.endsWith('.corrupt')) continue;
@@ -29,8 +29,8 @@ export function legacyRecords<T extends object>(dir: string): () => Imported<T> 
       try {
         const rec = JSON.parse(fs.readFileSync(full, 'utf8')) as T & Phased;
         // The marks said what the record's phase did not.
-        if (has(`${key}.detaching`)) rec.phase = 'detaching';
-        else if (has(`${key}.attached`)) rec.phase = 'attached';
+        if (present.has(`${key}.detaching`)) rec.phase = 'detaching';
+        else if (present.has(`${key}.attached`)) rec.phase = 'attached';
         records.set(key, rec);
       } catch (e) {
         problems.push(`${full}: ${(e as Error).message} (kept as ${name}.corrupt)`);

@@ -25,6 +25,9 @@ export function encodeEntry<T>(e: LogEntry<T>): string {
   return `${zlib.crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
 }
 
+/** The record a put line carries. */
+export const recordOf = <T>(line: string): T => (JSON.parse(line.slice(9)) as { v: T }).v;
+
 /** The live records of a log's text, in the order first written, and what could not be read. */
 export function replay<T>(text: string): { live: Map<string, string>; damaged: number[]; tornTail: boolean } {
   const live = new Map<string, string>(); // key → its record's line
@@ -66,17 +69,23 @@ export class RecordLog<T extends object> {
   private size = 0;
   private lines = 0;
   private live = new Map<string, string>();
-  private loaded?: { records: T[]; problems: string[] };
+  /** What the start found unreadable; set once the log is loaded. */
+  private problems?: string[];
 
   constructor(readonly file: string, private readonly imported: () => Imported<T> = () => ({ records: new Map(), problems: [], remove: () => undefined })) {}
 
   /**
-   * The records at start, read once: the log replayed over what `imported` brings (records of
-   * the one-file-per-record layout of earlier versions), then written back whole.
-   * problems: what was unreadable, for the caller to report.
+   * The live records. The log is read at the first call (or write): replayed over what
+   * `imported` brings (records of the one-file-per-record layout of earlier versions), then
+   * written back whole. problems: what was unreadable then, for the caller to report.
    */
   loadAll(): { records: T[]; problems: string[] } {
-    if (this.loaded) return this.loaded;
+    this.open();
+    return { records: [...this.live.values()].map((l) => recordOf<T>(l)), problems: this.problems! };
+  }
+
+  private open(): void {
+    if (this.problems) return;
     fs.rmSync(`${this.file}.tmp`, { force: true }); // a rewrite a crash cut short
     const legacy = this.imported();
     const problems = [...legacy.problems];
@@ -96,8 +105,7 @@ export class RecordLog<T extends object> {
     this.live = live;
     this.rewrite();
     legacy.remove();
-    this.loaded = { records: [...live.values()].map((l) => (JSON.parse(l.slice(9)) as { v: T }).v), problems };
-    return this.loaded;
+    this.problems = problems;
   }
 
   /** Writes a record whole (replacing the one of that key). */
@@ -119,7 +127,7 @@ export class RecordLog<T extends object> {
   }
 
   private append(line: string): void {
-    this.loadAll();
+    this.open();
     const buf = Buffer.from(line);
     try {
       for (let off = 0; off < buf.length; ) off += fs.writeSync(this.fd, buf, off, buf.length - off);

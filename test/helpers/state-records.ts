@@ -2,7 +2,7 @@
 // daemon stopped (or, for reads, between its writes): what a crash or an operator leaves.
 import fs from 'node:fs';
 import path from 'node:path';
-import { encodeEntry, replay } from '../../plugin/store/record-log';
+import { encodeEntry, recordOf, replay } from '../../plugin/store/record-log';
 
 type Collection = 'sandboxes' | 'netns';
 const logFile = (stateDir: string, c: Collection) => path.join(stateDir, `${c}.log`);
@@ -16,7 +16,7 @@ export function stateRecords(stateDir: string, c: Collection): Map<string, any> 
     if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
   }
   const out = new Map<string, any>();
-  for (const [k, line] of replay(text).live) out.set(k, JSON.parse(line.slice(9)).v);
+  for (const [k, line] of replay(text).live) out.set(k, recordOf(line));
   return out;
 }
 
