@@ -6,13 +6,15 @@
 //
 // For i in 0..N-1, with a netns pinned at NETNS_DIR/floor<i> by the caller:
 //   attach: open the pin O_PATH, readlink /proc/self/fd, fstat, reopen O_RDONLY, NS_GET_NSTYPE
-//           (kni's openNetns); RTM_GETLINK the bridge (node.ensure); setns into the pod netns,
-//           a netlink socket (bind, CAP_ACK, EXT_ACK), setns back; RTM_NEWLINK veth (host end
-//           on the bridge, peer eth0 created in the pod netns); RTM_GETLINK the host end; one
-//           write of addr_gen_mode none + hairpin + alias + up; RTM_GETLINK eth0 in the pod;
-//           one write of addr_gen_mode none + lo up + eth0 up + two addresses; one write of
-//           two default routes.
-//   Every RTM_GETLINK asks for no counters (IFLA_EXT_MASK RTEXT_FILTER_SKIP_STATS), as kni does.
+//           (kni's openNetns); setns into the pod netns, a netlink socket (bind, CAP_ACK,
+//           EXT_ACK), setns back; RTM_NEWLINK veth with NLM_F_ECHO (host end on the bridge with
+//           kni's shared host-end MAC, peer eth0 created in the pod netns; the echoed host end
+//           gives both ifindexes); one write of addr_gen_mode none + hairpin + alias + up; one
+//           write, in the pod, of addr_gen_mode none + lo up + eth0 up + two addresses + two
+//           default routes.
+//   As kni's, every write of several requests asks an ack of its last request only (a failure
+//   is answered anyway). The bridge's ifindex is looked up once, before the loop, as kni
+//   knows it from the node's set-up.
 //   detach: as kni's when the runtime tears the netns down next (NRI, CRI, CNI DEL from a
 //           Kubernetes runtime): one RTM_NEWLINK moving the host end to the reap group with its
 //           released alias; then, untimed per pod, one RTM_DELLINK of the whole group (what the
@@ -55,6 +57,7 @@ static void die(const char *what) {
 }
 
 static int home_fd;
+static const uint8_t host_mac[6] = {0xee, 0xee, 0xee, 0xee, 0xee, 0xee}; // kni's HOST_VETH_MAC
 static uint32_t seq = 1;
 
 static int nl_socket(void) {
@@ -78,7 +81,7 @@ static struct nlmsghdr *msg_start(struct msg *m, uint16_t type, uint16_t flags, 
     struct nlmsghdr *h = (struct nlmsghdr *)(m->buf + m->len);
     memset(h, 0, NLMSG_HDRLEN);
     h->nlmsg_type = type;
-    h->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    h->nlmsg_flags = NLM_F_REQUEST | flags;
     h->nlmsg_seq = seq++;
     memcpy((char *)h + NLMSG_HDRLEN, fixed, flen);
     h->nlmsg_len = NLMSG_HDRLEN + NLMSG_ALIGN(flen);
@@ -109,13 +112,18 @@ static void attr_u32(struct msg *m, struct nlmsghdr *h, uint16_t type, uint32_t 
 static void attr_u8(struct msg *m, struct nlmsghdr *h, uint16_t type, uint8_t v) { attr_put(m, h, type, &v, 1); }
 static void attr_str(struct msg *m, struct nlmsghdr *h, uint16_t type, const char *s) { attr_put(m, h, type, s, strlen(s) + 1); }
 
-// Sends every message of m in one write and reads until each has its ack; returns the ifindex of
-// the first RTM_NEWLINK answer seen (for GETLINK), 0 otherwise.
-static int nl_exec(int fd, struct msg *m, int acks) {
+// Sends every message of m in one write, the last one asking for an ack, and reads until that
+// ack; dies on any error. Returns the ifindex of the first RTM_NEWLINK answer seen (a GETLINK's
+// or an echoed create's), 0 if none, and its IFLA_LINK (a veth's peer) in *peer.
+static int nl_exec(int fd, struct msg *m, int *peer) {
+    struct nlmsghdr *last = NULL;
+    for (struct nlmsghdr *h = (struct nlmsghdr *)m->buf; (char *)h < m->buf + m->len; h = (struct nlmsghdr *)((char *)h + NLMSG_ALIGN(h->nlmsg_len))) last = h;
+    last->nlmsg_flags |= NLM_F_ACK;
+    uint32_t last_seq = last->nlmsg_seq;
     if (send(fd, m->buf, m->len, 0) < 0) die("send");
     char rb[16384];
     int index = 0;
-    while (acks > 0) {
+    for (int done = 0; !done;) {
         ssize_t n = recv(fd, rb, sizeof rb, 0);
         if (n < 0) die("recv");
         for (struct nlmsghdr *h = (struct nlmsghdr *)rb; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
@@ -125,9 +133,16 @@ static int nl_exec(int fd, struct msg *m, int acks) {
                     errno = -e->error;
                     die("netlink request");
                 }
-                acks--;
+                if (h->nlmsg_seq == last_seq) done = 1;
             } else if (h->nlmsg_type == RTM_NEWLINK && !index) {
-                index = ((struct ifinfomsg *)NLMSG_DATA(h))->ifi_index;
+                struct ifinfomsg *ifi = NLMSG_DATA(h);
+                index = ifi->ifi_index;
+                if (peer) {
+                    int len = (int)IFLA_PAYLOAD(h);
+                    for (struct rtattr *a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
+                        if (a->rta_type == IFLA_LINK) *peer = *(int *)RTA_DATA(a);
+                    }
+                }
             }
         }
     }
@@ -141,7 +156,7 @@ static int getlink(int fd, const char *name) {
     struct nlmsghdr *h = msg_start(&m, RTM_GETLINK, 0, &ifi, sizeof ifi);
     attr_str(&m, h, IFLA_IFNAME, name);
     attr_u32(&m, h, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS); // as kni asks: no counters in the answer
-    return nl_exec(fd, &m, 1);
+    return nl_exec(fd, &m, NULL);
 }
 
 // kni's retire (RTM_NEWLINK: the named link into the reap group, with its released alias) and
@@ -153,7 +168,7 @@ static void reap_group_request(int fd, uint16_t type, const char *name, const ch
     if (name) attr_str(&m, h, IFLA_IFNAME, name);
     attr_u32(&m, h, IFLA_GROUP, REAP_GROUP);
     if (alias) attr_str(&m, h, IFLA_IFALIAS, alias);
-    nl_exec(fd, &m, 1);
+    nl_exec(fd, &m, NULL);
 }
 
 static void set_nolinklocal(struct msg *m, int index) {
@@ -203,6 +218,8 @@ int main(int argc, char **argv) {
     home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
     if (home_fd < 0) die("open home netns");
     int host = nl_socket();
+    int br = getlink(host, bridge);
+    if (!br) die("bridge lookup");
     double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
     for (int i = 0; i < n; i++) {
         char path[4096], name[IFNAMSIZ], alias[64];
@@ -212,15 +229,15 @@ int main(int argc, char **argv) {
         uint8_t mac[6] = {0x0a, 0x58, 10, 200, (uint8_t)(i >> 8), (uint8_t)i};
         double t0 = now_ms();
         int ns = open_netns(path);
-        int br = getlink(host, bridge);
         if (setns(ns, CLONE_NEWNET) < 0) die("setns pod");
         int pod = nl_socket();
         if (setns(home_fd, CLONE_NEWNET) < 0) die("setns home");
 
         struct msg m = {.len = 0};
         struct ifinfomsg ifi = {0};
-        struct nlmsghdr *h = msg_start(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &ifi, sizeof ifi);
+        struct nlmsghdr *h = msg_start(&m, RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL | NLM_F_ECHO, &ifi, sizeof ifi);
         attr_str(&m, h, IFLA_IFNAME, name);
+        attr_put(&m, h, IFLA_ADDRESS, host_mac, 6);
         attr_u32(&m, h, IFLA_MTU, 1500);
         attr_u32(&m, h, IFLA_MASTER, (uint32_t)br);
         size_t li = nest_start(&m, h, IFLA_LINKINFO);
@@ -235,9 +252,9 @@ int main(int argc, char **argv) {
         nest_end(&m, data);
         nest_end(&m, li);
         stage = "create veth";
-        nl_exec(host, &m, 1);
-
-        int hidx = getlink(host, name);
+        int pidx = 0;
+        int hidx = nl_exec(host, &m, &pidx);
+        if (!hidx || !pidx) die("no echo of the new veth (kernel older than 6.3?)");
         set_nolinklocal(&m, hidx);
         struct ifinfomsg br_ifi = {.ifi_family = AF_BRIDGE, .ifi_index = hidx};
         h = msg_start(&m, RTM_SETLINK, 0, &br_ifi, sizeof br_ifi);
@@ -249,12 +266,11 @@ int main(int argc, char **argv) {
         attr_str(&m, h, IFLA_IFALIAS, alias);
         set_up(&m, hidx, NULL);
         stage = "host end settings";
-        nl_exec(host, &m, 4);
+        nl_exec(host, &m, NULL);
 
-        int pidx = getlink(pod, "eth0");
         set_nolinklocal(&m, pidx);
         set_up(&m, 0, "lo");
-        set_up(&m, 0, "eth0");
+        set_up(&m, pidx, NULL);
         struct { int fam; int plen; uint8_t a[16]; } addrs[2] = {
             {AF_INET, 16, {10, 200, (uint8_t)((i + 2) >> 8), (uint8_t)(i + 2)}},
             {AF_INET6, 64, {0xfd, 0, 0x02, 0, [14] = (uint8_t)((i + 2) >> 8), [15] = (uint8_t)(i + 2)}},
@@ -267,8 +283,6 @@ int main(int argc, char **argv) {
             attr_put(&m, h, IFA_ADDRESS, addrs[k].a, alen);
             attr_u32(&m, h, IFA_FLAGS, addrs[k].fam == AF_INET6 ? 0x82 : 0x80);
         }
-        stage = "pod end and addresses";
-        nl_exec(pod, &m, 5);
         uint8_t gw4[4] = {10, 200, 0, 1}, gw6[16] = {0xfd, 0, 0x02, 0, [15] = 1};
         for (int k = 0; k < 2; k++) {
             struct rtmsg rt = {.rtm_family = (uint8_t)(k ? AF_INET6 : AF_INET), .rtm_table = RT_TABLE_MAIN, .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_UNIVERSE, .rtm_type = RTN_UNICAST};
@@ -276,8 +290,8 @@ int main(int argc, char **argv) {
             attr_put(&m, h, RTA_GATEWAY, k ? (void *)gw6 : (void *)gw4, k ? 16 : 4);
             attr_u32(&m, h, RTA_OIF, (uint32_t)pidx);
         }
-        stage = "default routes";
-        nl_exec(pod, &m, 2);
+        stage = "pod end, addresses and default routes";
+        nl_exec(pod, &m, NULL);
         close(pod);
         close(ns);
         att[i] = now_ms() - t0;

@@ -30,6 +30,7 @@ describe('pod network (real kernel)', () => {
   it('sets up the node: bridge with gateways, forwarding, masquerade for what leaves the pod ranges', () => {
     const addrs = inNetns(d.nodeNetns, 'ip', ['-o', 'addr', 'show', 'dev', 'kni0']).out;
     assert.match(addrs, /inet 10\.244\.0\.1\/24/);
+    assert.match(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', 'kni0']).out, /mcast_snooping 0/, 'multicast snooping is off by default');
     assert.match(addrs, /inet6 fd00:10:244::1\/64/);
     assert.equal(inNetns(d.nodeNetns, 'cat', ['/proc/sys/net/ipv4/ip_forward']).out.trim(), '1');
     const v4 = inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'POSTROUTING']).out;
@@ -69,6 +70,9 @@ describe('pod network (real kernel)', () => {
       const port = inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', itf.host_interface]).out;
       assert.match(port, /master kni0/);
       assert.match(port, /hairpin on/);
+      // Both host ends share one MAC (pod-wiring.ts), and the pods above reached each other.
+      assert.match(port, /link\/ether ee:ee:ee:ee:ee:ee/);
+      assert.match(inNetns(d.nodeNetns, 'ip', ['link', 'show', b.net.interfaces[0].host_interface]).out, /link\/ether ee:ee:ee:ee:ee:ee/);
       assert.equal((await rt.Check({ sandbox_id: 'ping-a' })).ok, true);
     } finally {
       await rt.Detach({ sandbox_id: 'ping-a' });
@@ -137,6 +141,23 @@ describe('pod network (real kernel)', () => {
     } finally {
       await rt.Detach({ sandbox_id: 'drift' });
     }
+  });
+
+  it('sets multicast snooping as configured on a bridge it finds at start', async () => {
+    inNetns(d.nodeNetns, 'ip', ['link', 'set', 'kni0', 'type', 'bridge', 'mcast_snooping', '1']);
+    await d.restart();
+    assert.match(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', 'kni0']).out, /mcast_snooping 0/);
+    const cfg = JSON.parse(fs.readFileSync(d.configFile, 'utf8'));
+    fs.writeFileSync(d.configFile, JSON.stringify({ ...cfg, bridgeMulticastSnooping: true }));
+    try {
+      await d.restart();
+      assert.match(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', 'kni0']).out, /mcast_snooping 1/);
+    } finally {
+      fs.writeFileSync(d.configFile, JSON.stringify(cfg));
+      await d.restart();
+    }
+    rt = d.rt();
+    kni = d.kni();
   });
 
   it('serves on a 0600 socket', () => {

@@ -162,12 +162,13 @@ describe('validation', () => {
 
   it('refuses to start on a bad config, naming every problem', () => {
     const file = `${d.dir}/bad.yaml`;
-    fs.writeFileSync(file, 'ranges: ["10.0.0.0/33", "fd00::/64"]\nmtu: 10\nbridge: "a/b"\n');
+    fs.writeFileSync(file, 'ranges: ["10.0.0.0/33", "fd00::/64"]\nmtu: 10\nbridge: "a/b"\nbridgeMulticastSnooping: "no"\n');
     const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', file, '--socket', `${d.dir}/x.sock`, '--state-dir', `${d.dir}/x`], { encoding: 'utf8' });
     assert.equal(r.status, 1);
     assert.match(r.stderr, /prefix length 33 is too long/);
     assert.match(r.stderr, /mtu 10/);
     assert.match(r.stderr, /bridge "a\/b"/);
+    assert.match(r.stderr, /bridgeMulticastSnooping must be true or false/);
     assert.ok(!fs.existsSync(`${d.dir}/x.sock`));
   });
 

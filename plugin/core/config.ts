@@ -80,6 +80,8 @@ export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
   bridge: string;
+  /** Multicast snooping on the bridge (off: multicast floods to every pod, and attach time does not grow with the pods there). */
+  bridgeMulticastSnooping: boolean;
   mtu: number;
   ranges: Cidr[];
   /** True when ranges come from the Node's spec.podCIDRs (kubernetes.nodeName set, no ranges given). */
@@ -123,6 +125,7 @@ export const DEFAULT_NETNS_ROOTS = [
 export const defaultConfig = (): Config => ({
   name: 'kni',
   bridge: 'kni0',
+  bridgeMulticastSnooping: false,
   mtu: 1500,
   ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
   rangesFromNode: false,
@@ -147,7 +150,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -208,6 +211,10 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     } else cfg.allowedNetnsRoots = r.allowedNetnsRoots.map((p: string) => path.normalize(p));
   }
   if (!cfg.allowedNetnsRoots.includes(cfg.netnsDir)) cfg.allowedNetnsRoots.push(cfg.netnsDir);
+  if (r.bridgeMulticastSnooping !== undefined) {
+    if (typeof r.bridgeMulticastSnooping !== 'boolean') problems.push('bridgeMulticastSnooping must be true or false');
+    else cfg.bridgeMulticastSnooping = r.bridgeMulticastSnooping;
+  }
   if (r.masquerade !== undefined) {
     if (typeof r.masquerade !== 'boolean') problems.push('masquerade must be true or false');
     else cfg.masquerade = r.masquerade;

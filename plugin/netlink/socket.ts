@@ -14,6 +14,8 @@ export const NETLINK_CAP_ACK = 10;
 export const NLM_F_REQUEST = 0x1;
 export const NLM_F_MULTI = 0x2;
 export const NLM_F_ACK = 0x4;
+/** Asks the kernel to send the requester what it announces about the change (a new link's message). */
+export const NLM_F_ECHO = 0x8;
 export const NLM_F_DUMP = 0x300;
 export const NLM_F_REPLACE = 0x100;
 export const NLM_F_EXCL = 0x200;
@@ -75,11 +77,11 @@ export class NetlinkSocket {
     this.closed = true;
   }
 
-  private frame(req: NetlinkRequest, seq: number): Buffer {
+  private frame(req: NetlinkRequest, seq: number, ack = true): Buffer {
     const h = Buffer.alloc(HDR);
     h.writeUInt32LE(HDR + req.body.length, 0);
     h.writeUInt16LE(req.type, 4);
-    h.writeUInt16LE(NLM_F_REQUEST | NLM_F_ACK | req.flags, 6);
+    h.writeUInt16LE(NLM_F_REQUEST | (ack ? NLM_F_ACK : 0) | req.flags, 6);
     h.writeUInt32LE(seq, 8);
     return Buffer.concat([h, req.body]);
   }
@@ -90,28 +92,32 @@ export class NetlinkSocket {
   }
 
   /**
-   * Sends the requests in one write and waits for every ack. The kernel runs them in
-   * order but not atomically: on failure the first error is thrown after all acks are read.
+   * Sends the requests in one write and waits until the last is answered. The kernel runs them
+   * in order, inside this send, but not atomically. Only the last asks for an ack: a failing
+   * request is answered with its error whether it asked or not, before the last's answer, so
+   * a batch that succeeds costs one read instead of one per request. On failure the first
+   * error is thrown once the last answer is read.
    */
   exec(reqs: NetlinkRequest[]): void {
     if (reqs.length === 0) return;
     const first = this.nextSeq();
     for (let i = 1; i < reqs.length; i++) this.nextSeq();
-    libc.send(this.fd, Buffer.concat(reqs.map((r, i) => this.frame(r, (first + i) & 0x7fffffff))));
-    let pending = reqs.length;
+    const last = reqs.length - 1;
+    libc.send(this.fd, Buffer.concat(reqs.map((r, i) => this.frame(r, (first + i) & 0x7fffffff, i === last))));
     let failure: NetlinkError | undefined;
-    while (pending > 0) {
+    for (;;) {
       const n = libc.recv(this.fd, this.buf);
       for (const m of split(this.buf, n)) {
         if (m.type !== NLMSG_ERROR) continue;
         const idx = (m.seq - first) & 0x7fffffff;
-        if (idx >= reqs.length) continue;
-        pending--;
+        if (idx > last) continue;
         const err = ackError(m, reqs[idx].what);
         if (err && !failure) failure = err;
+        if (idx !== last) continue;
+        if (failure) throw failure;
+        return;
       }
     }
-    if (failure) throw failure;
   }
 
   request(req: NetlinkRequest): void {

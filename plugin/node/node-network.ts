@@ -6,7 +6,7 @@ import { KniError } from '../core/errors';
 import { Ipam } from '../ipam/ipam';
 import { Cidr, ipBytes } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
-import { bridgeAdd, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
+import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
 import { NetlinkSocket } from '../netlink/socket';
 import { removeMasquerade, syncMasquerade } from './masquerade';
 
@@ -24,10 +24,12 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     throw new KniError('FAILED_PRECONDITION', `${cfg.bridge} exists and is a ${br.kind || 'non-bridge'} link, not a bridge`);
   }
   if (!br) {
-    sock.request(bridgeAdd(cfg.bridge, cfg.mtu, bridgeMac(ipam)));
+    sock.request(bridgeAdd(cfg.bridge, cfg.mtu, bridgeMac(ipam), cfg.bridgeMulticastSnooping));
     br = linkByName(sock, cfg.bridge)!;
-  } else if (!(br.flags & IFF_UP)) {
-    sock.request(linkSetUp(cfg.bridge));
+  } else {
+    // A bridge made by an earlier kni, or by hand: the setting is the config's.
+    sock.request(bridgeSetMulticastSnooping(cfg.bridge, cfg.bridgeMulticastSnooping));
+    if (!(br.flags & IFF_UP)) sock.request(linkSetUp(cfg.bridge));
   }
   sock.exec(ipam.gateways().map((g) => addrAdd(br!.index, cfg.bridge, { family: g.family, value: g.address, prefixLength: g.prefixLength }, true)));
   fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');

@@ -3,7 +3,7 @@
 // hairpinned bridge port. All over netlink from this process: no spawn, no iptables.
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
-import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
+import { linkByName, linkCreate, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
 import { defaultRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { socketInNetns } from '../netns/netns';
@@ -16,6 +16,14 @@ import { InterfaceRecord } from '../store/records';
  */
 /** Host veths carry "kni:<sandbox id>" as their alias: lost records are rebuilt from it. */
 export const VETH_ALIAS_PREFIX = 'kni:';
+
+/**
+ * Every host veth has this MAC (as Calico's do). A bridge port's MAC is only a destination the
+ * bridge delivers to itself, and these ends send nothing of their own (no IPv6 link-local).
+ * Distinct MACs cost each attach time in proportion to the pods already there: the bridge
+ * keeps a local entry per port MAC and walks them all when a port joins (br_fdb_unsync_static).
+ */
+export const HOST_VETH_MAC = 'ee:ee:ee:ee:ee:ee';
 
 export class HostVethExistsError extends Error {
   constructor(readonly hostVeth: string) {
@@ -32,46 +40,55 @@ export class PodInterfaceExistsError extends Error {
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
   const pod = socketInNetns(netnsFd);
   try {
-    const podEnd = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
-      try {
-        host.request(
-          vethAdd({ name: itf.hostVeth, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }),
-        );
-      } catch (e) {
-        if (e instanceof NetlinkError && e.code === 'EEXIST') {
-          if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
-          throw new PodInterfaceExistsError(itf.name);
-        }
-        throw e;
-      }
-      const hostEnd = linkByName(host, itf.hostVeth);
-      if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
+    const { podIndex } = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
+      const ends = createVeth(host, pod, bridgeIndex, netnsFd, itf);
       // The alias lets a lost record be rebuilt from the kernel alone (the kernel takes
       // IFLA_IFALIAS only on an existing link, not in the create request).
       host.exec([
-        linkSetNoLinkLocal(hostEnd.index, itf.hostVeth),
-        linkSetHairpin(hostEnd.index, itf.hostVeth),
-        linkSetAlias(hostEnd.index, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
-        linkSetUpByIndex(hostEnd.index, itf.hostVeth),
+        linkSetNoLinkLocal(ends.hostIndex, itf.hostVeth),
+        linkSetHairpin(ends.hostIndex, itf.hostVeth),
+        linkSetAlias(ends.hostIndex, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
+        linkSetUpByIndex(ends.hostIndex, itf.hostVeth),
       ]);
-      const link = linkByName(pod, itf.name);
-      if (!link) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
-      return link;
+      return ends;
     });
+    // One write: the kernel runs the requests in order, so each route finds its address.
     withSpan('pod.addresses', { 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }, () =>
       pod.exec([
-        linkSetNoLinkLocal(podEnd.index, itf.name),
+        linkSetNoLinkLocal(podIndex, itf.name),
         linkSetUp('lo'),
-        linkSetUp(itf.name),
-        ...itf.addresses.map((a) => addrAdd(podEnd.index, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
+        linkSetUpByIndex(podIndex, itf.name),
+        ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
+        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name)),
       ]),
-    );
-    withSpan('pod.routes', {}, () =>
-      pod.exec(itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podEnd.index, itf.name))),
     );
   } finally {
     pod.close();
   }
+}
+
+/**
+ * The veth pair, and the ifindex of each end. The kernel announces the new host end to us
+ * (linkCreate), and that announcement names the pod end's ifindex in the pod netns; only an
+ * older kernel, which announces nothing, costs two lookups.
+ */
+function createVeth(host: NetlinkSocket, pod: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord): { hostIndex: number; podIndex: number } {
+  let created;
+  try {
+    created = linkCreate(host, vethAdd({ name: itf.hostVeth, mac: HOST_VETH_MAC, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }), itf.hostVeth);
+  } catch (e) {
+    if (e instanceof NetlinkError && e.code === 'EEXIST') {
+      if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
+      throw new PodInterfaceExistsError(itf.name);
+    }
+    throw e;
+  }
+  if (created && created.peerIndex > 0) return { hostIndex: created.index, podIndex: created.peerIndex };
+  const hostEnd = linkByName(host, itf.hostVeth);
+  if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
+  const podEnd = linkByName(pod, itf.name);
+  if (!podEnd) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
+  return { hostIndex: hostEnd.index, podIndex: podEnd.index };
 }
 
 /**
