@@ -59,7 +59,7 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
-    unwireInterface(rec, itf, mode, this.rt.reaper);
+    await unwireInterface(rec, itf, mode, this.rt);
   }
 
   async check(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {

@@ -19,6 +19,7 @@ import { StateStore } from '../store/state-store';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
+import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
 import { WiringPool } from '../pod/wiring-pool';
 import { restoreState } from './restore-state';
@@ -57,6 +58,8 @@ export class NetworkRuntime {
   readonly node = new NodeLifecycle(this);
   /** Host veths of detached pods, deleted in batches after the detach answered. */
   readonly reaper = new VethReaper();
+  /** Host veths deleted before the detach answers, those of concurrent detaches together. */
+  readonly vethDelete = new VethBatchDelete();
   /** Threads that make pod interfaces, so that concurrent attaches overlap. */
   readonly wiring = new WiringPool();
   /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
@@ -131,6 +134,7 @@ export class NetworkRuntime {
     } catch (e) {
       log('error', 'cannot delete the retired veths; the next start\'s reconcile does', { error: (e as Error).message });
     }
+    this.vethDelete.close();
     this.host?.close();
   }
 

@@ -252,7 +252,7 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
   const problems = checkRecord(rt, rec, ns);
   if (!problems.length) return;
   try {
-    unwireSandbox(rec);
+    await unwireSandbox(rec);
     await wireSandbox(rt, rec, ns);
     report.repaired.push(rec.id);
     rt.events.emit('repaired', rec, problems.join('; '));

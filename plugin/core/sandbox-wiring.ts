@@ -12,6 +12,7 @@ import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
+import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
 import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -69,10 +70,11 @@ function shape(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns:
 
 /**
  * Deletes what wireInterface made: the tap, the ifb, then the veth (the kernel removes the pod
- * end with it): at once, or through the reaper when the netns is ending (veth-reaper.ts), or
+ * end with it): before answering (with other detaches' veths when `deleters` are given:
+ * veth-batch-delete.ts), or through the reaper when the netns is ending (veth-reaper.ts), or
  * not at all when kni unpins the netns next (the teardown takes the pod side along).
  */
-export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode = 'now', reaper?: VethReaper): void {
+export async function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode = 'now', deleters?: { reaper: VethReaper; vethDelete: VethBatchDelete }): Promise<void> {
   if (itf.tap && mode === 'now') unwireTap(rec, itf.tap);
   if (rec.bandwidth && !itf.network) {
     const sock = new NetlinkSocket();
@@ -85,7 +87,8 @@ export function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, mode: 
   if (mode === 'netns-goes') return;
   // The netns is ending: retire the veth and answer; the kernel's slow delete comes after,
   // batched. Otherwise the pod end must be gone when the caller gets the answer.
-  if (mode === 'netns-ending' && reaper) reaper.retire(itf.hostVeth, rec.id);
+  if (mode === 'netns-ending' && deleters) deleters.reaper.retire(itf.hostVeth, rec.id);
+  else if (deleters) await deleters.vethDelete.delete(itf.hostVeth, rec.id);
   else unwirePod(itf);
 }
 
@@ -94,8 +97,8 @@ export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: Ne
   for (const itf of rec.interfaces.filter(isBuiltIn)) await wireInterface(rt, rec, itf, ns);
 }
 
-export function unwireSandbox(rec: SandboxRecord): void {
-  for (const itf of rec.interfaces.filter(isBuiltIn)) unwireInterface(rec, itf);
+export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
+  for (const itf of rec.interfaces.filter(isBuiltIn)) await unwireInterface(rec, itf);
 }
 
 /** Deletes a vm sandbox's tap, only in the netns it was wired in; one gone took it along. */
