@@ -1,8 +1,11 @@
 // Pods wired by a real kni-runtime on a real kernel: connectivity, idempotency, clean detach.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { hostVethName } from '../plugin/core/network-runtime';
+import { rejectsWith } from './helpers/expect';
 import { inNetns, ping } from './helpers/sh';
 import { stateRecords } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
@@ -158,6 +161,29 @@ describe('pod network (real kernel)', () => {
     }
     rt = d.rt();
     kni = d.kni();
+  });
+
+  it('a bridge with no free port (1023 taken) refuses the pod with RESOURCE_EXHAUSTED, keeps nothing of it, and takes it once a port frees', async () => {
+    const inNode = (lines: string[]) => {
+      const r = spawnSync('ip', ['-n', d.nodeNetnsName, '-batch', '-'], { input: lines.join('\n'), encoding: 'utf8' });
+      assert.equal(r.status, 0, r.stderr);
+    };
+    const ports = inNetns(d.nodeNetns, 'ip', ['-o', 'link', 'show', 'master', 'kni0']).out.trim().split('\n').filter(Boolean).length;
+    const fillers = Array.from({ length: 1023 - ports }, (_, i) => `kf${i}`);
+    // The fillers' other ends wait in a netns of their own; one group delete takes them all.
+    const peers = d.makePodNetns('fillers').split('/').pop()!;
+    const netns = d.makePodNetns('full');
+    try {
+      inNode(fillers.map((f, i) => `link add ${f} group 4242 type veth peer name p${i} netns ${peers}\nlink set ${f} master kni0`));
+      await rejectsWith(rt.Attach({ sandbox_id: 'full', netns_path: netns }), grpc.status.RESOURCE_EXHAUSTED, /bridge has no free port.*1023.*EXFULL/);
+      assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
+      assert.ok(!stateRecords(d.stateDir, 'sandboxes').has('full'), 'record kept');
+      inNode([`link del ${fillers[0]}`]);
+      await rt.Attach({ sandbox_id: 'full', netns_path: netns });
+      await rt.Detach({ sandbox_id: 'full' });
+    } finally {
+      inNode(['link del group 4242']);
+    }
   });
 
   it('serves on a 0600 socket', () => {

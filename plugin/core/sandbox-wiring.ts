@@ -125,6 +125,8 @@ export function kernelError(e: unknown, rec: SandboxRecord): KniError {
   if (e instanceof NotANetnsError) return invalid(`netns path ${rec.netnsPath} is not a network namespace`);
   if (e instanceof PodInterfaceExistsError) return new KniError('ALREADY_EXISTS', `netns ${rec.netnsPath}: ${e.message}`);
   if ((e as NodeJS.ErrnoException).code === 'ENOENT') return new KniError('NOT_FOUND', `netns path ${rec.netnsPath} does not exist`);
+  // The kernel numbers a bridge's ports in 10 bits: 1023 pods at most on one node's bridge.
+  if (e instanceof NetlinkError && e.code === 'EXFULL') return new KniError('RESOURCE_EXHAUSTED', `sandbox ${rec.id}: the node's bridge has no free port (a Linux bridge takes at most 1023; lower the kubelet's maxPods): kernel refused to ${e.message}`);
   if (e instanceof NetlinkError) return new KniError('INTERNAL', `sandbox ${rec.id}: kernel refused to ${e.message}`);
   return new KniError('INTERNAL', `sandbox ${rec.id}: ${(e as Error).message ?? String(e)}`);
 }

@@ -10,10 +10,6 @@ import { socketInNetns } from '../netns/netns';
 import { withSpan } from '../observe/tracing';
 import { InterfaceRecord } from '../store/records';
 
-/**
- * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
- * and HostVethExistsError when a stale host end with that name is in the way.
- */
 /** Host veths carry "kni:<sandbox id>" as their alias: lost records are rebuilt from it. */
 export const VETH_ALIAS_PREFIX = 'kni:';
 
@@ -37,6 +33,10 @@ export class PodInterfaceExistsError extends Error {
   }
 }
 
+/**
+ * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
+ * and HostVethExistsError when a stale host end with that name is in the way.
+ */
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
   const pod = socketInNetns(netnsFd);
   try {

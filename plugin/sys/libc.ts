@@ -12,8 +12,11 @@ export class Errno extends Error {
   }
 }
 
+/** Linux errnos the kernel answers kni with that Node's table lacks. */
+const LINUX_ERRNOS: Record<string, number> = { EXFULL: 54 };
+
 export function errnoName(errno: number): string {
-  for (const [name, value] of Object.entries(os.constants.errno)) {
+  for (const [name, value] of [...Object.entries(os.constants.errno), ...Object.entries(LINUX_ERRNOS)]) {
     if (value === errno) return name;
   }
   return `errno ${errno}`;
