@@ -62,6 +62,9 @@ const macString = (b: Buffer): string => [...b].map((x) => x.toString(16).padSta
 
 const IFLA_BR_MCAST_SNOOPING = 23;
 
+const bridgeInfo = (mcastSnooping: boolean): Buffer =>
+  attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'bridge'), attrNested(IFLA_INFO_DATA, [attrU8(IFLA_BR_MCAST_SNOOPING, mcastSnooping ? 1 : 0)])]);
+
 /** `mcastSnooping`: see bridgeSetMulticastSnooping. */
 export function bridgeAdd(name: string, mtu: number, mac: string, mcastSnooping: boolean): NetlinkRequest {
   return {
@@ -73,7 +76,7 @@ export function bridgeAdd(name: string, mtu: number, mac: string, mcastSnooping:
       attrString(IFLA_IFNAME, name),
       attrU32(IFLA_MTU, mtu),
       attr(IFLA_ADDRESS, macBytes(mac)),
-      attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'bridge'), attrNested(IFLA_INFO_DATA, [attrU8(IFLA_BR_MCAST_SNOOPING, mcastSnooping ? 1 : 0)])]),
+      bridgeInfo(mcastSnooping),
     ]),
   };
 }
@@ -89,7 +92,7 @@ export function bridgeSetMulticastSnooping(name: string, on: boolean): NetlinkRe
     type: RTM_NEWLINK,
     flags: 0,
     what: `turn multicast snooping ${on ? 'on' : 'off'} on ${name}`,
-    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'bridge'), attrNested(IFLA_INFO_DATA, [attrU8(IFLA_BR_MCAST_SNOOPING, on ? 1 : 0)])])]),
+    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), bridgeInfo(on)]),
   };
 }
 

@@ -12,15 +12,11 @@ export class Errno extends Error {
   }
 }
 
-/** Linux errnos the kernel answers kni with that Node's table lacks. */
-const LINUX_ERRNOS: Record<string, number> = { EXFULL: 54 };
+/** Node's errno table, and the Linux errnos the kernel answers kni with that it lacks; an errno with two names (EAGAIN, EWOULDBLOCK) keeps the first. */
+const ERRNO_NAMES = new Map<number, string>();
+for (const [name, value] of [...Object.entries(os.constants.errno), ['EXFULL', 54] as const]) if (!ERRNO_NAMES.has(value)) ERRNO_NAMES.set(value, name);
 
-export function errnoName(errno: number): string {
-  for (const [name, value] of [...Object.entries(os.constants.errno), ...Object.entries(LINUX_ERRNOS)]) {
-    if (value === errno) return name;
-  }
-  return `errno ${errno}`;
-}
+export const errnoName = (errno: number): string => ERRNO_NAMES.get(errno) ?? `errno ${errno}`;
 
 const libc = koffi.load('libc.so.6');
 
