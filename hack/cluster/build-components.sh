@@ -61,11 +61,25 @@ build_etcd() {
   build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 "" go.etcd.io/etcd/server/v3:etcd
 }
 
+# Not a cluster component: the bench's Go client of kni (bench/grpc-go-client, our own code with
+# its own go.mod), built here for the module cache outside the work tree.
+build_bench_client() {
+  local src
+  src=$(cd "$here/../../bench/grpc-go-client" && pwd)
+  local done=$bin/.grpc-go-client-$(cat "$src/go.mod" "$src/go.sum" "$src/main.go" | sha256sum | cut -c1-16)
+  [ -f "$done" ] && return 0
+  echo "build-components: grpc-go-client" >&2
+  (cd "$src" && CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -ldflags "-s -w" -o "$bin/grpc-go-client" .)
+  rm -f "$bin"/.grpc-go-client-*
+  touch "$done"
+}
+
 case "${1:-all}" in
   kubernetes) build_kubernetes ;;
   containerd) build_containerd ;;
   etcd) build_etcd ;;
+  bench-client) build_bench_client ;;
   all) build_containerd; build_etcd; build_kubernetes ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client]" >&2; exit 2 ;;
 esac
 echo "$bin"

@@ -1,0 +1,141 @@
+// A KNI client in Go, as containerd is: times Attach and Detach calls to a running kni over
+// grpc-go, so the bench reports what a Go runtime sees without a Node client's own cost in the
+// figure. The requests are encoded field by field (protowire) instead of from generated code:
+// two strings and a bool do not justify a protoc step in the build.
+//
+//	grpc-go-client -socket S -pods FILE [-concurrency C]
+//
+// FILE holds one "sandbox-id netns-path" per line. Every pod is attached, then every pod is
+// detached (netns_ending: the bench removes the netns next), C calls at a time; one JSON object
+// {"attachMs": [...], "detachMs": [...], "attachWallMs": W, "detachWallMs": W} goes to stdout.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// rawCodec sends and receives message bytes as they are: the caller encodes, and the answers
+// are only counted, not read.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append((*(v.(*[]byte)))[:0], data...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// Field numbers of proto/kni/runtime/v1/runtime.proto.
+func attachRequest(id, netns string) []byte {
+	b := protowire.AppendTag(nil, 1, protowire.BytesType) // sandbox_id
+	b = protowire.AppendString(b, id)
+	b = protowire.AppendTag(b, 2, protowire.BytesType) // netns_path
+	return protowire.AppendString(b, netns)
+}
+
+func detachRequest(id string) []byte {
+	b := protowire.AppendTag(nil, 1, protowire.BytesType) // sandbox_id
+	b = protowire.AppendString(b, id)
+	b = protowire.AppendTag(b, 2, protowire.VarintType) // netns_ending
+	return protowire.AppendVarint(b, 1)
+}
+
+type pod struct{ id, netns string }
+
+// run calls call(i) for every pod, at most c at a time; each call's ms and the wall ms.
+func run(n, c int, call func(i int) error) ([]float64, float64, error) {
+	ms := make([]float64, n)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	t0 := time.Now()
+	for w := 0; w < c; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				s := time.Now()
+				if err := call(i); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				ms[i] = float64(time.Since(s).Nanoseconds()) / 1e6
+			}
+		}()
+	}
+	wg.Wait()
+	if e := firstErr.Load(); e != nil {
+		return nil, 0, e.(error)
+	}
+	return ms, float64(time.Since(t0).Nanoseconds()) / 1e6, nil
+}
+
+func main() {
+	socket := flag.String("socket", "", "kni's gRPC socket")
+	podsFile := flag.String("pods", "", `file of "sandbox-id netns-path" lines`)
+	concurrency := flag.Int("concurrency", 1, "calls at once")
+	flag.Parse()
+	if *socket == "" || *podsFile == "" || *concurrency < 1 {
+		fmt.Fprintln(os.Stderr, "usage: grpc-go-client -socket S -pods FILE [-concurrency C]")
+		os.Exit(2)
+	}
+	f, err := os.Open(*podsFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	var pods []pod
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fields := strings.Fields(sc.Text()); len(fields) == 2 {
+			pods = append(pods, pod{fields[0], fields[1]})
+		}
+	}
+	f.Close()
+
+	conn, err := grpc.NewClient("unix://"+*socket, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer conn.Close()
+	call := func(method string, req []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		var res []byte
+		if err := conn.Invoke(ctx, "/kni.runtime.v1.NetworkRuntime/"+method, &req, &res); err != nil {
+			return fmt.Errorf("%s: %w", method, err)
+		}
+		return nil
+	}
+	// One call first, outside the figures: the connection is made on the first call.
+	if err := call("GetNode", nil); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	attachMs, attachWall, err := run(len(pods), *concurrency, func(i int) error { return call("Attach", attachRequest(pods[i].id, pods[i].netns)) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	detachMs, detachWall, err := run(len(pods), *concurrency, func(i int) error { return call("Detach", detachRequest(pods[i].id)) })
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	out, _ := json.Marshal(map[string]any{"attachMs": attachMs, "detachMs": detachMs, "attachWallMs": attachWall, "detachWallMs": detachWall})
+	fmt.Println(string(out))
+}
