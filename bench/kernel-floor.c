@@ -34,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -208,6 +209,8 @@ static int open_netns(const char *path) {
     return fd;
 }
 
+static double tv_ms(struct timeval t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; }
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N\n");
@@ -221,7 +224,15 @@ int main(int argc, char **argv) {
     int br = getlink(host, bridge);
     if (!br) die("bridge lookup");
     double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
+    struct rusage ru0, ru1;
+    getrusage(RUSAGE_SELF, &ru0);
+    const char *gap_env = getenv("KNI_FLOOR_GAP_US");
+    long gap_us = gap_env ? atol(gap_env) : 0;
     for (int i = 0; i < n; i++) {
+        if (gap_us > 0) {
+            struct timespec g = {.tv_sec = gap_us / 1000000, .tv_nsec = (gap_us % 1000000) * 1000};
+            nanosleep(&g, NULL);
+        }
         char path[4096], name[IFNAMSIZ], alias[64];
         snprintf(path, sizeof path, "%s/floor%d", dir, i);
         snprintf(name, sizeof name, "kfl%09d", i);
@@ -296,6 +307,7 @@ int main(int argc, char **argv) {
         close(ns);
         att[i] = now_ms() - t0;
     }
+    getrusage(RUSAGE_SELF, &ru1);
     for (int i = 0; i < n; i++) {
         char name[IFNAMSIZ], alias[64];
         snprintf(name, sizeof name, "kfl%09d", i);
@@ -314,6 +326,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", att[i]);
     printf("],\"detachMs\":[");
     for (int i = 0; i < n; i++) printf("%s%.4f", i ? "," : "", det[i]);
-    printf("],\"groupDeleteMs\":%.4f}\n", group);
+    printf("],\"groupDeleteMs\":%.4f,\"attachCpuMs\":{\"user\":%.4f,\"system\":%.4f}}\n", group,
+           (tv_ms(ru1.ru_utime) - tv_ms(ru0.ru_utime)) / n, (tv_ms(ru1.ru_stime) - tv_ms(ru0.ru_stime)) / n);
     return 0;
 }

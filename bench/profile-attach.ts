@@ -1,7 +1,7 @@
 // Where an attach's time goes inside kni: runs the daemon under `node --cpu-prof` in a
 // throwaway node netns, attaches and detaches N pods one at a time over gRPC, and prints the
 // functions with the most self time (and the .cpuprofile path, for Chrome DevTools).
-//   node dist/bench/profile-attach.js [--n 300] [--out DIR] [--no-detach]
+//   node dist/bench/profile-attach.js [--n 300] [--out DIR] [--no-detach] [--no-cpu-prof]
 import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -9,7 +9,11 @@ import { Command } from 'commander';
 import { runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import { percentile, rssMb } from './stats';
+import { cpuMs, percentile, rssMb, threadCpuMs } from './stats';
+import { readSteps, stepMeans } from './step-times';
+
+/** Inside the throwaway node netns: nobody else listens there. */
+const METRICS = '127.0.0.1:9464';
 
 interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
@@ -27,12 +31,12 @@ export function selfTimes(p: Profile): { fn: string; ms: number }[] {
   return [...ms].map(([fn, t]) => ({ fn, ms: t })).sort((a, b) => b.ms - a.ms);
 }
 
-async function inner(n: number, out: string, dir: string, detach: boolean): Promise<void> {
+async function inner(n: number, out: string, dir: string, detach: boolean, cpuProf: boolean): Promise<void> {
   const podDir = path.join('/run', `${path.basename(dir)}-netns`);
   const socket = path.join(dir, 'kni.sock');
   const config = path.join(dir, 'kni.json');
   fs.writeFileSync(config, JSON.stringify({ ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: podDir, cni: { socket: path.join(dir, 'cni.sock') } }));
-  const d = spawn(process.execPath, ['--cpu-prof', '--cpu-prof-dir', out, path.join(packageRoot(), 'dist/plugin/main.js'), '--socket', socket, '--state-dir', path.join(dir, 'state'), '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const d = spawn(process.execPath, [...(cpuProf ? ['--cpu-prof', '--cpu-prof-dir', out] : []), path.join(packageRoot(), 'dist/plugin/main.js'), '--metrics-addr', METRICS, '--socket', socket, '--state-dir', path.join(dir, 'state'), '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
   let log = '';
   d.stdout!.on('data', (b) => (log += b));
   const c = runtimeClient(socket);
@@ -50,11 +54,24 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
     const mark = log.length;
     const grpcMs: number[] = [];
     const delMs: number[] = [];
+    const steps0 = await readSteps(METRICS);
+    const cpu0 = cpuMs(d.pid!);
+    const threads0 = threadCpuMs(d.pid!);
+    const client0 = process.cpuUsage();
     for (const p of pods) {
       const t = performance.now();
       await c.Attach({ sandbox_id: p.id, netns_path: p.netns });
       grpcMs.push(performance.now() - t);
     }
+    const cpu1 = cpuMs(d.pid!);
+    process.stdout.write(`the daemon's steps (kni_step_duration_seconds), mean per call over the ${n} attaches:\n`);
+    for (const s of stepMeans(steps0, await readSteps(METRICS))) process.stdout.write(`  ${s.meanUs.toFixed(1).padStart(8)} µs  ${s.step} (${s.calls} calls)\n`);
+    for (const [name, t] of threadCpuMs(d.pid!)) {
+      const t0 = threads0.get(name) ?? { user: 0, system: 0 };
+      if (t.user + t.system > t0.user + t0.system) process.stdout.write(`  thread ${name.padEnd(16)} ${((t.user - t0.user) / n).toFixed(3)} ms user + ${((t.system - t0.system) / n).toFixed(3)} ms system per attach\n`);
+    }
+    const client = process.cpuUsage(client0);
+    process.stdout.write(`CPU per attach: daemon ${((cpu1.user - cpu0.user) / n).toFixed(3)} ms user + ${((cpu1.system - cpu0.system) / n).toFixed(3)} ms system; this client ${(client.user / 1e3 / n).toFixed(3)} user + ${(client.system / 1e3 / n).toFixed(3)} system\n`);
     for (const p of detach ? pods : []) {
       const t = performance.now();
       await c.Detach({ sandbox_id: p.id, netns_ending: true });
@@ -65,12 +82,13 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
     const fl = spawnSync(path.join(packageRoot(), 'dist/bin/kernel-floor'), ['kni0', podDir, String(n)], { encoding: 'utf8' });
     for (const f of floorPins) removePinnedNetns(f);
     if (fl.status !== 0) throw new Error(`kernel-floor failed: ${fl.stderr}`);
-    const floor = JSON.parse(fl.stdout) as { attachMs: number[]; detachMs: number[] };
+    const floor = JSON.parse(fl.stdout) as { attachMs: number[]; detachMs: number[]; attachCpuMs: { user: number; system: number } };
     process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
     const inDaemon = log.slice(mark).split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);
     process.stdout.write(`daemon RSS with ${n} pods: ${rssMb(d.pid!).toFixed(0)} MB\n`);
     process.stdout.write(`attach p50: in-daemon ${percentile(inDaemon, 50).toFixed(2)} ms, gRPC ${percentile(grpcMs, 50).toFixed(2)} ms; detach (gRPC) p50 ${detach ? percentile(delMs, 50).toFixed(2) : '-'} ms\n`);
     for (const p of pods) removePinnedNetns(p.netns);
+    process.stdout.write(`kernel floor CPU per attach: ${floor.attachCpuMs.user.toFixed(3)} ms user + ${floor.attachCpuMs.system.toFixed(3)} ms system\n`);
   } finally {
     c.close();
     d.kill('SIGINT');
@@ -78,6 +96,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
     spawnSync('umount', ['-l', podDir]);
     fs.rmSync(podDir, { recursive: true, force: true });
   }
+  if (!cpuProf) return;
   const file = fs.readdirSync(out).filter((f) => f.endsWith('.cpuprofile')).map((f) => path.join(out, f)).sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs)[0];
   const prof = JSON.parse(fs.readFileSync(file, 'utf8')) as Profile;
   const top = selfTimes(prof);
@@ -87,16 +106,16 @@ async function inner(n: number, out: string, dir: string, detach: boolean): Prom
 }
 
 async function main(): Promise<void> {
-  const o = new Command().option('--n <n>', 'pods', '300').option('--out <dir>', 'where the .cpuprofile goes', '/tmp/kni-profile').option('--no-detach', 'attach only (the pods go with their netns)').option('--inner <dir>').parse().opts<{ n: string; out: string; detach: boolean; inner?: string }>();
+  const o = new Command().option('--n <n>', 'pods', '300').option('--out <dir>', 'where the .cpuprofile goes', '/tmp/kni-profile').option('--no-detach', 'attach only (the pods go with their netns)').option('--no-cpu-prof', "time and CPU figures only, without the profiler's own cost").option('--inner <dir>').parse().opts<{ n: string; out: string; detach: boolean; cpuProf: boolean; inner?: string }>();
   fs.mkdirSync(o.out, { recursive: true });
-  if (o.inner) return inner(Number(o.n), o.out, o.inner, o.detach);
+  if (o.inner) return inner(Number(o.n), o.out, o.inner, o.detach, o.cpuProf);
   const name = `kp${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
   spawnSync('ip', ['netns', 'add', `${name}-node`]);
   try {
     spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
-    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', o.n, '--out', o.out, ...(o.detach ? [] : ['--no-detach']), '--inner', dir], { stdio: 'inherit' });
+    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', o.n, '--out', o.out, ...(o.detach ? [] : ['--no-detach']), ...(o.cpuProf ? [] : ['--no-cpu-prof']), '--inner', dir], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error(`profile run failed (exit ${r.status})`);
   } finally {
     spawnSync('ip', ['netns', 'del', `${name}-node`]);

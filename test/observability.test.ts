@@ -5,7 +5,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { parseMetricsAddr } from '../plugin/observe/metrics';
-import { tracingRequested } from '../plugin/observe/tracing';
+import { registry } from '../plugin/observe/metrics';
+import { tracingEnabled, tracingRequested, withSpan } from '../plugin/observe/tracing';
 import { packageRoot } from '../plugin/server/protos';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
@@ -91,6 +92,12 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="used"}'), 2);
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="free"}'), 251);
     assert.equal(sample(m, 'kni_nri_connected'), 0);
+    // Each step of the two attaches, by its span name (the failed one stopped at validation).
+    for (const step of ['netns.open', 'ipam.allocate', 'store.record', 'veth.create', 'pod.addresses', 'store.commit']) {
+      assert.equal(sample(m, `kni_step_duration_seconds_count{step="${step}"}`), 2, step);
+    }
+    assert.equal(sample(m, 'kni_step_duration_seconds_count{step="kni.runtime.v1.NetworkRuntime/Attach"}'), 2);
+    assert.ok(sample(m, 'kni_step_duration_seconds_sum{step="veth.create"}') > 0);
     assert.ok(sample(m, 'kni_process_resident_memory_bytes') > 10e6);
 
     const gc = await d.rt().GarbageCollect({ live_sandbox_ids: ['traced'] });
@@ -151,5 +158,19 @@ describe('observability', () => {
     assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://collector:4317' }), true);
     assert.deepEqual(parseMetricsAddr('[::1]:9273'), { host: '::1', port: 9273 });
     for (const bad of ['9273', ':9273', '127.0.0.1:0', '127.0.0.1:70000', 'a b:1']) assert.throws(() => parseMetricsAddr(bad), /not host:port/);
+  });
+
+  it('times every step without tracing too (kni_step_duration_seconds), failed ones included', async () => {
+    assert.equal(tracingEnabled(), false);
+    const count = async (step: string) => {
+      const m = await registry.getSingleMetricAsString('kni_step_duration_seconds');
+      return Number(new RegExp(`^kni_step_duration_seconds_count\\{step="${step.replace(/\./g, '\\.')}"\\} (\\d+)$`, 'm').exec(m)?.[1] ?? 0);
+    };
+    const step = `test.step.${process.pid}`;
+    assert.equal(withSpan(step, {}, () => 7), 7);
+    assert.throws(() => withSpan(step, {}, () => { throw new Error('sync failure'); }), /sync failure/);
+    assert.equal(await withSpan(step, {}, async () => 8), 8);
+    await assert.rejects(withSpan(step, {}, async () => { throw new Error('async failure'); }), /async failure/);
+    assert.equal(await count(step), 4);
   });
 });

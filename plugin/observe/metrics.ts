@@ -18,6 +18,19 @@ const byEntryPoint = (name: string, help: string) =>
 export const attachSeconds = byEntryPoint('kni_attach_duration_seconds', 'Time to attach a sandbox (IPAM, record, netns, veth, addresses, routes), by entry point');
 export const detachSeconds = byEntryPoint('kni_detach_duration_seconds', 'Time to detach a sandbox, by entry point');
 
+/**
+ * Each step of an attach, a detach or an RPC, by the name its tracing span has (netns.open,
+ * ipam.allocate, store.record, veth.create, pod.addresses, cni.add, hostports,
+ * extensions.attached, …): where a slow pod start spends its time, without a trace backend.
+ */
+export const stepSeconds = new prom.Histogram({
+  name: 'kni_step_duration_seconds',
+  help: 'Time of each step of an attach, a detach or an RPC, by the step\'s tracing span name',
+  labelNames: ['step'] as const,
+  buckets,
+  registers: [registry],
+});
+
 export const errorsTotal = new prom.Counter({
   name: 'kni_errors_total',
   help: 'Failed operations by entry point, operation and gRPC code',

@@ -1,8 +1,9 @@
 // OpenTelemetry spans: one per RPC, children for each attach step. Off unless the standard
-// OTEL_* variables ask for an exporter; when off, withSpan is a plain call and the SDK is not
-// even loaded.
+// OTEL_* variables ask for an exporter; when off, withSpan only times the step (a histogram
+// per step name, kni_step_duration_seconds) and the SDK is not even loaded.
 import { Attributes, SpanStatusCode, trace, TracerProvider } from '@opentelemetry/api';
 import { KniError } from '../core/errors';
+import { isMainThread } from 'node:worker_threads';
 import { log } from '../core/log';
 
 let enabled = false;
@@ -40,15 +41,39 @@ export function startTracingFromEnv(): (() => Promise<void>) | undefined {
   return () => sdk.shutdown();
 }
 
-/** Runs fn inside a span named name (a child of the active one); sync or async alike. */
+/** Runs fn inside a span named name (a child of the active one); sync or async alike. Its time
+ *  goes to kni_step_duration_seconds{step=name} whether tracing is on or not. */
 export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): T {
-  if (!enabled) return fn();
+  const started = process.hrtime.bigint();
+  const timed = stepTimer(name);
+  const stop = () => timed.observe(Number(process.hrtime.bigint() - started) / 1e9);
+  if (!enabled) {
+    let out: T;
+    try {
+      out = fn();
+    } catch (e) {
+      stop();
+      throw e;
+    }
+    if (out instanceof Promise) {
+      return out.then((v) => {
+        stop();
+        return v;
+      }, (e) => {
+        stop();
+        throw e;
+      }) as T;
+    }
+    stop();
+    return out;
+  }
   return tracer.startActiveSpan(name, { attributes }, (span) => {
     const fail = (e: unknown) => {
       span.recordException(e as Error);
       span.setStatus({ code: SpanStatusCode.ERROR, message: (e as Error)?.message });
       if (e instanceof KniError) span.setAttribute('kni.error.code', e.code);
       span.end();
+      stop();
     };
     let out: T;
     try {
@@ -60,6 +85,7 @@ export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): 
     if (out instanceof Promise) {
       return out.then((v) => {
         span.end();
+        stop();
         return v;
       }, (e) => {
         fail(e);
@@ -67,6 +93,27 @@ export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): 
       }) as T;
     }
     span.end();
+    stop();
     return out;
   });
+}
+
+type StepTimer = { observe(seconds: number): void };
+const untimed: StepTimer = { observe: () => undefined };
+/**
+ * The step's histogram child, looked up once per name (labels() hashes the label values). A
+ * wiring thread's steps are not timed: the thread has no metrics endpoint, and prom-client
+ * would cost each thread its own registry's memory.
+ */
+const stepTimers = new Map<string, StepTimer>();
+function stepTimer(name: string): StepTimer {
+  if (!isMainThread) return untimed;
+  let t = stepTimers.get(name);
+  if (!t) {
+    // eslint-disable-next-line @typescript-eslint/no-require-imports
+    const { stepSeconds } = require('./metrics') as typeof import('./metrics');
+    t = stepSeconds.labels(name);
+    stepTimers.set(name, t);
+  }
+  return t;
 }
