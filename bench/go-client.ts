@@ -32,3 +32,6 @@ export async function goClientAddDel(socket: string, pods: { id: string; netns: 
     fs.rmSync(list, { force: true });
   }
 }
+
+/** The bench's name for this path. */
+export const GO_PATH = 'kni gRPC, Go client';

@@ -226,13 +226,7 @@ int main(int argc, char **argv) {
     double *att = calloc(n, sizeof *att), *det = calloc(n, sizeof *det);
     struct rusage ru0, ru1;
     getrusage(RUSAGE_SELF, &ru0);
-    const char *gap_env = getenv("KNI_FLOOR_GAP_US");
-    long gap_us = gap_env ? atol(gap_env) : 0;
     for (int i = 0; i < n; i++) {
-        if (gap_us > 0) {
-            struct timespec g = {.tv_sec = gap_us / 1000000, .tv_nsec = (gap_us % 1000000) * 1000};
-            nanosleep(&g, NULL);
-        }
         char path[4096], name[IFNAMSIZ], alias[64];
         snprintf(path, sizeof path, "%s/floor%d", dir, i);
         snprintf(name, sizeof name, "kfl%09d", i);

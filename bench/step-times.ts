@@ -24,7 +24,9 @@ export async function readSteps(addr: string): Promise<StepReading> {
 }
 
 /** Each step's calls and mean time (µs) between two readings, slowest first. */
-export function stepMeans(before: StepReading, after: StepReading): { step: string; calls: number; meanUs: number }[] {
+export interface StepMean { step: string; calls: number; meanUs: number }
+
+export function stepMeans(before: StepReading, after: StepReading): StepMean[] {
   return [...after]
     .map(([step, a]) => {
       const b = before.get(step) ?? { count: 0, sum: 0 };

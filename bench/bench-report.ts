@@ -1,0 +1,75 @@
+// The bench's report: the tables in markdown and the targets of issue 17, from one run's figures.
+import os from 'node:os';
+import { GO_PATH } from './go-client';
+import type { StepMean } from './step-times';
+import type { CpuMs, Stats } from './stats';
+import { TransportRow, transportTable } from './transport-floor';
+
+export interface BenchRow { path: string; concurrency: number; add: Stats; del: Stats; inDaemonAdd?: Stats; daemonCpuPerAdd?: CpuMs; steps?: StepMean[] }
+
+export interface BenchResults {
+  n: number;
+  rows: BenchRow[];
+  floor: { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs };
+  versus: { inDaemon: Stats; grpc: Stats; floor: Stats };
+  scale: { pods: number; attach: Stats; inDaemon: Stats; floor: Stats; rssMb: number }[];
+  churn: { seconds: number; cycles: number; cyclesPerSecond: number; rssStartMb: number; rssEndMb: number };
+  transport: TransportRow[];
+}
+
+export const f2 = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
+
+export function benchReport(res: BenchResults): { text: string; targets: { target: string; value: string; met: boolean }[] } {
+  const { n, rows, floor, versus, scale, churn, transport } = res;
+  const ref = (c: number) => rows.find((r) => r.concurrency === c && r.path.startsWith('bridge'))!;
+  const lines: string[] = [];
+  lines.push(`\n## kni vs CNI reference plugins (N = ${n} per cell, ms per pod)\n`);
+  lines.push(`${os.cpus().length} vCPU, kernel ${os.release()}, Node ${process.version}; reference: Debian containernetworking-plugins bridge + host-local (ipMasq on, dual-stack) + loopback.\n`);
+  lines.push('| path | at once | ADD p50 / p90 / p99 | DEL p50 / p90 / p99 | ADD/s | reference ÷ this, ADD p50 / p99 | DEL p50 / p99 |');
+  lines.push('|---|---|---|---|---|---|---|');
+  for (const r of rows) {
+    const x = ref(r.concurrency);
+    lines.push(`| ${r.path} | ${r.concurrency} | ${f2(r.add.p50)} / ${f2(r.add.p90)} / ${f2(r.add.p99)} | ${f2(r.del.p50)} / ${f2(r.del.p90)} / ${f2(r.del.p99)} | ${r.add.opsPerSecond.toFixed(0)} | ${(x.add.p50 / r.add.p50).toFixed(1)}× / ${(x.add.p99 / r.add.p99).toFixed(1)}× | ${(x.del.p50 / r.del.p50).toFixed(1)}× / ${(x.del.p99 / r.del.p99).toFixed(1)}× |`);
+  }
+  const inD = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!.inDaemonAdd!;
+  const go1 = rows.find((r) => r.concurrency === 1 && r.path === GO_PATH)!;
+  lines.push(`\nIn-daemon attach (from the daemon's own log, sequential): p50 ${f2(inD.p50)} / p90 ${f2(inD.p90)} / p99 ${f2(inD.p99)} ms.\n`);
+  const grpc1 = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!;
+  const grpc16 = rows.find((r) => r.concurrency === 16 && r.path === 'kni gRPC')!;
+  lines.push(`### kni ÷ kernel floor (bench/kernel-floor.c: the same netlink messages in C, same bridge, same N, sequential)\n`);
+  lines.push('| | kni p50 / p99 (ms) | floor p50 / p99 (ms) | kni ÷ floor, p50 |\n|---|---|---|---|');
+  lines.push(`| attach, in-daemon | ${f2(inD.p50)} / ${f2(inD.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(inD.p50 / floor.attach.p50).toFixed(2)}× |`);
+  lines.push(`| attach, gRPC | ${f2(grpc1.add.p50)} / ${f2(grpc1.add.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(grpc1.add.p50 / floor.attach.p50).toFixed(2)}× |`);
+  lines.push(`| attach, gRPC from Go (in-daemon in that run ${f2(go1.inDaemonAdd!.p50)}) | ${f2(go1.add.p50)} / ${f2(go1.add.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(go1.add.p50 / floor.attach.p50).toFixed(2)}× |`);
+  lines.push(`| detach, gRPC (the runtime made the netns) | ${f2(grpc1.del.p50)} / ${f2(grpc1.del.p99)} | ${f2(floor.detach.p50)} / ${f2(floor.detach.p99)} | ${(grpc1.del.p50 / floor.detach.p50).toFixed(2)}× |\n`);
+  lines.push(`Alternating blocks (8 × 50 pods, kni's then the floor's, on the same bridge): in-daemon attach p50 ${f2(versus.inDaemon.p50)} ms, the floor ${f2(versus.floor.p50)} ms: ${(versus.inDaemon.p50 / versus.floor.p50).toFixed(2)}×; gRPC attach p50 ${f2(versus.grpc.p50)} ms.\n`);
+  const cpu = grpc1.daemonCpuPerAdd!;
+  lines.push(`CPU per attach (mean, sequential; the daemon's all threads, from /proc): kni daemon ${f2(cpu.user)} ms user (JavaScript, V8, libuv) + ${f2(cpu.system)} ms system (the kernel: netlink, the socket, the event loop); the floor ${f2(floor.attachCpuMs.user)} user + ${f2(floor.attachCpuMs.system)} system.\n`);
+  lines.push(`Where the in-daemon attach goes (the daemon's kni_step_duration_seconds, sequential cell, mean per attach): ${grpc1.steps!.filter((x) => x.calls === n).map((x) => `${x.step} ${f2(x.meanUs / 1000)} ms`).join(', ')}.\n`);
+  lines.push(`The floor's detach is kni's when the runtime tears the netns down next: the host veth retired in one request; the ${n} retired veths were then deleted in one request of ${f2(floor.groupDeleteMs)} ms (kni's reaper thread does that after the answers).\n`);
+  lines.push('| pods already attached | gRPC attach p50 / p90 / p99 (ms) | in-daemon p50 | kernel floor p50 | daemon RSS (MB) |\n|---|---|---|---|---|');
+  for (const s of scale) lines.push(`| ${s.pods} | ${f2(s.attach.p50)} / ${f2(s.attach.p90)} / ${f2(s.attach.p99)} | ${f2(s.inDaemon.p50)} | ${f2(s.floor.p50)} | ${s.rssMb.toFixed(0)} |`);
+  const grow = (pick: (s: (typeof scale)[number]) => Stats) => (pick(scale.at(-1)!).p50 / pick(scale[0]).p50).toFixed(2);
+  lines.push(`\n${scale.at(-1)!.pods} pods ÷ ${scale[0].pods}, p50: gRPC ${grow((s) => s.attach)}×, in-daemon ${grow((s) => s.inDaemon)}×, kernel floor ${grow((s) => s.floor)}×.\n`);
+  lines.push(`\n### What a call costs before kni does anything (bench/transport-floor.ts)\n\n${transportTable(transport)}\n`);
+  lines.push(`\nChurn: ${churn.cycles} attach+detach cycles in ${churn.seconds} s = ${churn.cyclesPerSecond.toFixed(0)}/s (16 at once); daemon RSS ${churn.rssStartMb.toFixed(0)} → ${churn.rssEndMb.toFixed(0)} MB.\n`);
+
+  const shim1 = rows.find((r) => r.concurrency === 1 && r.path.startsWith('kni-cni'))!;
+  const http2Idle = transport.find((t) => t.path.startsWith("Node's HTTP/2"))!.afterIdle;
+  const first = scale[0];
+  const last = scale.at(-1)!;
+  const targets = [
+    { target: 'in-daemon attach p50 ≤ 1.5× the kernel floor (alternating blocks)', value: `${(versus.inDaemon.p50 / versus.floor.p50).toFixed(2)}× (${(inD.p50 / floor.attach.p50).toFixed(2)}× phases apart)`, met: versus.inDaemon.p50 <= 1.5 * versus.floor.p50 },
+    { target: 'gRPC Attach p50 ≤ in-daemon p50 + 0.3 ms', value: `+${f2(grpc1.add.p50 - inD.p50)} ms (a no-op call over Node's HTTP/2 alone: ${f2(http2Idle)} ms after idle)`, met: grpc1.add.p50 <= inD.p50 + 0.3 },
+    { target: '… the same from a Go client (grpc-go, as containerd calls)', value: `+${f2(go1.add.p50 - go1.inDaemonAdd!.p50)} ms`, met: go1.add.p50 <= go1.inDaemonAdd!.p50 + 0.3 },
+    { target: '16 at once ≥ 1.5× the attaches/s of one at a time', value: `${(grpc16.add.opsPerSecond / grpc1.add.opsPerSecond).toFixed(2)}×`, met: grpc16.add.opsPerSecond >= 1.5 * grpc1.add.opsPerSecond },
+    { target: 'DEL p50 ≤ 2 ms (netns made by the runtime)', value: `${f2(grpc1.del.p50)} ms`, met: grpc1.del.p50 <= 2 },
+    { target: 'shim ADD ≥ 3× faster than bridge + host-local (p50, sequential)', value: `${(ref(1).add.p50 / shim1.add.p50).toFixed(1)}×`, met: ref(1).add.p50 / shim1.add.p50 >= 3 },
+    { target: `attach at ${last.pods} pods ≤ 1.2× attach at ${first.pods} (p50)`, value: `${(last.attach.p50 / first.attach.p50).toFixed(2)}×`, met: last.attach.p50 <= 1.2 * first.attach.p50 },
+    { target: `daemon RSS ≤ 150 MB at ${last.pods} pods`, value: `${last.rssMb.toFixed(0)} MB`, met: last.rssMb <= 150 },
+  ];
+  lines.push('| target | this run | met |\n|---|---|---|');
+  for (const t of targets) lines.push(`| ${t.target} | ${t.value} | ${t.met ? 'yes' : '**no**'} |`);
+
+  return { text: `${lines.join('\n')}\n`, targets };
+}
