@@ -8,7 +8,7 @@ import path from 'node:path';
 
 export const GO_CLIENT = path.join(process.env.KNI_CLUSTER_CACHE ?? '/var/cache/kni-cluster', 'bin/grpc-go-client');
 
-export interface GoClientRun { attachMs: number[]; detachMs: number[]; attachWallMs: number; detachWallMs: number }
+export interface GoClientRun { attachMs: number[]; detachMs: number[]; attachWallMs: number; detachWallMs: number; clientCpuPerAttachMs: { user: number; system: number } }
 
 /** Attaches every pod, then detaches every pod (netns ending), `concurrency` calls at a time. */
 /** Not spawnSync: the bench reads the daemon's log meanwhile, and a full pipe would stall it. */

@@ -162,12 +162,16 @@ class Bench {
       const mark = this.daemonOut.length;
       const steps0 = await readSteps(METRICS);
       const cpu0 = cpuMs(this.daemon!.pid!);
+      const client0 = process.cpuUsage();
       const add = await pool(pods.length, concurrency, (i) => p.add(pods[i].id, pods[i].netns));
+      const client = process.cpuUsage(client0);
       const daemonCpuPerAdd = perPod(cpu0, cpuMs(this.daemon!.pid!), pods.length);
+      // This process's CPU: the gRPC client's, plus reading the daemon's log lines.
+      const clientCpuPerAdd = { user: client.user / 1e3 / pods.length, system: client.system / 1e3 / pods.length };
       const steps = stepMeans(steps0, await readSteps(METRICS));
       const inDaemon = p.name.startsWith('kni') ? this.inDaemonAttachMs(mark) : [];
       const del = await pool(pods.length, concurrency, (i) => p.del(pods[i].id, pods[i].netns));
-      return { add: stats(add.ms, add.wall), del: stats(del.ms, del.wall), ...(inDaemon.length ? { inDaemonAdd: stats(inDaemon, add.wall), daemonCpuPerAdd, steps } : {}) };
+      return { add: stats(add.ms, add.wall), del: stats(del.ms, del.wall), ...(inDaemon.length ? { inDaemonAdd: stats(inDaemon, add.wall), daemonCpuPerAdd, clientCpuPerAdd, steps } : {}) };
     } finally {
       this.dropPods(pods);
     }
@@ -195,12 +199,12 @@ class Bench {
   }
 
   /** addDel through kni's gRPC API from a Go client (bench/go-client.ts). */
-  async addDelGo(concurrency: number): Promise<{ add: Stats; del: Stats; inDaemonAdd: Stats }> {
+  async addDelGo(concurrency: number): Promise<Omit<BenchRow, 'path' | 'concurrency'>> {
     const pods = this.newPods(this.o.n);
     try {
       const mark = this.daemonOut.length;
       const r = await goClientAddDel(this.socket, pods, concurrency, this.o.dir);
-      return { add: stats(r.attachMs, r.attachWallMs), del: stats(r.detachMs, r.detachWallMs), inDaemonAdd: stats(this.inDaemonAttachMs(mark), r.attachWallMs) };
+      return { add: stats(r.attachMs, r.attachWallMs), del: stats(r.detachMs, r.detachWallMs), inDaemonAdd: stats(this.inDaemonAttachMs(mark), r.attachWallMs), clientCpuPerAdd: r.clientCpuPerAttachMs };
     } finally {
       this.dropPods(pods);
     }

@@ -7,7 +7,8 @@
 //
 // FILE holds one "sandbox-id netns-path" per line. Every pod is attached, then every pod is
 // detached (netns_ending: the bench removes the netns next), C calls at a time; one JSON object
-// {"attachMs": [...], "detachMs": [...], "attachWallMs": W, "detachWallMs": W} goes to stdout.
+// {"attachMs": [...], "detachMs": [...], "attachWallMs": W, "detachWallMs": W,
+// "clientCpuPerAttachMs": {"user": U, "system": S}} goes to stdout.
 package main
 
 import (
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -126,16 +128,23 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	var ru0, ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	attachMs, attachWall, err := run(len(pods), *concurrency, func(i int) error { return call("Attach", attachRequest(pods[i].id, pods[i].netns)) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
 	detachMs, detachWall, err := run(len(pods), *concurrency, func(i int) error { return call("Detach", detachRequest(pods[i].id)) })
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	out, _ := json.Marshal(map[string]any{"attachMs": attachMs, "detachMs": detachMs, "attachWallMs": attachWall, "detachWallMs": detachWall})
+	ms := func(t syscall.Timeval) float64 { return float64(t.Sec)*1e3 + float64(t.Usec)/1e3 }
+	n := float64(len(pods))
+	// This client's own CPU per attach: what it takes from the daemon on a small machine.
+	clientCPU := map[string]float64{"user": (ms(ru1.Utime) - ms(ru0.Utime)) / n, "system": (ms(ru1.Stime) - ms(ru0.Stime)) / n}
+	out, _ := json.Marshal(map[string]any{"attachMs": attachMs, "detachMs": detachMs, "attachWallMs": attachWall, "detachWallMs": detachWall, "clientCpuPerAttachMs": clientCPU})
 	fmt.Println(string(out))
 }
