@@ -37,7 +37,7 @@ export class Ipam {
       for (const r of this.ranges) {
         const want = requested.find((q) => q.family === r.family);
         const v = want ? r.claim(want.value, owner) : r.allocate(owner);
-        out.push({ family: r.family, address: r.format(v), prefixLength: r.cidr.prefixLength, gateway: r.format(r.gateway), range: r.cidr.text });
+        out.push({ family: r.family, address: r.format(v), prefixLength: r.cidr.prefixLength, gateway: r.gatewayText, range: r.cidr.text });
       }
     } catch (e) {
       this.release(owner, out);
@@ -55,7 +55,7 @@ export class Ipam {
   describe(address: string): AllocatedAddress | undefined {
     const { family, value } = parseIp(address);
     const r = this.ranges.find((x) => cidrContains(x.cidr, family, value));
-    return r && { family, address, prefixLength: r.cidr.prefixLength, gateway: r.format(r.gateway), range: r.cidr.text };
+    return r && { family, address, prefixLength: r.cidr.prefixLength, gateway: r.gatewayText, range: r.cidr.text };
   }
 
   release(owner: string, addresses: AllocatedAddress[]): void {

@@ -6,6 +6,8 @@ import { KniError } from '../core/errors';
 
 export class RangeAllocator {
   readonly gateway: bigint;
+  /** The gateway as text: every allocation names it. */
+  readonly gatewayText: string;
   private readonly first: bigint;
   private readonly last: bigint;
   private readonly owners = new Map<bigint, string>();
@@ -13,6 +15,7 @@ export class RangeAllocator {
 
   constructor(readonly cidr: Cidr) {
     this.gateway = cidr.base + 1n;
+    this.gatewayText = formatIp(cidr.family, this.gateway);
     this.first = cidr.base + 2n;
     // IPv4 keeps its broadcast address out; IPv6 has none.
     this.last = cidr.base + cidrSize(cidr) - (cidr.family === 4 ? 2n : 1n);

@@ -34,6 +34,8 @@ export interface AddrSpec {
   family: Family;
   value: bigint;
   prefixLength: number;
+  /** The address as text when the caller has it (only an error message needs it). */
+  text?: string;
 }
 
 /** Adds an address to the link with that index; `replace` makes it idempotent. */
@@ -43,7 +45,7 @@ export function addrAdd(index: number, ifname: string, a: AddrSpec, replace = fa
   return {
     type: RTM_NEWADDR,
     flags: NLM_F_CREATE | (replace ? NLM_F_REPLACE : NLM_F_EXCL),
-    what: `add address ${formatIp(a.family, a.value)}/${a.prefixLength} to ${ifname}`,
+    what: `add address ${a.text ?? formatIp(a.family, a.value)}/${a.prefixLength} to ${ifname}`,
     body: Buffer.concat([
       ifaddrmsg(a.family, a.prefixLength, index),
       attr(IFA_LOCAL, ip),

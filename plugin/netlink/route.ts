@@ -80,12 +80,12 @@ export function peerRouteDel(destination: Cidr): NetlinkRequest {
   };
 }
 
-/** The default route of one family via a gateway, out of the link with that index. */
-export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string): NetlinkRequest {
+/** The default route of one family via a gateway, out of the link with that index (gatewayText: the gateway as text, when the caller has it). */
+export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string): NetlinkRequest {
   return {
     type: RTM_NEWROUTE,
     flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add default route via ${formatIp(family, gateway)} dev ${ifname}`,
+    what: `add default route via ${gatewayText ?? formatIp(family, gateway)} dev ${ifname}`,
     body: Buffer.concat([rtmsg(family, 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
   };
 }

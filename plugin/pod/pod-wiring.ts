@@ -58,8 +58,8 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
         linkSetNoLinkLocal(podIndex, itf.name),
         linkSetUp('lo'),
         linkSetUpByIndex(podIndex, itf.name),
-        ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength })),
-        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name)),
+        ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
+        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway)),
       ]),
     );
   } finally {
