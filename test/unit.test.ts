@@ -3,7 +3,9 @@ import assert from 'node:assert/strict';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
-import { formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
+import fc from 'fast-check';
+import { attr, attrNested, attrString, attrU32, attrU8 } from '../plugin/netlink/attr';
+import { formatIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
@@ -15,12 +17,35 @@ describe('ip', () => {
       assert.equal(formatIp(family, value), s === '1:0:0:1:0:0:0:1' ? '1:0:0:1::1' : s);
     }
   });
+  it('encodes addresses in network byte order, the same bytes as a byte-at-a-time reference', () => {
+    const reference = (family: 4 | 6, v: bigint): Buffer => {
+      const b = Buffer.alloc(family === 4 ? 4 : 16);
+      for (let i = b.length - 1; i >= 0; i--, v >>= 8n) b[i] = Number(v & 0xffn);
+      return b;
+    };
+    assert.deepEqual([...ipBytes(4, parseIp('10.128.3.17').value)], [10, 128, 3, 17]);
+    assert.equal(ipBytes(6, parseIp('fd00:128::3:17').value).toString('hex'), 'fd000128000000000000000000030017');
+    fc.assert(fc.property(fc.bigInt({ min: 0n, max: (1n << 32n) - 1n }), (v) => ipBytes(4, v).equals(reference(4, v))));
+    fc.assert(fc.property(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), (v) => ipBytes(6, v).equals(reference(6, v))));
+  });
   it('canonicalises CIDRs and rejects bad ones', () => {
     assert.equal(parseCidr('10.244.0.7/24').text, '10.244.0.0/24');
     assert.equal(parseCidr('FD00:10:244:0::5/64').text, 'fd00:10:244::/64');
     for (const bad of ['10.0.0.0/33', '10.0.0.0', '10.0.0.256/24', 'fd00::/129', 'x/8', '10.0.0.0/-1', '']) {
       assert.throws(() => parseCidr(bad), /CIDR|prefix|address/, bad);
     }
+  });
+});
+
+describe('netlink attributes', () => {
+  it('are padded with zeros, never with what was in the buffer pool before', () => {
+    for (let i = 0; i < 64; i++) Buffer.allocUnsafe(64).fill(0xff); // leave garbage in Node's pool
+    assert.equal(attrU8(3, 7).toString('hex'), '0500030007000000');
+    assert.equal(attrU32(4, 0x01020304).toString('hex'), '0800040004030201');
+    assert.equal(attrString(3, 'eth0').toString('hex'), '0900030065746830' + '00000000');
+    assert.equal(attrString(1, 'abcd1234').toString('hex'), '0d000100' + Buffer.from('abcd1234').toString('hex') + '00000000');
+    assert.equal(attr(8, Buffer.from([1, 2, 3])).toString('hex'), '0700080001020300');
+    assert.equal(attrNested(18, [attrU8(1, 1), attrString(2, 'x')]).toString('hex'), '1400128005000100010000000600020078000000');
   });
 });
 

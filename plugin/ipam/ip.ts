@@ -69,10 +69,18 @@ export function formatIp(family: Family, v: bigint): string {
   return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
 }
 
+const MASK64 = (1n << 64n) - 1n;
+
+/** The address in network byte order (two 64-bit writes for IPv6: a bigint op per byte was an attach's dearest message step). */
 export function ipBytes(family: Family, v: bigint): Buffer {
-  const n = family === 4 ? 4 : 16;
-  const b = Buffer.alloc(n);
-  for (let i = n - 1; i >= 0; i--) { b[i] = Number(v & 0xffn); v >>= 8n; }
+  if (family === 4) {
+    const b = Buffer.allocUnsafe(4);
+    b.writeUInt32BE(Number(v & 0xffffffffn), 0);
+    return b;
+  }
+  const b = Buffer.allocUnsafe(16);
+  b.writeBigUInt64BE((v >> 64n) & MASK64, 0);
+  b.writeBigUInt64BE(v & MASK64, 8);
   return b;
 }
 

@@ -23,7 +23,7 @@ export interface Address {
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
 function ifaddrmsg(family: Family, prefixLength: number, index: number): Buffer {
-  const b = Buffer.alloc(8);
+  const b = Buffer.allocUnsafe(8).fill(0); // from the pool: see attr.ts
   b.writeUInt8(afOf(family), 0);
   b.writeUInt8(prefixLength, 1);
   b.writeUInt32LE(index, 4);

@@ -6,29 +6,56 @@ const NLA_TYPE_MASK = 0x3fff;
 
 export const align4 = (n: number): number => (n + 3) & ~3;
 
-export function attr(type: number, payload: Buffer): Buffer {
-  const len = 4 + payload.length;
-  const b = Buffer.alloc(align4(len));
+// Each builder makes its attribute in one buffer from Node's pool (allocUnsafe) and zeroes only
+// the padding: an attach builds ≈ 30 attributes, and a zero-filled allocation per payload and
+// per attribute was most of their cost (all of an attach's messages: 15 → 9 µs warm).
+
+/** A buffer for an attribute of `len` bytes (header included), header written, padding zeroed. */
+function header(type: number, len: number): Buffer {
+  const size = align4(len);
+  const b = Buffer.allocUnsafe(size);
   b.writeUInt16LE(len, 0);
   b.writeUInt16LE(type, 2);
+  b.fill(0, len, size);
+  return b;
+}
+
+export function attr(type: number, payload: Buffer): Buffer {
+  const b = header(type, 4 + payload.length);
   payload.copy(b, 4);
   return b;
 }
 
-export const attrU8 = (type: number, v: number): Buffer => attr(type, Buffer.from([v]));
+export function attrU8(type: number, v: number): Buffer {
+  const b = header(type, 5);
+  b.writeUInt8(v, 4);
+  return b;
+}
 
 export function attrU32(type: number, v: number): Buffer {
-  const p = Buffer.alloc(4);
-  p.writeUInt32LE(v >>> 0);
-  return attr(type, p);
+  const b = header(type, 8);
+  b.writeUInt32LE(v >>> 0, 4);
+  return b;
 }
 
 /** A NUL-terminated string attribute (IFLA_IFNAME, IFLA_INFO_KIND). */
-export const attrString = (type: number, s: string): Buffer =>
-  attr(type, Buffer.concat([Buffer.from(s, 'utf8'), Buffer.from([0])]));
+export function attrString(type: number, s: string): Buffer {
+  const n = Buffer.byteLength(s, 'utf8');
+  const b = header(type, 4 + n + 1);
+  b.write(s, 4, 'utf8');
+  b[4 + n] = 0;
+  return b;
+}
 
-export const attrNested = (type: number, children: Buffer[]): Buffer =>
-  attr(type | NLA_F_NESTED, Buffer.concat(children));
+/** A nest of attributes (each already padded to 4 bytes). */
+export function attrNested(type: number, children: Buffer[]): Buffer {
+  let len = 4;
+  for (const c of children) len += c.length;
+  const b = header(type | NLA_F_NESTED, len);
+  let o = 4;
+  for (const c of children) o += c.copy(b, o);
+  return b;
+}
 
 /** Attributes of one message or nest, by type (the last one wins, as in the kernel). */
 export function parseAttrs(b: Buffer, offset = 0, end = b.length): Map<number, Buffer> {

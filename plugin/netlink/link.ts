@@ -49,7 +49,7 @@ export interface Link {
 }
 
 function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): Buffer {
-  const b = Buffer.alloc(16);
+  const b = Buffer.allocUnsafe(16).fill(0); // from the pool: see attr.ts
   b.writeUInt8(family, 0);
   b.writeInt32LE(index, 4);
   b.writeUInt32LE(flags, 8);

@@ -33,7 +33,7 @@ export interface Route {
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
 function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0): Buffer {
-  const b = Buffer.alloc(12);
+  const b = Buffer.allocUnsafe(12).fill(0); // from the pool: see attr.ts
   b.writeUInt8(afOf(family), 0);
   b.writeUInt8(dstLen, 1);
   b.writeUInt8(RT_TABLE_MAIN, 4);

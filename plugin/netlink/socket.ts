@@ -78,12 +78,14 @@ export class NetlinkSocket {
   }
 
   private frame(req: NetlinkRequest, seq: number, ack = true): Buffer {
-    const h = Buffer.alloc(HDR);
-    h.writeUInt32LE(HDR + req.body.length, 0);
-    h.writeUInt16LE(req.type, 4);
-    h.writeUInt16LE(NLM_F_REQUEST | (ack ? NLM_F_ACK : 0) | req.flags, 6);
-    h.writeUInt32LE(seq, 8);
-    return Buffer.concat([h, req.body]);
+    const m = Buffer.allocUnsafe(HDR + req.body.length); // from the pool: see attr.ts
+    m.writeUInt32LE(HDR + req.body.length, 0);
+    m.writeUInt16LE(req.type, 4);
+    m.writeUInt16LE(NLM_F_REQUEST | (ack ? NLM_F_ACK : 0) | req.flags, 6);
+    m.writeUInt32LE(seq, 8);
+    m.writeUInt32LE(0, 12); // the port id: the kernel's to fill in
+    req.body.copy(m, HDR);
+    return m;
   }
 
   private nextSeq(): number {
