@@ -51,10 +51,17 @@ export interface NetlinkMessage {
   body: Buffer;
 }
 
+/**
+ * One receive buffer for every socket of this thread: answers are read and parsed (and what is
+ * kept copied out) before the call returns, and JavaScript runs one call at a time. A buffer per
+ * socket was a 64 KiB zero-filled allocation for each attach's socket in the pod netns.
+ */
+const RECV = Buffer.allocUnsafe(64 * 1024);
+
 export class NetlinkSocket {
   private readonly fd: number;
   private seq = Math.floor(Math.random() * 0x7fffffff);
-  private readonly buf = Buffer.alloc(64 * 1024);
+  private readonly buf = RECV;
   private closed = false;
 
   /** Opens a socket in the calling thread's current network namespace. */
