@@ -36,6 +36,25 @@ export function criClient(sock: string): Client {
   return out as Client;
 }
 
+/**
+ * runc's shim puts its sockets under /run/containerd/s whatever containerd's own state dir is:
+ * the directories stay behind, empty, after the last shim. Whether they were there before the
+ * first test (a containerd of the machine's own) decides whether a test may remove them.
+ */
+const SHIM_SOCKET_ROOT = '/run/containerd';
+const shimRootPreexisted = fs.existsSync(SHIM_SOCKET_ROOT);
+
+function removeShimSocketDirs(): void {
+  if (shimRootPreexisted) return;
+  for (const d of [path.join(SHIM_SOCKET_ROOT, 's'), SHIM_SOCKET_ROOT]) {
+    try {
+      fs.rmdirSync(d); // only when empty: another test's shims may still be there
+    } catch {
+      // not empty, or gone already
+    }
+  }
+}
+
 export class ContainerdEnv {
   readonly sock: string;
   readonly confDir: string;
@@ -178,6 +197,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       const mounts = fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1]).filter((m) => m && m.startsWith(this.dir));
       for (const m of mounts.reverse()) trySh('umount', ['-l', m]);
       fs.rmSync(this.dir, { recursive: true, force: true });
+      removeShimSocketDirs();
     }
   }
 }
