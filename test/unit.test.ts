@@ -5,6 +5,7 @@ import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
 import fc from 'fast-check';
 import { attr, attrNested, attrString, attrU32, attrU8 } from '../plugin/netlink/attr';
+import { parseLink } from '../plugin/netlink/link';
 import { formatIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
@@ -46,6 +47,28 @@ describe('netlink attributes', () => {
     assert.equal(attrString(1, 'abcd1234').toString('hex'), '0d000100' + Buffer.from('abcd1234').toString('hex') + '00000000');
     assert.equal(attr(8, Buffer.from([1, 2, 3])).toString('hex'), '0700080001020300');
     assert.equal(attrNested(18, [attrU8(1, 1), attrString(2, 'x')]).toString('hex'), '1400128005000100010000000600020078000000');
+  });
+
+  it('a link message parses to its fields, whatever other attributes come around them', () => {
+    const ifinfo = Buffer.alloc(16);
+    ifinfo.writeInt32LE(42, 4);
+    ifinfo.writeUInt32LE(0x1003, 8);
+    const body = Buffer.concat([
+      ifinfo,
+      attrU32(13, 7), // IFLA_TXQLEN: not a Link field
+      attrString(3, 'knia1b2c3d4e5f6'),
+      attrU32(4, 1450),
+      attr(1, Buffer.from([0xee, 0xee, 0xee, 0xee, 0xee, 0xee])),
+      attrU32(10, 3),
+      attrNested(26, [attrNested(10, [attrU8(8, 1)])]), // IFLA_AF_SPEC: skipped whole
+      attrString(20, 'kni:sandbox-1'),
+      attrU32(5, 9),
+      attr(37, Buffer.from([5, 0, 0, 0])),
+      attrNested(18, [attrString(1, 'veth'), attrNested(2, [attrU32(1, 1)])]),
+      attrString(3, 'knia1b2c3d4e5f7'), // a repeated attribute: the last one wins, as in the kernel
+    ]);
+    assert.deepEqual(parseLink(body), { index: 42, flags: 0x1003, name: 'knia1b2c3d4e5f7', mtu: 1450, mac: 'ee:ee:ee:ee:ee:ee', master: 3, kind: 'veth', alias: 'kni:sandbox-1', peerIndex: 9, peerNetnsId: 5 });
+    assert.deepEqual(parseLink(Buffer.concat([ifinfo, attrString(3, 'lo')])), { index: 42, flags: 0x1003, name: 'lo', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 });
   });
 });
 

@@ -2,7 +2,7 @@
 // payload, padded to 4 bytes.
 
 export const NLA_F_NESTED = 0x8000;
-const NLA_TYPE_MASK = 0x3fff;
+export const NLA_TYPE_MASK = 0x3fff;
 
 export const align4 = (n: number): number => (n + 3) & ~3;
 

@@ -1,5 +1,5 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
-import { attr, attrNested, attrString, attrU32, attrU8, parseAttrs, readString } from './attr';
+import { align4, attr, attrNested, attrString, attrU32, attrU8, NLA_TYPE_MASK, parseAttrs, readString } from './attr';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
 
 const RTM_NEWLINK = 16;
@@ -255,26 +255,41 @@ export function linkDel(name: string, index = 0): NetlinkRequest {
   return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFNAME, name)]) };
 }
 
-function parseLink(body: Buffer): Link {
-  const a = parseAttrs(body, 16);
-  let kind = '';
-  const info = a.get(IFLA_LINKINFO);
-  if (info) {
-    const k = parseAttrs(info).get(IFLA_INFO_KIND);
-    if (k) kind = readString(k);
+/**
+ * A link from an RTM_NEWLINK message. Reads the attributes in place and keeps only the ones a
+ * Link has: a veth's message is ≈ 1.5 KiB of ≈ 50 attributes, and a view and a map entry for
+ * each cost an attach's echo, and a reconcile's dump of every link, most of their parse.
+ */
+export function parseLink(body: Buffer): Link {
+  const link: Link = { index: body.readInt32LE(4), flags: body.readUInt32LE(8), name: '', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 };
+  for (let o = 16; o + 4 <= body.length; ) {
+    const len = body.readUInt16LE(o);
+    if (len < 4 || o + len > body.length) break;
+    const start = o + 4;
+    const end = o + len;
+    switch (body.readUInt16LE(o + 2) & NLA_TYPE_MASK) {
+      case IFLA_IFNAME: link.name = readStringAt(body, start, end); break;
+      case IFLA_MTU: link.mtu = body.readUInt32LE(start); break;
+      case IFLA_ADDRESS: link.mac = macString(body.subarray(start, end)); break;
+      case IFLA_MASTER: link.master = body.readUInt32LE(start); break;
+      case IFLA_IFALIAS: link.alias = readStringAt(body, start, end); break;
+      case IFLA_LINK: link.peerIndex = body.readInt32LE(start); break;
+      case IFLA_LINK_NETNSID: link.peerNetnsId = body.readInt32LE(start); break;
+      case IFLA_LINKINFO: {
+        const k = parseAttrs(body, start, end).get(IFLA_INFO_KIND);
+        if (k) link.kind = readString(k);
+        break;
+      }
+    }
+    o += align4(len);
   }
-  return {
-    index: body.readInt32LE(4),
-    flags: body.readUInt32LE(8),
-    name: readString(a.get(IFLA_IFNAME) ?? Buffer.alloc(0)),
-    mtu: a.get(IFLA_MTU)?.readUInt32LE(0) ?? 0,
-    mac: a.has(IFLA_ADDRESS) ? macString(a.get(IFLA_ADDRESS)!) : '',
-    master: a.get(IFLA_MASTER)?.readUInt32LE(0) ?? 0,
-    kind,
-    alias: a.has(IFLA_IFALIAS) ? readString(a.get(IFLA_IFALIAS)!) : '',
-    peerIndex: a.get(IFLA_LINK)?.readInt32LE(0) ?? 0,
-    peerNetnsId: a.get(IFLA_LINK_NETNSID)?.readInt32LE(0) ?? -1,
-  };
+  return link;
+}
+
+/** A NUL-terminated string between start and end of b. */
+function readStringAt(b: Buffer, start: number, end: number): string {
+  const nul = b.indexOf(0, start);
+  return b.toString('utf8', start, nul < 0 || nul > end ? end : nul);
 }
 
 /** Asked of every link lookup: no counters in the answer (a veth's are summed over every CPU and queue on each ask). */
