@@ -18,7 +18,7 @@ import { GO_PATH, goClientAddDel } from './go-client';
 import { latencyChart } from './latency-chart';
 import { floorRun } from './kernel-floor-run';
 import { CpuMs, cpuMs, percentile, perPod, rssMb, Stats, stats } from './stats';
-import { readSteps, stepMeans } from './step-times';
+import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 import { transportFloor } from './transport-floor';
 
 const ROOT = packageRoot();
@@ -106,7 +106,7 @@ class Bench {
 
   /** In-daemon attach times (ms) from the daemon's own log lines since `mark`. */
   inDaemonAttachMs(mark: number): number[] {
-    return this.daemonOut.slice(mark).split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);
+    return attachMsFromLog(this.daemonOut.slice(mark));
   }
 
   newPods(n: number): { id: string; netns: string }[] {

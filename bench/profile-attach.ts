@@ -9,8 +9,9 @@ import { Command } from 'commander';
 import { runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import { cpuMs, percentile, rssMb, threadCpuMs } from './stats';
-import { readSteps, stepMeans } from './step-times';
+import { floorRun } from './kernel-floor-run';
+import { cpuMs, percentile, perPod, rssMb, threadCpuMs } from './stats';
+import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 
 /** Inside the throwaway node netns: nobody else listens there. */
 const METRICS = '127.0.0.1:9464';
@@ -67,24 +68,21 @@ async function inner(n: number, out: string, dir: string, detach: boolean, cpuPr
     process.stdout.write(`the daemon's steps (kni_step_duration_seconds), mean per call over the ${n} attaches:\n`);
     for (const s of stepMeans(steps0, await readSteps(METRICS))) process.stdout.write(`  ${s.meanUs.toFixed(1).padStart(8)} µs  ${s.step} (${s.calls} calls)\n`);
     for (const [name, t] of threadCpuMs(d.pid!)) {
-      const t0 = threads0.get(name) ?? { user: 0, system: 0 };
-      if (t.user + t.system > t0.user + t0.system) process.stdout.write(`  thread ${name.padEnd(16)} ${((t.user - t0.user) / n).toFixed(3)} ms user + ${((t.system - t0.system) / n).toFixed(3)} ms system per attach\n`);
+      const per = perPod(threads0.get(name) ?? { user: 0, system: 0 }, t, n);
+      if (per.user + per.system > 0) process.stdout.write(`  thread ${name.padEnd(16)} ${per.user.toFixed(3)} ms user + ${per.system.toFixed(3)} ms system per attach\n`);
     }
     const client = process.cpuUsage(client0);
-    process.stdout.write(`CPU per attach: daemon ${((cpu1.user - cpu0.user) / n).toFixed(3)} ms user + ${((cpu1.system - cpu0.system) / n).toFixed(3)} ms system; this client ${(client.user / 1e3 / n).toFixed(3)} user + ${(client.system / 1e3 / n).toFixed(3)} system\n`);
+    const daemon = perPod(cpu0, cpu1, n);
+    process.stdout.write(`CPU per attach: daemon ${daemon.user.toFixed(3)} ms user + ${daemon.system.toFixed(3)} ms system; this client ${(client.user / 1e3 / n).toFixed(3)} user + ${(client.system / 1e3 / n).toFixed(3)} system\n`);
     for (const p of detach ? pods : []) {
       const t = performance.now();
       await c.Detach({ sandbox_id: p.id, netns_ending: true });
       delMs.push(performance.now() - t);
     }
     // The same kernel work in C, on the same bridge, with as many pods already there.
-    const floorPins = pods.map((_, i) => createPinnedNetns(podDir, `floor${i}`));
-    const fl = spawnSync(path.join(packageRoot(), 'dist/bin/kernel-floor'), ['kni0', podDir, String(n)], { encoding: 'utf8' });
-    for (const f of floorPins) removePinnedNetns(f);
-    if (fl.status !== 0) throw new Error(`kernel-floor failed: ${fl.stderr}`);
-    const floor = JSON.parse(fl.stdout) as { attachMs: number[]; detachMs: number[]; attachCpuMs: { user: number; system: number } };
+    const floor = floorRun(path.join(podDir, 'floor'), n);
     process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
-    const inDaemon = log.slice(mark).split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);
+    const inDaemon = attachMsFromLog(log.slice(mark));
     process.stdout.write(`daemon RSS with ${n} pods: ${rssMb(d.pid!).toFixed(0)} MB\n`);
     process.stdout.write(`attach p50: in-daemon ${percentile(inDaemon, 50).toFixed(2)} ms, gRPC ${percentile(grpcMs, 50).toFixed(2)} ms; detach (gRPC) p50 ${detach ? percentile(delMs, 50).toFixed(2) : '-'} ms\n`);
     for (const p of pods) removePinnedNetns(p.netns);

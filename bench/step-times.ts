@@ -1,5 +1,5 @@
-// The daemon's own step timings (kni_step_duration_seconds, from its metrics endpoint): the
-// mean of each step between two readings, in µs.
+// The daemon's own timings: its step histogram (kni_step_duration_seconds, from its metrics
+// endpoint: the mean of each step between two readings, in µs) and its attach log lines.
 import http from 'node:http';
 
 export type StepReading = Map<string, { count: number; sum: number }>;
@@ -36,3 +36,7 @@ export function stepMeans(before: StepReading, after: StepReading): StepMean[] {
     .filter((x) => x.calls > 0)
     .sort((x, y) => y.meanUs - x.meanUs);
 }
+
+/** In-daemon attach times (ms): the `ms` of each "attach" line of the daemon's log text. */
+export const attachMsFromLog = (text: string): number[] =>
+  text.split('\n').filter((l) => l.includes('"msg":"attach"')).map((l) => JSON.parse(l).ms as number);

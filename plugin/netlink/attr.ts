@@ -2,7 +2,7 @@
 // payload, padded to 4 bytes.
 
 export const NLA_F_NESTED = 0x8000;
-export const NLA_TYPE_MASK = 0x3fff;
+const NLA_TYPE_MASK = 0x3fff;
 
 export const align4 = (n: number): number => (n + 3) & ~3;
 
@@ -57,20 +57,30 @@ export function attrNested(type: number, children: Buffer[]): Buffer {
   return b;
 }
 
+/**
+ * Calls fn(type, start, end) for each attribute of one message or nest in b, in order, with
+ * the payload's bounds: callers read what they need in place.
+ */
+export function forEachAttr(b: Buffer, offset: number, end: number, fn: (type: number, start: number, end: number) => void): void {
+  for (let o = offset; o + 4 <= end; ) {
+    const len = b.readUInt16LE(o);
+    if (len < 4 || o + len > end) break;
+    fn(b.readUInt16LE(o + 2) & NLA_TYPE_MASK, o + 4, o + len);
+    o += align4(len);
+  }
+}
+
 /** Attributes of one message or nest, by type (the last one wins, as in the kernel). */
 export function parseAttrs(b: Buffer, offset = 0, end = b.length): Map<number, Buffer> {
   const out = new Map<number, Buffer>();
-  let o = offset;
-  while (o + 4 <= end) {
-    const len = b.readUInt16LE(o);
-    if (len < 4 || o + len > end) break;
-    out.set(b.readUInt16LE(o + 2) & NLA_TYPE_MASK, b.subarray(o + 4, o + len));
-    o += align4(len);
-  }
+  forEachAttr(b, offset, end, (type, start, stop) => out.set(type, b.subarray(start, stop)));
   return out;
 }
 
-export const readString = (p: Buffer): string => {
-  const nul = p.indexOf(0);
-  return p.toString('utf8', 0, nul < 0 ? p.length : nul);
-};
+/** A NUL-terminated string between start and end of b. */
+export function readStringAt(b: Buffer, start: number, end: number): string {
+  const nul = b.indexOf(0, start);
+  return b.toString('utf8', start, nul < 0 || nul > end ? end : nul);
+}
+
+export const readString = (p: Buffer): string => readStringAt(p, 0, p.length);

@@ -1,5 +1,5 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
-import { align4, attr, attrNested, attrString, attrU32, attrU8, NLA_TYPE_MASK, parseAttrs, readString } from './attr';
+import { attr, attrNested, attrString, attrU32, attrU8, forEachAttr, parseAttrs, readString, readStringAt } from './attr';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
 
 const RTM_NEWLINK = 16;
@@ -262,12 +262,8 @@ export function linkDel(name: string, index = 0): NetlinkRequest {
  */
 export function parseLink(body: Buffer): Link {
   const link: Link = { index: body.readInt32LE(4), flags: body.readUInt32LE(8), name: '', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 };
-  for (let o = 16; o + 4 <= body.length; ) {
-    const len = body.readUInt16LE(o);
-    if (len < 4 || o + len > body.length) break;
-    const start = o + 4;
-    const end = o + len;
-    switch (body.readUInt16LE(o + 2) & NLA_TYPE_MASK) {
+  forEachAttr(body, 16, body.length, (type, start, end) => {
+    switch (type) {
       case IFLA_IFNAME: link.name = readStringAt(body, start, end); break;
       case IFLA_MTU: link.mtu = body.readUInt32LE(start); break;
       case IFLA_ADDRESS: link.mac = macString(body.subarray(start, end)); break;
@@ -281,15 +277,8 @@ export function parseLink(body: Buffer): Link {
         break;
       }
     }
-    o += align4(len);
-  }
+  });
   return link;
-}
-
-/** A NUL-terminated string between start and end of b. */
-function readStringAt(b: Buffer, start: number, end: number): string {
-  const nul = b.indexOf(0, start);
-  return b.toString('utf8', start, nul < 0 || nul > end ? end : nul);
 }
 
 /** Asked of every link lookup: no counters in the answer (a veth's are summed over every CPU and queue on each ask). */

@@ -2,8 +2,8 @@
 // OTEL_* variables ask for an exporter; when off, withSpan only times the step (a histogram
 // per step name, kni_step_duration_seconds) and the SDK is not even loaded.
 import { Attributes, SpanStatusCode, trace, TracerProvider } from '@opentelemetry/api';
-import { KniError } from '../core/errors';
 import { isMainThread } from 'node:worker_threads';
+import { KniError } from '../core/errors';
 import { log } from '../core/log';
 
 let enabled = false;
@@ -47,55 +47,45 @@ export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): 
   const started = process.hrtime.bigint();
   const timed = stepTimer(name);
   const stop = () => timed.observe(Number(process.hrtime.bigint() - started) / 1e9);
-  if (!enabled) {
-    let out: T;
-    try {
-      out = fn();
-    } catch (e) {
-      stop();
-      throw e;
-    }
-    if (out instanceof Promise) {
-      return out.then((v) => {
-        stop();
-        return v;
-      }, (e) => {
-        stop();
-        throw e;
-      }) as T;
-    }
-    stop();
-    return out;
-  }
-  return tracer.startActiveSpan(name, { attributes }, (span) => {
-    const fail = (e: unknown) => {
-      span.recordException(e as Error);
-      span.setStatus({ code: SpanStatusCode.ERROR, message: (e as Error)?.message });
-      if (e instanceof KniError) span.setAttribute('kni.error.code', e.code);
-      span.end();
-      stop();
-    };
-    let out: T;
-    try {
-      out = fn();
-    } catch (e) {
-      fail(e);
-      throw e;
-    }
-    if (out instanceof Promise) {
-      return out.then((v) => {
+  if (!enabled) return settle(fn, stop, stop);
+  return tracer.startActiveSpan(name, { attributes }, (span) =>
+    settle(
+      fn,
+      () => {
         span.end();
         stop();
-        return v;
-      }, (e) => {
-        fail(e);
-        throw e;
-      }) as T;
-    }
-    span.end();
-    stop();
+      },
+      (e) => {
+        span.recordException(e as Error);
+        span.setStatus({ code: SpanStatusCode.ERROR, message: (e as Error)?.message });
+        if (e instanceof KniError) span.setAttribute('kni.error.code', e.code);
+        span.end();
+        stop();
+      },
+    ),
+  );
+}
+
+/** Runs fn and calls done or failed when it has finished: at once, or when its promise settles. */
+function settle<T>(fn: () => T, done: () => void, failed: (e: unknown) => void): T {
+  let out: T;
+  try {
+    out = fn();
+  } catch (e) {
+    failed(e);
+    throw e;
+  }
+  if (!(out instanceof Promise)) {
+    done();
     return out;
-  });
+  }
+  return out.then((v) => {
+    done();
+    return v;
+  }, (e) => {
+    failed(e);
+    throw e;
+  }) as T;
 }
 
 type StepTimer = { observe(seconds: number): void };
