@@ -37,7 +37,11 @@ export class BuiltInBackend implements NetworkBackend {
     itf.hostVeth = hostVethName(rec.id, itf.name);
     itf.mac = req.mac ?? podMac(addresses.find((a) => a.family === 4)?.address);
     itf.mtu = this.rt.cfg.mtu;
-    itf.addresses = addresses;
+    if (this.rt.cfg.podLink === 'routed') {
+      // The pod holds each address alone: everything else, its own range included, is through the gateway.
+      itf.routed = true;
+      itf.addresses = addresses.map((a) => ({ ...a, prefixLength: a.family === 4 ? 32 : 128 }));
+    } else itf.addresses = addresses;
     // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
     if (rec.kind === 'vm' && this.rt.cfg.vmTap && !itf.network) itf.tap = tapName(0);
   }

@@ -76,12 +76,20 @@ export interface VxlanConfig {
   device: string;
 }
 
+export type PodLink = 'bridge' | 'routed';
+
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
   name: string;
   bridge: string;
   /** Multicast snooping on the bridge (off: multicast floods to every pod, and attach time does not grow with the pods there). */
   bridgeMulticastSnooping: boolean;
+  /**
+   * How a pod's host veth joins the node: 'bridge' (a port of the bridge; pods share one L2
+   * segment) or 'routed' (on no bridge; a /32 and /128 route to the pod through it, as Calico's
+   * and the ptp plugin's are). The bridge keeps the gateway addresses either way.
+   */
+  podLink: PodLink;
   mtu: number;
   ranges: Cidr[];
   /** True when ranges come from the Node's spec.podCIDRs (kubernetes.nodeName set, no ranges given). */
@@ -126,6 +134,7 @@ export const defaultConfig = (): Config => ({
   name: 'kni',
   bridge: 'kni0',
   bridgeMulticastSnooping: false,
+  podLink: 'bridge',
   mtu: 1500,
   ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
   rangesFromNode: false,
@@ -150,7 +159,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -214,6 +223,10 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   if (r.bridgeMulticastSnooping !== undefined) {
     if (typeof r.bridgeMulticastSnooping !== 'boolean') problems.push('bridgeMulticastSnooping must be true or false');
     else cfg.bridgeMulticastSnooping = r.bridgeMulticastSnooping;
+  }
+  if (r.podLink !== undefined) {
+    if (r.podLink !== 'bridge' && r.podLink !== 'routed') problems.push(`podLink ${JSON.stringify(r.podLink)} is not "bridge" or "routed"`);
+    else cfg.podLink = r.podLink;
   }
   if (r.masquerade !== undefined) {
     if (typeof r.masquerade !== 'boolean') problems.push('masquerade must be true or false');

@@ -42,7 +42,7 @@ export function rebuildFromKernel(rt: NetworkRuntime): void {
         validate.sandboxId(id);
         if (!ns) throw new Error(`the netns of its peer (nsid ${l.peerNetnsId}) is not among the pins or any process's netns`);
         if (rt.sandboxes.has(id)) throw new Error(`sandbox ${id} already has a record with another veth`);
-        const itf = readPodEnd(rt, ns, l.peerIndex, l.name);
+        const itf = readPodEnd(rt, ns, l.peerIndex, l.name, l.master === 0);
         const lost = rt.ipam.restore(id, itf.addresses);
         if (lost.length) throw new Error(`its addresses ${lost.map((a) => a.address).join(', ')} are held by another sandbox`);
         const rec: SandboxRecord = {
@@ -138,17 +138,21 @@ function netnsByNsid(rt: NetworkRuntime): Map<number, NetnsHandle> {
 }
 
 /** The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it. */
-function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth: string): InterfaceRecord {
+/** routed: the host end is on no bridge, and the pod's addresses are /32 and /128. */
+function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth: string, routed: boolean): InterfaceRecord {
   const pod = socketInNetns(ns.fd);
   try {
     const link = linkList(pod).find((x) => x.index === index);
     if (!link) throw new Error(`no interface ${index} in ${ns.path}`);
     const addresses = addrList(pod)
       .filter((a) => a.index === index)
-      .map((a) => rt.ipam.describe(a.address))
+      .map((a) => {
+        const d = rt.ipam.describe(a.address);
+        return d && routed ? { ...d, prefixLength: a.prefixLength } : d;
+      })
       .filter((a): a is NonNullable<typeof a> => a !== undefined);
     if (!addresses.length) throw new Error(`${link.name} in ${ns.path} has no address in the pod ranges`);
-    return { name: link.name, hostVeth, mac: link.mac, mtu: link.mtu, addresses };
+    return { name: link.name, hostVeth, mac: link.mac, mtu: link.mtu, addresses, ...(routed ? { routed } : {}) };
   } finally {
     pod.close();
   }

@@ -52,4 +52,19 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
     }
     if (problems.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { problems });
   rebuildFromKernel(rt);
+  warnMixedPodLinks(rt);
+}
+
+/**
+ * After podLink changed: a bridged pod takes the whole range as on its link and asks ARP/NDP
+ * for a routed pod's address on the bridge, where no one answers (and a routed pod's reply
+ * goes back the same way). Both kinds keep working otherwise; recreating the pods (draining
+ * the node) ends it.
+ */
+function warnMixedPodLinks(rt: NetworkRuntime): void {
+  const routed = rt.cfg.podLink === 'routed';
+  const other = [...rt.sandboxes.values()].flatMap((r) => r.interfaces.filter((i) => isBuiltIn(i) && !!i.routed !== routed));
+  if (other.length) {
+    log('warn', `${other.length} pod interface(s) were wired ${routed ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)`, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
+  }
 }

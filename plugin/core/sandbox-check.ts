@@ -4,6 +4,7 @@ import type { NetworkRuntime, RouteInfo } from './network-runtime';
 import { parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByName } from '../netlink/link';
+import { routeList } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
 import { NetnsHandle } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -12,8 +13,9 @@ import { carriesDefaultRoute, isBuiltIn } from './network-backend';
 export function podRoutes(rec: SandboxRecord): RouteInfo[] {
   return rec.interfaces.flatMap((itf) =>
     itf.addresses.flatMap((a) => [
-      // A CNI network's address names no kni range: its subnet is the address's own prefix.
-      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : a.range, gateway: '', interface: itf.name },
+      // A CNI network's address names no kni range: its subnet is the address's own prefix. A
+      // routed pod has no subnet on its link, only the gateway.
+      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${a.family === 4 ? 32 : 128}` : a.range, gateway: '', interface: itf.name },
       ...(a.gateway && carriesDefaultRoute(itf) ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
     ]),
   );
@@ -21,10 +23,18 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
 
 function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
   const problems: string[] = [];
+  let hostRoutes: Set<string> | undefined;
   for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
     if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
-    else if (hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
+    else if (!itf.routed && hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
+    else if (itf.routed && hostEnd.master) problems.push(`host veth ${itf.hostVeth} of a routed pod is a port of link ${hostEnd.master}`);
+    else if (itf.routed) {
+      hostRoutes ??= new Set(([4, 6] as const).flatMap((f) => routeList(rt.host, f)).map((r) => `${r.destination} ${r.index}`));
+      for (const a of itf.addresses) {
+        if (!hostRoutes.has(`${a.address}/${a.prefixLength} ${hostEnd.index}`)) problems.push(`no route to ${a.address} through host veth ${itf.hostVeth}`);
+      }
+    }
   }
   return problems;
 }

@@ -162,6 +162,7 @@ export interface VethSpec {
   /** The host end's MAC (else the kernel picks one). */
   mac?: string;
   mtu: number;
+  /** The bridge the host end joins; 0: none (a routed host end). */
   master: number;
   peer: { name: string; mac: string; netnsFd: number };
 }
@@ -188,7 +189,7 @@ export function vethAdd(v: VethSpec): NetlinkRequest {
       attrString(IFLA_IFNAME, v.name),
       ...(v.mac ? [attr(IFLA_ADDRESS, macBytes(v.mac))] : []),
       attrU32(IFLA_MTU, v.mtu),
-      attrU32(IFLA_MASTER, v.master),
+      ...(v.master ? [attrU32(IFLA_MASTER, v.master)] : []),
       attrNested(IFLA_LINKINFO, [
         attrString(IFLA_INFO_KIND, 'veth'),
         attrNested(IFLA_INFO_DATA, [attr(VETH_INFO_PEER, peer)]),

@@ -19,6 +19,7 @@ const RTPROT_BOOT = 3;
 export const RTPROT_KNI = 107;
 const RTNH_F_ONLINK = 4;
 const RT_SCOPE_UNIVERSE = 0;
+const RT_SCOPE_LINK = 253;
 const RTN_UNICAST = 1;
 
 export interface Route {
@@ -32,13 +33,13 @@ export interface Route {
 
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
-function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0): Buffer {
+function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0, scope = RT_SCOPE_UNIVERSE): Buffer {
   const b = Buffer.allocUnsafe(12).fill(0); // from the pool: see attr.ts
   b.writeUInt8(afOf(family), 0);
   b.writeUInt8(dstLen, 1);
   b.writeUInt8(RT_TABLE_MAIN, 4);
   b.writeUInt8(protocol, 5);
-  b.writeUInt8(RT_SCOPE_UNIVERSE, 6);
+  b.writeUInt8(scope, 6);
   b.writeUInt8(RTN_UNICAST, 7);
   b.writeUInt32LE(flags, 8);
   return b;
@@ -80,13 +81,32 @@ export function peerRouteDel(destination: Cidr): NetlinkRequest {
   };
 }
 
-/** The default route of one family via a gateway, out of the link with that index (gatewayText: the gateway as text, when the caller has it). */
-export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string): NetlinkRequest {
+/**
+ * The default route of one family via a gateway, out of the link with that index (gatewayText:
+ * the gateway as text, when the caller has it). `onlink`: the gateway is on the link though no
+ * subnet of the link covers it (a routed pod's /32 address).
+ */
+export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string, onlink = false): NetlinkRequest {
   return {
     type: RTM_NEWROUTE,
     flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add default route via ${gatewayText ?? formatIp(family, gateway)} dev ${ifname}`,
-    body: Buffer.concat([rtmsg(family, 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
+    what: `add default route via ${gatewayText ?? formatIp(family, gateway)}${onlink ? ' onlink' : ''} dev ${ifname}`,
+    body: Buffer.concat([rtmsg(family, 0, RTPROT_BOOT, onlink ? RTNH_F_ONLINK : 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
+  };
+}
+
+/**
+ * A route to one address (/32 or /128) out of a link, scope link: how the node reaches a routed
+ * pod through its host veth. Protocol boot, not RTPROT_KNI: the peer-route sync removes kni's
+ * routes that no peer wants, and this one goes away with its link.
+ */
+export function hostRouteAdd(family: Family, address: bigint, index: number, ifname: string, addressText?: string): NetlinkRequest {
+  const len = family === 4 ? 32 : 128;
+  return {
+    type: RTM_NEWROUTE,
+    flags: NLM_F_CREATE | NLM_F_REPLACE,
+    what: `add route ${addressText ?? formatIp(family, address)}/${len} dev ${ifname}`,
+    body: Buffer.concat([rtmsg(family, len, RTPROT_BOOT, 0, RT_SCOPE_LINK), attr(RTA_DST, ipBytes(family, address)), attrU32(RTA_OIF, index)]),
   };
 }
 

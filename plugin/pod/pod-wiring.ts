@@ -1,10 +1,12 @@
 // The pod side of the reference network: a veth whose pod end (eth0) sits in the pod netns
-// with one address per range and default routes via the bridge gateways; its host end is a
-// hairpinned bridge port. All over netlink from this process: no spawn, no iptables.
+// with one address per range and default routes via the range gateways. Its host end is a
+// hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
+// pod's addresses. All over netlink from this process: no spawn, no iptables.
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { linkByName, linkCreate, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
-import { defaultRouteAdd } from '../netlink/route';
+import { neighSet } from '../netlink/neigh';
+import { defaultRouteAdd, hostRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { socketInNetns } from '../netns/netns';
 import { withSpan } from '../observe/tracing';
@@ -35,20 +37,22 @@ export class PodInterfaceExistsError extends Error {
 
 /**
  * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
- * and HostVethExistsError when a stale host end with that name is in the way.
+ * and HostVethExistsError when a stale host end with that name is in the way. bridgeIndex is
+ * not used for a routed interface.
  */
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
   const pod = socketInNetns(netnsFd);
   try {
     const { podIndex } = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
-      const ends = createVeth(host, pod, bridgeIndex, netnsFd, itf);
+      const ends = createVeth(host, pod, itf.routed ? 0 : bridgeIndex, netnsFd, itf);
       // The alias lets a lost record be rebuilt from the kernel alone (the kernel takes
       // IFLA_IFALIAS only on an existing link, not in the create request).
       host.exec([
         linkSetNoLinkLocal(ends.hostIndex, itf.hostVeth),
-        linkSetHairpin(ends.hostIndex, itf.hostVeth),
+        ...(itf.routed ? [] : [linkSetHairpin(ends.hostIndex, itf.hostVeth)]),
         linkSetAlias(ends.hostIndex, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
         linkSetUpByIndex(ends.hostIndex, itf.hostVeth),
+        ...(itf.routed ? routedHostEnd(ends.hostIndex, itf) : []),
       ]);
       return ends;
     });
@@ -59,12 +63,25 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
         linkSetUp('lo'),
         linkSetUpByIndex(podIndex, itf.name),
         ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
-        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway)),
+        ...(itf.routed ? itf.addresses.map((a) => neighSet({ family: a.family as Family, index: podIndex, ip: a.gateway, mac: HOST_VETH_MAC })) : []),
+        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway, itf.routed)),
       ]),
     );
   } finally {
     pod.close();
   }
+}
+
+/**
+ * A routed host end: a route to each pod address through it, and the pod's MAC for each written
+ * ahead, as the pod has the gateway's (every host end's MAC): neither side ever asks ARP or NDP,
+ * and the host end needs no address of its own.
+ */
+function routedHostEnd(hostIndex: number, itf: InterfaceRecord) {
+  return itf.addresses.flatMap((a) => {
+    const ip = parseIp(a.address);
+    return [hostRouteAdd(ip.family, ip.value, hostIndex, itf.hostVeth, a.address), neighSet({ family: ip.family, index: hostIndex, ip: a.address, mac: itf.mac })];
+  });
 }
 
 /**

@@ -15,6 +15,8 @@ export interface InterfaceRecord {
   mac: string;
   mtu: number;
   addresses: AllocatedAddress[];
+  /** Wired routed (podLink "routed"): the host end is on no bridge and routes to the pod's addresses (/32, /128). */
+  routed?: boolean;
   /** vm sandboxes with vmTap: the tap joined to this interface ('' otherwise). */
   tap?: string;
   /** Its network: absent or '' the default network, else a definition's "namespace/name". */

@@ -1,0 +1,138 @@
+// Routed pods (podLink "routed") on a real kernel: no bridge port, a /32 and /128 per pod with a
+// host route and neighbour entries written ahead; reachability, Check, restart, and a node that
+// switches from the bridge with pods still on it.
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Client } from '../plugin/client/clients';
+import { inNetns, ping } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+const addressesOf = (p: any): string[] => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address));
+
+describe('routed pods (real kernel)', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  let kni: Client;
+
+  before(async () => {
+    d = await TestDaemon.start({ podLink: 'routed' });
+    rt = d.rt();
+    kni = d.kni();
+  });
+  after(() => d?.cleanup());
+
+  async function newPod(id: string): Promise<{ netns: string; net: any }> {
+    const { netns_path } = await kni.CreateNetwork({ name: id, namespace: 'default' });
+    const net = await rt.Attach({ sandbox_id: id, netns_path, pod: { name: id, namespace: 'default', uid: 'UID-1' } });
+    return { netns: netns_path, net };
+  }
+
+  it('wires a pod without a bridge port: /32 and /128, onlink defaults, routes and neighbours written ahead', async () => {
+    const a = await newPod('rt-a');
+    const b = await newPod('rt-b');
+    try {
+      const [a4, a6] = addressesOf(a.net);
+      const [b4, b6] = addressesOf(b.net);
+      assert.ok(ping(a.netns, b4), `${a4} cannot ping ${b4}`);
+      assert.ok(ping(a.netns, b6), `${a6} cannot ping ${b6}`);
+      assert.ok(ping(b.netns, '10.244.0.1'), 'pod cannot reach the IPv4 gateway');
+      assert.ok(ping(b.netns, 'fd00:10:244::1'), 'pod cannot reach the IPv6 gateway');
+      assert.ok(ping(a.netns, a4), 'a pod cannot reach itself');
+      assert.ok(ping(d.nodeNetns, a4), 'the node cannot reach a pod (kubelet probes)');
+      assert.ok(ping(d.nodeNetns, a6), 'the node cannot reach a pod over IPv6');
+
+      const itf = a.net.interfaces[0];
+      assert.deepEqual(itf.addresses.map((x: any) => x.prefix_length), [32, 128]);
+      const addrs = inNetns(a.netns, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out;
+      assert.match(addrs, new RegExp(`inet ${a4}/32 `));
+      assert.match(addrs, new RegExp(`inet6 ${a6}/128 `));
+      assert.match(inNetns(a.netns, 'ip', ['route']).out, /default via 10\.244\.0\.1 dev eth0 onlink/);
+      assert.match(inNetns(a.netns, 'ip', ['-6', 'route']).out, /default via fd00:10:244::1 dev eth0 .*onlink/);
+      const podNeigh = inNetns(a.netns, 'ip', ['neigh', 'show', 'dev', 'eth0']).out;
+      assert.match(podNeigh, /10\.244\.0\.1 lladdr ee:ee:ee:ee:ee:ee PERMANENT/);
+      assert.match(podNeigh, /fd00:10:244::1 lladdr ee:ee:ee:ee:ee:ee PERMANENT/);
+
+      const host = itf.host_interface;
+      const port = inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', host]).out;
+      assert.doesNotMatch(port, /master/);
+      assert.match(port, /link\/ether ee:ee:ee:ee:ee:ee/);
+      assert.match(inNetns(d.nodeNetns, 'ip', ['route', 'show', `${a4}/32`]).out, new RegExp(`dev ${host} .*scope link`));
+      assert.match(inNetns(d.nodeNetns, 'ip', ['-6', 'route', 'show', `${a6}/128`]).out, new RegExp(`dev ${host}`));
+      const hostNeigh = inNetns(d.nodeNetns, 'ip', ['neigh', 'show', 'dev', host]).out;
+      assert.match(hostNeigh, new RegExp(`${a4} lladdr ${itf.mac} PERMANENT`));
+      assert.match(hostNeigh, new RegExp(`${a6} lladdr ${itf.mac} PERMANENT`));
+      assert.equal(inNetns(d.nodeNetns, 'ip', ['-o', 'link', 'show', 'master', 'kni0']).out.trim(), '', 'no pod joined the bridge');
+
+      const p = await rt.GetPod({ sandbox_id: 'rt-a' });
+      assert.ok(p.routes.some((r: any) => r.destination === '10.244.0.1/32' && r.gateway === ''));
+      assert.ok(p.routes.some((r: any) => r.destination === '0.0.0.0/0' && r.gateway === '10.244.0.1'));
+      assert.equal((await rt.Check({ sandbox_id: 'rt-a' })).ok, true);
+    } finally {
+      await rt.Detach({ sandbox_id: 'rt-a' });
+      await rt.Detach({ sandbox_id: 'rt-b' });
+    }
+    assert.equal(inNetns(d.nodeNetns, 'ip', ['route', 'show', '10.244.0.0/24', 'root', '10.244.0.0/24']).out.match(/\/32|^10\.244\.0\.\d+ /gm), null, 'a host route outlived its pod');
+  });
+
+  it('Check reports a routed pod whose host route was deleted behind its back', async () => {
+    const a = await newPod('rt-drift');
+    try {
+      const [a4] = addressesOf(a.net);
+      inNetns(d.nodeNetns, 'ip', ['route', 'del', `${a4}/32`]);
+      const r = await rt.Check({ sandbox_id: 'rt-drift' });
+      assert.equal(r.ok, false);
+      assert.ok(r.problems.some((x: string) => x.includes(`no route to ${a4} through host veth`)), r.problems.join('; '));
+    } finally {
+      await rt.Detach({ sandbox_id: 'rt-drift' });
+    }
+  });
+
+  it('rebuilds a lost routed record from the kernel, as routed', async () => {
+    const a = await newPod('rt-lost');
+    try {
+      await d.stop('SIGKILL');
+      for (const f of fs.readdirSync(d.stateDir)) fs.rmSync(`${d.stateDir}/${f}`, { recursive: true, force: true });
+      await d.restart();
+      rt = d.rt();
+      kni = d.kni();
+      const p = await rt.GetPod({ sandbox_id: 'rt-lost' });
+      assert.deepEqual(p.interfaces[0].addresses.map((x: any) => x.prefix_length), [32, 128]);
+      assert.deepEqual(addressesOf(p), addressesOf(a.net));
+      assert.equal((await rt.Check({ sandbox_id: 'rt-lost' })).ok, true);
+    } finally {
+      await rt.Detach({ sandbox_id: 'rt-lost' });
+    }
+  });
+
+  it('a node switched from the bridge keeps its bridged pods working and warns that the two kinds do not meet', async () => {
+    await d.stop();
+    fs.writeFileSync(d.configFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(d.configFile, 'utf8')), podLink: 'bridge' }));
+    await d.restart();
+    rt = d.rt();
+    kni = d.kni();
+    const bridged = await newPod('rt-old');
+    let routed: { netns: string; net: any } | undefined;
+    try {
+      await d.stop();
+      fs.writeFileSync(d.configFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(d.configFile, 'utf8')), podLink: 'routed' }));
+      const before = d.output.length;
+      await d.restart();
+      rt = d.rt();
+      kni = d.kni();
+      assert.match(d.output.slice(before), /1 pod interface\(s\) were wired on the bridge before podLink became \\"routed\\"/);
+      routed = await newPod('rt-new');
+      assert.match(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', bridged.net.interfaces[0].host_interface]).out, /master kni0/);
+      assert.doesNotMatch(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', routed.net.interfaces[0].host_interface]).out, /master/);
+      for (const p of [bridged, routed]) {
+        const [v4, v6] = addressesOf(p.net);
+        assert.ok(ping(d.nodeNetns, v4) && ping(d.nodeNetns, v6), `the node cannot reach ${v4}`);
+        assert.ok(ping(p.netns, '10.244.0.1') && ping(p.netns, 'fd00:10:244::1'), `${v4} cannot reach its gateways`);
+      }
+      assert.equal((await rt.Check({ sandbox_id: 'rt-old' })).ok, true);
+      assert.equal((await rt.Check({ sandbox_id: 'rt-new' })).ok, true);
+    } finally {
+      await rt.Detach({ sandbox_id: 'rt-old' });
+      if (routed) await rt.Detach({ sandbox_id: 'rt-new' });
+    }
+  });
+});
