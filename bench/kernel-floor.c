@@ -2,7 +2,7 @@
 // the same kind of sockets, with the same netns handling, timed in C with nothing else around
 // them (no IPC, no state dir, no allocation worth the name). npm run bench prints kni ÷ this.
 //
-//   kernel-floor BRIDGE NETNS_DIR N    (run inside the node netns; BRIDGE exists and is up)
+//   kernel-floor BRIDGE NETNS_DIR N [routed]   (run inside the node netns; BRIDGE exists and is up)
 //
 // For i in 0..N-1, with a netns pinned at NETNS_DIR/floor<i> by the caller:
 //   attach: open the pin O_PATH, readlink /proc/self/fd, fstat, reopen O_RDONLY, NS_GET_NSTYPE
@@ -12,6 +12,10 @@
 //           gives both ifindexes); one write of addr_gen_mode none + hairpin + alias + up; one
 //           write, in the pod, of addr_gen_mode none + lo up + eth0 up + two addresses + two
 //           default routes.
+//   routed (kni's podLink "routed"): the host end joins no bridge and gets no hairpin; its write
+//           adds, per pod address, a /32 (/128) route scope link and a permanent neighbour
+//           (the pod's MAC); the pod's addresses are /32 and /128, and its write adds, per
+//           gateway, a permanent neighbour (the host ends' MAC) and a /32 (/128) route.
 //   As kni's, every write of several requests asks an ack of its last request only (a failure
 //   is answered anyway). The bridge's ifindex is looked up once, before the loop, as kni
 //   knows it from the node's set-up.
@@ -24,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/if_link.h>
+#include <linux/neighbour.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/veth.h>
@@ -188,6 +193,13 @@ static void set_up(struct msg *m, int index, const char *name) {
     if (name) attr_str(m, h, IFLA_IFNAME, name);
 }
 
+static void neigh_permanent(struct msg *m, int index, int family, const uint8_t *ip, const uint8_t *mac) {
+    struct ndmsg nd = {.ndm_family = (uint8_t)family, .ndm_ifindex = index, .ndm_state = NUD_PERMANENT};
+    struct nlmsghdr *h = msg_start(m, RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, &nd, sizeof nd);
+    attr_put(m, h, NDA_LLADDR, mac, 6);
+    attr_put(m, h, NDA_DST, ip, family == AF_INET ? 4 : 16);
+}
+
 static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -212,10 +224,11 @@ static int open_netns(const char *path) {
 static double tv_ms(struct timeval t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N\n");
+    if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "routed"))) {
+        fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N [routed]\n");
         return 2;
     }
+    int routed = argc == 5;
     const char *bridge = argv[1], *dir = argv[2];
     int n = atoi(argv[3]);
     home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -244,7 +257,7 @@ int main(int argc, char **argv) {
         attr_str(&m, h, IFLA_IFNAME, name);
         attr_put(&m, h, IFLA_ADDRESS, host_mac, 6);
         attr_u32(&m, h, IFLA_MTU, 1500);
-        attr_u32(&m, h, IFLA_MASTER, (uint32_t)br);
+        if (!routed) attr_u32(&m, h, IFLA_MASTER, (uint32_t)br);
         size_t li = nest_start(&m, h, IFLA_LINKINFO);
         attr_str(&m, h, IFLA_INFO_KIND, "veth");
         size_t data = nest_start(&m, h, IFLA_INFO_DATA);
@@ -261,25 +274,34 @@ int main(int argc, char **argv) {
         int hidx = nl_exec(host, &m, &pidx);
         if (!hidx || !pidx) die("no echo of the new veth (kernel older than 6.3?)");
         set_nolinklocal(&m, hidx);
-        struct ifinfomsg br_ifi = {.ifi_family = AF_BRIDGE, .ifi_index = hidx};
-        h = msg_start(&m, RTM_SETLINK, 0, &br_ifi, sizeof br_ifi);
-        size_t pi = nest_start(&m, h, IFLA_PROTINFO);
-        attr_u8(&m, h, IFLA_BRPORT_MODE_, 1);
-        nest_end(&m, pi);
+        if (!routed) {
+            struct ifinfomsg br_ifi = {.ifi_family = AF_BRIDGE, .ifi_index = hidx};
+            h = msg_start(&m, RTM_SETLINK, 0, &br_ifi, sizeof br_ifi);
+            size_t pi = nest_start(&m, h, IFLA_PROTINFO);
+            attr_u8(&m, h, IFLA_BRPORT_MODE_, 1);
+            nest_end(&m, pi);
+        }
         struct ifinfomsg al = {.ifi_index = hidx};
         h = msg_start(&m, RTM_NEWLINK, 0, &al, sizeof al);
         attr_str(&m, h, IFLA_IFALIAS, alias);
         set_up(&m, hidx, NULL);
+        struct { int fam; int plen; uint8_t a[16]; } addrs[2] = {
+            {AF_INET, routed ? 32 : 16, {10, 200, (uint8_t)((i + 2) >> 8), (uint8_t)(i + 2)}},
+            {AF_INET6, routed ? 128 : 64, {0xfd, 0, 0x02, 0, [14] = (uint8_t)((i + 2) >> 8), [15] = (uint8_t)(i + 2)}},
+        };
+        for (int k = 0; routed && k < 2; k++) {
+            struct rtmsg rt = {.rtm_family = (uint8_t)addrs[k].fam, .rtm_dst_len = (uint8_t)addrs[k].plen, .rtm_table = RT_TABLE_MAIN, .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_LINK, .rtm_type = RTN_UNICAST};
+            h = msg_start(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt, sizeof rt);
+            attr_put(&m, h, RTA_DST, addrs[k].a, addrs[k].fam == AF_INET ? 4 : 16);
+            attr_u32(&m, h, RTA_OIF, (uint32_t)hidx);
+            neigh_permanent(&m, hidx, addrs[k].fam, addrs[k].a, mac);
+        }
         stage = "host end settings";
         nl_exec(host, &m, NULL);
 
         set_nolinklocal(&m, pidx);
         set_up(&m, 0, "lo");
         set_up(&m, pidx, NULL);
-        struct { int fam; int plen; uint8_t a[16]; } addrs[2] = {
-            {AF_INET, 16, {10, 200, (uint8_t)((i + 2) >> 8), (uint8_t)(i + 2)}},
-            {AF_INET6, 64, {0xfd, 0, 0x02, 0, [14] = (uint8_t)((i + 2) >> 8), [15] = (uint8_t)(i + 2)}},
-        };
         for (int k = 0; k < 2; k++) {
             struct ifaddrmsg ifa = {.ifa_family = (uint8_t)addrs[k].fam, .ifa_prefixlen = (uint8_t)addrs[k].plen, .ifa_index = (uint32_t)pidx};
             h = msg_start(&m, RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, &ifa, sizeof ifa);
@@ -289,6 +311,13 @@ int main(int argc, char **argv) {
             attr_u32(&m, h, IFA_FLAGS, addrs[k].fam == AF_INET6 ? 0x82 : 0x80);
         }
         uint8_t gw4[4] = {10, 200, 0, 1}, gw6[16] = {0xfd, 0, 0x02, 0, [15] = 1};
+        for (int k = 0; routed && k < 2; k++) {
+            neigh_permanent(&m, pidx, k ? AF_INET6 : AF_INET, k ? gw6 : gw4, host_mac);
+            struct rtmsg rt = {.rtm_family = (uint8_t)(k ? AF_INET6 : AF_INET), .rtm_dst_len = k ? 128 : 32, .rtm_table = RT_TABLE_MAIN, .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_LINK, .rtm_type = RTN_UNICAST};
+            h = msg_start(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt, sizeof rt);
+            attr_put(&m, h, RTA_DST, k ? (void *)gw6 : (void *)gw4, k ? 16 : 4);
+            attr_u32(&m, h, RTA_OIF, (uint32_t)pidx);
+        }
         for (int k = 0; k < 2; k++) {
             struct rtmsg rt = {.rtm_family = (uint8_t)(k ? AF_INET6 : AF_INET), .rtm_table = RT_TABLE_MAIN, .rtm_protocol = RTPROT_BOOT, .rtm_scope = RT_SCOPE_UNIVERSE, .rtm_type = RTN_UNICAST};
             h = msg_start(&m, RTM_NEWROUTE, NLM_F_CREATE | NLM_F_REPLACE, &rt, sizeof rt);

@@ -1,6 +1,6 @@
 // Routed pods (podLink "routed") on a real kernel: no bridge port, a /32 and /128 per pod with a
 // host route and neighbour entries written ahead; reachability, Check, restart, and a node that
-// switches from the bridge with pods still on it.
+// has pods on the bridge already ("auto", and a switch).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Client } from '../plugin/client/clients';
@@ -27,7 +27,7 @@ describe('routed pods (real kernel)', () => {
     return { netns: netns_path, net };
   }
 
-  it('wires a pod without a bridge port: /32 and /128, onlink defaults, routes and neighbours written ahead', async () => {
+  it('wires a pod without a bridge port: /32 and /128, a link route to the gateway, routes and neighbours written ahead', async () => {
     const a = await newPod('rt-a');
     const b = await newPod('rt-b');
     try {
@@ -46,8 +46,12 @@ describe('routed pods (real kernel)', () => {
       const addrs = inNetns(a.netns, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out;
       assert.match(addrs, new RegExp(`inet ${a4}/32 `));
       assert.match(addrs, new RegExp(`inet6 ${a6}/128 `));
-      assert.match(inNetns(a.netns, 'ip', ['route']).out, /default via 10\.244\.0\.1 dev eth0 onlink/);
-      assert.match(inNetns(a.netns, 'ip', ['-6', 'route']).out, /default via fd00:10:244::1 dev eth0 .*onlink/);
+      const routes = inNetns(a.netns, 'ip', ['route']).out;
+      assert.match(routes, /default via 10\.244\.0\.1 dev eth0/);
+      assert.match(routes, /10\.244\.0\.1 dev eth0 .*scope link/);
+      const routes6 = inNetns(a.netns, 'ip', ['-6', 'route']).out;
+      assert.match(routes6, /default via fd00:10:244::1 dev eth0/);
+      assert.match(routes6, /fd00:10:244::1 dev eth0/);
       const podNeigh = inNetns(a.netns, 'ip', ['neigh', 'show', 'dev', 'eth0']).out;
       assert.match(podNeigh, /10\.244\.0\.1 lladdr ee:ee:ee:ee:ee:ee PERMANENT/);
       assert.match(podNeigh, /fd00:10:244::1 lladdr ee:ee:ee:ee:ee:ee PERMANENT/);
@@ -104,25 +108,31 @@ describe('routed pods (real kernel)', () => {
     }
   });
 
-  it('a node switched from the bridge keeps its bridged pods working and warns that the two kinds do not meet', async () => {
-    await d.stop();
-    fs.writeFileSync(d.configFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(d.configFile, 'utf8')), podLink: 'bridge' }));
-    await d.restart();
-    rt = d.rt();
-    kni = d.kni();
-    const bridged = await newPod('rt-old');
-    let routed: { netns: string; net: any } | undefined;
-    try {
+  it('a node with pods on the bridge: "auto" keeps the bridge; "routed" is obeyed with a warning, and the bridged pods keep working', async () => {
+    const setPodLink = async (podLink?: string) => {
       await d.stop();
-      fs.writeFileSync(d.configFile, JSON.stringify({ ...JSON.parse(fs.readFileSync(d.configFile, 'utf8')), podLink: 'routed' }));
+      const cfg = JSON.parse(fs.readFileSync(d.configFile, 'utf8'));
+      fs.writeFileSync(d.configFile, JSON.stringify({ ...cfg, podLink }));
       const before = d.output.length;
       await d.restart();
       rt = d.rt();
       kni = d.kni();
-      assert.match(d.output.slice(before), /1 pod interface\(s\) were wired on the bridge before podLink became \\"routed\\"/);
+      return () => d.output.slice(before);
+    };
+    const master = (p: { net: any }) => /master kni0/.test(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', p.net.interfaces[0].host_interface]).out);
+    await setPodLink('bridge');
+    const bridged = await newPod('rt-old');
+    let kept: { netns: string; net: any } | undefined;
+    let routed: { netns: string; net: any } | undefined;
+    try {
+      const autoLog = await setPodLink(undefined);
+      assert.match(autoLog(), /new pods are wired on the bridge.*1 pod interface\(s\) on the bridge already/);
+      kept = await newPod('rt-kept');
+      assert.ok(master(kept), '"auto" put a new pod off the bridge of a node with bridged pods');
+      const routedLog = await setPodLink('routed');
+      assert.match(routedLog(), /2 pod interface\(s\) were wired on the bridge before podLink became \\"routed\\"/);
       routed = await newPod('rt-new');
-      assert.match(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', bridged.net.interfaces[0].host_interface]).out, /master kni0/);
-      assert.doesNotMatch(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', routed.net.interfaces[0].host_interface]).out, /master/);
+      assert.ok(master(bridged) && !master(routed));
       for (const p of [bridged, routed]) {
         const [v4, v6] = addressesOf(p.net);
         assert.ok(ping(d.nodeNetns, v4) && ping(d.nodeNetns, v6), `the node cannot reach ${v4}`);
@@ -132,6 +142,7 @@ describe('routed pods (real kernel)', () => {
       assert.equal((await rt.Check({ sandbox_id: 'rt-new' })).ok, true);
     } finally {
       await rt.Detach({ sandbox_id: 'rt-old' });
+      if (kept) await rt.Detach({ sandbox_id: 'rt-kept' });
       if (routed) await rt.Detach({ sandbox_id: 'rt-new' });
     }
   });

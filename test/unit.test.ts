@@ -89,7 +89,7 @@ describe('config', () => {
     ['MTU', { mtu: 70000 }, /mtu 70000/],
     ['IPv6 MTU', { mtu: 1000 }, /1280/],
     ['bridge name', { bridge: 'this-name-is-too-long' }, /at most 15/],
-    ['pod link', { podLink: 'ptp' }, /podLink "ptp" is not "bridge" or "routed"/],
+    ['pod link', { podLink: 'ptp' }, /podLink "ptp" is not "auto", "bridge" or "routed"/],
     ['unknown key', { brige: 'x' }, /unknown setting "brige"/],
     ['relative netnsDir', { netnsDir: 'netns' }, /absolute/],
     ['backend', { backend: 'ipip' }, /backend must be auto, host-gw, vxlan or none/],

@@ -76,7 +76,7 @@ export interface VxlanConfig {
   device: string;
 }
 
-export type PodLink = 'bridge' | 'routed';
+export type PodLink = 'auto' | 'bridge' | 'routed';
 
 export interface Config {
   /** The network's name in QueryNodeNetworks. */
@@ -87,7 +87,8 @@ export interface Config {
   /**
    * How a pod's host veth joins the node: 'bridge' (a port of the bridge; pods share one L2
    * segment) or 'routed' (on no bridge; a /32 and /128 route to the pod through it, as Calico's
-   * and the ptp plugin's are). The bridge keeps the gateway addresses either way.
+   * and the ptp plugin's are). The bridge keeps the gateway addresses either way. 'auto': routed,
+   * unless the node already has pods on the bridge when kni starts.
    */
   podLink: PodLink;
   mtu: number;
@@ -134,7 +135,7 @@ export const defaultConfig = (): Config => ({
   name: 'kni',
   bridge: 'kni0',
   bridgeMulticastSnooping: false,
-  podLink: 'bridge',
+  podLink: 'auto',
   mtu: 1500,
   ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
   rangesFromNode: false,
@@ -225,7 +226,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     else cfg.bridgeMulticastSnooping = r.bridgeMulticastSnooping;
   }
   if (r.podLink !== undefined) {
-    if (r.podLink !== 'bridge' && r.podLink !== 'routed') problems.push(`podLink ${JSON.stringify(r.podLink)} is not "bridge" or "routed"`);
+    if (r.podLink !== 'auto' && r.podLink !== 'bridge' && r.podLink !== 'routed') problems.push(`podLink ${JSON.stringify(r.podLink)} is not "auto", "bridge" or "routed"`);
     else cfg.podLink = r.podLink;
   }
   if (r.masquerade !== undefined) {

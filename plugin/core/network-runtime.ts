@@ -64,6 +64,8 @@ export class NetworkRuntime {
   readonly wiring = new WiringPool();
   /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
   attachesInFlight = 0;
+  /** How new pods are wired: the config's podLink, "auto" resolved at start (restore-state.ts). */
+  podLink: 'bridge' | 'routed' = 'bridge';
   /** Every pod network change, for Watch. */
   readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];

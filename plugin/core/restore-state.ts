@@ -52,19 +52,23 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
     }
     if (problems.length) log('error', 'state records unreadable: set aside; rebuilding what the kernel still has', { problems });
   rebuildFromKernel(rt);
-  warnMixedPodLinks(rt);
+  choosePodLink(rt);
 }
 
 /**
- * After podLink changed: a bridged pod takes the whole range as on its link and asks ARP/NDP
- * for a routed pod's address on the bridge, where no one answers (and a routed pod's reply
- * goes back the same way). Both kinds keep working otherwise; recreating the pods (draining
- * the node) ends it.
+ * podLink "auto" is routed on a node without pods on the bridge, and the bridge on one that has
+ * some (kni upgraded in place): a bridged pod takes the whole range as on its link and asks
+ * ARP/NDP for a routed pod's address on the bridge, where no one answers, so the two kinds do
+ * not reach each other on one node. Both kinds keep working otherwise. A podLink set against
+ * the pods already there is obeyed, with a warning; recreating them (draining the node) ends it.
  */
-function warnMixedPodLinks(rt: NetworkRuntime): void {
-  const routed = rt.cfg.podLink === 'routed';
-  const other = [...rt.sandboxes.values()].flatMap((r) => r.interfaces.filter((i) => isBuiltIn(i) && !!i.routed !== routed));
+function choosePodLink(rt: NetworkRuntime): void {
+  const itfs = [...rt.sandboxes.values()].flatMap((r) => r.interfaces.filter(isBuiltIn));
+  const bridged = itfs.filter((i) => !i.routed);
+  rt.podLink = rt.cfg.podLink !== 'auto' ? rt.cfg.podLink : bridged.length ? 'bridge' : 'routed';
+  const other = rt.podLink === 'routed' ? bridged : itfs.filter((i) => i.routed);
+  log('info', `new pods are wired ${rt.podLink === 'routed' ? 'routed' : 'on the bridge'}`, { podLink: rt.cfg.podLink, ...(rt.cfg.podLink === 'auto' && bridged.length ? { reason: `${bridged.length} pod interface(s) on the bridge already` } : {}) });
   if (other.length) {
-    log('warn', `${other.length} pod interface(s) were wired ${routed ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)`, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
+    log('warn', `${other.length} pod interface(s) were wired ${rt.podLink === 'routed' ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)`, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
   }
 }

@@ -81,23 +81,19 @@ export function peerRouteDel(destination: Cidr): NetlinkRequest {
   };
 }
 
-/**
- * The default route of one family via a gateway, out of the link with that index (gatewayText:
- * the gateway as text, when the caller has it). `onlink`: the gateway is on the link though no
- * subnet of the link covers it (a routed pod's /32 address).
- */
-export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string, onlink = false): NetlinkRequest {
+/** The default route of one family via a gateway, out of the link with that index (gatewayText: the gateway as text, when the caller has it). */
+export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string): NetlinkRequest {
   return {
     type: RTM_NEWROUTE,
     flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add default route via ${gatewayText ?? formatIp(family, gateway)}${onlink ? ' onlink' : ''} dev ${ifname}`,
-    body: Buffer.concat([rtmsg(family, 0, RTPROT_BOOT, onlink ? RTNH_F_ONLINK : 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
+    what: `add default route via ${gatewayText ?? formatIp(family, gateway)} dev ${ifname}`,
+    body: Buffer.concat([rtmsg(family, 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
   };
 }
 
 /**
  * A route to one address (/32 or /128) out of a link, scope link: how the node reaches a routed
- * pod through its host veth. Protocol boot, not RTPROT_KNI: the peer-route sync removes kni's
+ * pod through its host veth, and the routed pod its gateway. Protocol boot, not RTPROT_KNI: the peer-route sync removes kni's
  * routes that no peer wants, and this one goes away with its link.
  */
 export function hostRouteAdd(family: Family, address: bigint, index: number, ifname: string, addressText?: string): NetlinkRequest {

@@ -63,13 +63,23 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
         linkSetUp('lo'),
         linkSetUpByIndex(podIndex, itf.name),
         ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
-        ...(itf.routed ? itf.addresses.map((a) => neighSet({ family: a.family as Family, index: podIndex, ip: a.gateway, mac: HOST_VETH_MAC })) : []),
-        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway, itf.routed)),
+        ...(itf.routed ? itf.addresses.flatMap((a) => routedGateway(podIndex, itf.name, a.gateway)) : []),
+        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway)),
       ]),
     );
   } finally {
     pod.close();
   }
+}
+
+/**
+ * A routed pod's way to its gateway: a route to it alone, and its MAC (every host end's) written
+ * ahead. As the ptp plugin's and Calico's pods have it, so that whatever copies the netns's
+ * routes (Kata) finds a gateway on a link route rather than an onlink flag.
+ */
+function routedGateway(podIndex: number, ifname: string, gateway: string) {
+  const gw = parseIp(gateway);
+  return [neighSet({ family: gw.family, index: podIndex, ip: gateway, mac: HOST_VETH_MAC }), hostRouteAdd(gw.family, gw.value, podIndex, ifname, gateway)];
 }
 
 /**
