@@ -7,8 +7,12 @@ import { TransportRow, transportTable } from './transport-floor';
 
 export interface BenchRow { path: string; concurrency: number; add: Stats; del: Stats; inDaemonAdd?: Stats; daemonCpuPerAdd?: CpuMs; clientCpuPerAdd?: CpuMs; steps?: StepMean[] }
 
+/** The reference plugins' row: "<bridge or ptp> + host-local + loopback (exec)". */
+export const REFERENCE_SUFFIX = ' + host-local + loopback (exec)';
+
 export interface BenchResults {
   n: number;
+  podLink: 'bridge' | 'routed';
   rows: BenchRow[];
   floor: { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs };
   versus: { inDaemon: Stats; grpc: Stats; floor: Stats };
@@ -20,11 +24,12 @@ export interface BenchResults {
 export const f2 = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 
 export function benchReport(res: BenchResults): { text: string; targets: { target: string; value: string; met: boolean }[] } {
-  const { n, rows, floor, versus, scale, churn, transport } = res;
-  const ref = (c: number) => rows.find((r) => r.concurrency === c && r.path.startsWith('bridge'))!;
+  const { n, podLink, rows, floor, versus, scale, churn, transport } = res;
+  const ref = (c: number) => rows.find((r) => r.concurrency === c && r.path.endsWith(REFERENCE_SUFFIX))!;
+  const refName = ref(1).path.slice(0, -REFERENCE_SUFFIX.length);
   const lines: string[] = [];
   lines.push(`\n## kni vs CNI reference plugins (N = ${n} per cell, ms per pod)\n`);
-  lines.push(`${os.cpus().length} vCPU, kernel ${os.release()}, Node ${process.version}; reference: Debian containernetworking-plugins bridge + host-local (ipMasq on, dual-stack) + loopback.\n`);
+  lines.push(`${os.cpus().length} vCPU, kernel ${os.release()}, Node ${process.version}; kni's podLink ${podLink}; reference: Debian containernetworking-plugins ${refName} + host-local (ipMasq on, dual-stack) + loopback.\n`);
   lines.push('| path | at once | ADD p50 / p90 / p99 | DEL p50 / p90 / p99 | ADD/s | reference ÷ this, ADD p50 / p99 | DEL p50 / p99 |');
   lines.push('|---|---|---|---|---|---|---|');
   for (const r of rows) {
@@ -37,13 +42,13 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
   lines.push(`\nIn-daemon attach (from the daemon's own log, sequential): p50 ${f2(inD.p50)} / p90 ${f2(inD.p90)} / p99 ${f2(inD.p99)} ms.\n`);
   const grpc1 = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!;
   const grpc16 = rows.find((r) => r.concurrency === 16 && r.path === 'kni gRPC')!;
-  lines.push(`### kni ÷ kernel floor (bench/kernel-floor.c: the same netlink messages in C, same bridge, same N, sequential)\n`);
+  lines.push(`### kni ÷ kernel floor (bench/kernel-floor.c: the same netlink messages in C, podLink ${podLink}, same N, sequential)\n`);
   lines.push('| | kni p50 / p99 (ms) | floor p50 / p99 (ms) | kni ÷ floor, p50 |\n|---|---|---|---|');
   lines.push(`| attach, in-daemon | ${f2(inD.p50)} / ${f2(inD.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(inD.p50 / floor.attach.p50).toFixed(2)}× |`);
   lines.push(`| attach, gRPC | ${f2(grpc1.add.p50)} / ${f2(grpc1.add.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(grpc1.add.p50 / floor.attach.p50).toFixed(2)}× |`);
   lines.push(`| attach, gRPC from Go (in-daemon in that run ${f2(go1.inDaemonAdd!.p50)}) | ${f2(go1.add.p50)} / ${f2(go1.add.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(go1.add.p50 / floor.attach.p50).toFixed(2)}× |`);
   lines.push(`| detach, gRPC (the runtime made the netns) | ${f2(grpc1.del.p50)} / ${f2(grpc1.del.p99)} | ${f2(floor.detach.p50)} / ${f2(floor.detach.p99)} | ${(grpc1.del.p50 / floor.detach.p50).toFixed(2)}× |\n`);
-  lines.push(`Alternating blocks (8 × 50 pods, kni's then the floor's, on the same bridge): in-daemon attach p50 ${f2(versus.inDaemon.p50)} ms, the floor ${f2(versus.floor.p50)} ms: ${(versus.inDaemon.p50 / versus.floor.p50).toFixed(2)}×; gRPC attach p50 ${f2(versus.grpc.p50)} ms.\n`);
+  lines.push(`Alternating blocks (8 × 50 pods, kni's then the floor's, on the same node): in-daemon attach p50 ${f2(versus.inDaemon.p50)} ms, the floor ${f2(versus.floor.p50)} ms: ${(versus.inDaemon.p50 / versus.floor.p50).toFixed(2)}×; gRPC attach p50 ${f2(versus.grpc.p50)} ms.\n`);
   const cpu = grpc1.daemonCpuPerAdd!;
   lines.push(`CPU per attach (mean, sequential; the daemon's all threads, from /proc): kni daemon ${f2(cpu.user)} ms user (JavaScript, V8, libuv) + ${f2(cpu.system)} ms system (the kernel: netlink, the socket, the event loop); the floor ${f2(floor.attachCpuMs.user)} user + ${f2(floor.attachCpuMs.system)} system.\n`);
   const cpuOf = (c: CpuMs) => f2(c.user + c.system);
@@ -68,7 +73,7 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
     { target: '16 at once ≥ 1.5× the attaches/s of one at a time', value: `${(grpc16.add.opsPerSecond / grpc1.add.opsPerSecond).toFixed(2)}×`, met: grpc16.add.opsPerSecond >= 1.5 * grpc1.add.opsPerSecond },
     { target: '… the same from a Go client (less client CPU on the daemon\'s 2 vCPUs)', value: `${(go16.add.opsPerSecond / go1.add.opsPerSecond).toFixed(2)}×`, met: go16.add.opsPerSecond >= 1.5 * go1.add.opsPerSecond },
     { target: 'DEL p50 ≤ 2 ms (netns made by the runtime)', value: `${f2(grpc1.del.p50)} ms`, met: grpc1.del.p50 <= 2 },
-    { target: 'shim ADD ≥ 3× faster than bridge + host-local (p50, sequential)', value: `${(ref(1).add.p50 / shim1.add.p50).toFixed(1)}×`, met: ref(1).add.p50 / shim1.add.p50 >= 3 },
+    { target: `shim ADD ≥ 3× faster than ${refName} + host-local (p50, sequential)`, value: `${(ref(1).add.p50 / shim1.add.p50).toFixed(1)}×`, met: ref(1).add.p50 / shim1.add.p50 >= 3 },
     { target: `attach at ${last.pods} pods ≤ 1.2× attach at ${first.pods} (p50)`, value: `${(last.attach.p50 / first.attach.p50).toFixed(2)}×`, met: last.attach.p50 <= 1.2 * first.attach.p50 },
     { target: `daemon RSS ≤ 150 MB at ${last.pods} pods`, value: `${last.rssMb.toFixed(0)} MB`, met: last.rssMb <= 150 },
   ];

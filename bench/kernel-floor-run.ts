@@ -12,11 +12,11 @@ const FLOOR = path.join(packageRoot(), 'dist/bin/kernel-floor');
 export interface FloorRun { attachMs: number[]; detachMs: number[]; groupDeleteMs: number; attachCpuMs: CpuMs }
 
 /**
- * n attaches then n detaches on kni's bridge (kni0, in the current netns); dir holds the netns
- * pins. `keep`: the netns stay until drop() (the kernel dismantles a dropped netns in the
- * background, under locks the next attaches need).
+ * n attaches then n detaches on kni's bridge (kni0, in the current netns), or routed as kni's
+ * podLink "routed" wires them; dir holds the netns pins. `keep`: the netns stay until drop()
+ * (the kernel dismantles a dropped netns in the background, under locks the next attaches need).
  */
-export function floorRun(dir: string, n: number, keep = false): FloorRun & { drop(): void } {
+export function floorRun(dir: string, n: number, keep = false, routed = false): FloorRun & { drop(): void } {
   fs.mkdirSync(dir, { recursive: true });
   const pins = Array.from({ length: n }, (_, i) => createPinnedNetns(dir, `floor${i}`));
   const drop = () => {
@@ -24,7 +24,7 @@ export function floorRun(dir: string, n: number, keep = false): FloorRun & { dro
     fs.rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const r = spawnSync(FLOOR, ['kni0', dir, String(n)], { encoding: 'utf8' });
+    const r = spawnSync(FLOOR, ['kni0', dir, String(n), ...(routed ? ['routed'] : [])], { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`kernel-floor failed: ${r.stderr}`);
     return { ...(JSON.parse(r.stdout) as FloorRun), drop };
   } catch (e) {

@@ -12,7 +12,7 @@ import { Command } from 'commander';
 import { Client, runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import { benchReport, BenchRow } from './bench-report';
+import { benchReport, BenchRow, REFERENCE_SUFFIX } from './bench-report';
 import { CNI_BIN, execPlugin } from './cni-exec';
 import { GO_PATH, goClientAddDel } from './go-client';
 import { latencyChart } from './latency-chart';
@@ -27,7 +27,7 @@ const BRIDGE_MAX_PORTS = 1023;
 /** The daemon's metrics endpoint, inside the throwaway node netns (nobody else listens there). */
 const METRICS = '127.0.0.1:9464';
 
-interface Opts { n: number; churnSeconds: number; scale: number[]; inner?: boolean; dir: string }
+interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: 'bridge' | 'routed'; inner?: boolean; dir: string }
 
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
@@ -72,7 +72,7 @@ class Bench {
   async startDaemon(): Promise<void> {
     const config = path.join(this.o.dir, 'kni.json');
     fs.writeFileSync(config, JSON.stringify({
-      ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: this.podDir, cni: { socket: this.cniSocket },
+      ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: this.podDir, cni: { socket: this.cniSocket }, podLink: this.o.podLink,
     }));
     this.daemon = spawn(process.execPath, [path.join(ROOT, 'dist/plugin/main.js'), '--metrics-addr', METRICS, '--socket', this.socket, '--state-dir', path.join(this.o.dir, 'state'), '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
     this.daemon.stdout!.on('data', (b) => (this.daemonOut += b));
@@ -125,8 +125,10 @@ class Bench {
     const cniEnv = (cmd: string, id: string, netns: string) => ({ CNI_COMMAND: cmd, CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0' });
     const kniConf = JSON.stringify({ cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: this.cniSocket });
     const loConf = JSON.stringify({ cniVersion: '1.0.0', name: 'lo', type: 'loopback' });
-    const bridgeConf = JSON.stringify({
-      cniVersion: '1.0.0', name: 'ref', type: 'bridge', bridge: 'cni0', isGateway: true, ipMasq: true, hairpinMode: true, mtu: 1500,
+    // The reference plugin doing what kni's podLink does: bridge, or ptp for routed pods.
+    const ref = this.o.podLink === 'routed' ? { type: 'ptp' } : { type: 'bridge', bridge: 'cni0', isGateway: true, hairpinMode: true };
+    const refConf = JSON.stringify({
+      cniVersion: '1.0.0', name: 'ref', ...ref, ipMasq: true, mtu: 1500,
       ipam: { type: 'host-local', ranges: [[{ subnet: '10.129.0.0/16' }], [{ subnet: 'fd00:129::/64' }]], routes: [{ dst: '0.0.0.0/0' }, { dst: '::/0' }], dataDir: path.join(this.o.dir, 'host-local') },
     });
     return [
@@ -142,13 +144,13 @@ class Bench {
         del: (id, netns) => execPlugin(SHIM, cniEnv('DEL', id, netns), kniConf),
       },
       {
-        name: 'bridge + host-local + loopback (exec)',
+        name: `${ref.type}${REFERENCE_SUFFIX}`,
         add: async (id, netns) => {
           await execPlugin(`${CNI_BIN}/loopback`, cniEnv('ADD', id, netns), loConf);
-          await execPlugin(`${CNI_BIN}/bridge`, cniEnv('ADD', id, netns), bridgeConf);
+          await execPlugin(`${CNI_BIN}/${ref.type}`, cniEnv('ADD', id, netns), refConf);
         },
         del: async (id, netns) => {
-          await execPlugin(`${CNI_BIN}/bridge`, cniEnv('DEL', id, netns), bridgeConf);
+          await execPlugin(`${CNI_BIN}/${ref.type}`, cniEnv('DEL', id, netns), refConf);
           await execPlugin(`${CNI_BIN}/loopback`, cniEnv('DEL', id, netns), loConf);
         },
       },
@@ -216,7 +218,7 @@ class Bench {
    */
   floor(n: number): { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs } {
     const t0 = performance.now();
-    const x = floorRun(path.join(this.podDir, 'floor'), n);
+    const x = floorRun(path.join(this.podDir, 'floor'), n, false, this.o.podLink === 'routed');
     const wall = performance.now() - t0;
     return { attach: stats(x.attachMs, wall), detach: stats(x.detachMs, wall), groupDeleteMs: x.groupDeleteMs, attachCpuMs: x.attachCpuMs };
   }
@@ -246,7 +248,7 @@ class Bench {
         inDaemon.push(...this.inDaemonAttachMs(mark));
         // Plain detaches: the veths are gone when they answer, the netns stay (see floorRun).
         for (const p of pods) await this.client.Detach({ sandbox_id: p.id });
-        const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true);
+        const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink === 'routed');
         floorRuns.push(f.drop);
         floor.push(...f.attachMs);
       }
@@ -282,10 +284,10 @@ class Bench {
         }
         const wall = performance.now() - t0;
         // The floor keeps its veths (retired) until its group delete, and a bridge takes at most
-        // 1023 ports (the kernel answers EXFULL): at 1000 pods only ≈ 20 fit.
+        // 1023 ports (the kernel answers EXFULL): at 1000 bridged pods only ≈ 20 fit.
         // The probe's netns go after the floor: the kernel dismantles dropped netns in the
         // background, under locks an attach needs.
-        const floor = this.floor(Math.max(5, Math.min(probe.length, BRIDGE_MAX_PORTS - 3 - level))).attach;
+        const floor = this.floor(this.o.podLink === 'routed' ? probe.length : Math.max(5, Math.min(probe.length, BRIDGE_MAX_PORTS - 3 - level))).attach;
         this.dropPods(probe);
         out.push({ pods: level, attach: stats(ms, wall), inDaemon: stats(this.inDaemonAttachMs(mark), wall), floor, rssMb: rssMb(this.daemon!.pid!) });
         process.stderr.write(`  scale ${level}: attach p50 ${percentile(ms, 50).toFixed(2)} ms, floor ${floor.p50.toFixed(2)} ms, RSS ${out.at(-1)!.rssMb.toFixed(0)} MB\n`);
@@ -346,13 +348,13 @@ async function inner(o: Opts): Promise<void> {
     process.stderr.write('  transport floor ...\n');
     const transport = await transportFloor(400, b.kniClient());
 
-    const { text, targets } = benchReport({ n: o.n, rows, floor, versus, scale, churn, transport });
+    const { text, targets } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, scale, churn, transport });
     process.stdout.write(text);
 
     const results = path.join(ROOT, 'bench/results');
     fs.mkdirSync(results, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, rows, floor, versus, scale, churn, transport, targets }, null, 2);
+    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, scale, churn, transport, targets }, null, 2);
     fs.writeFileSync(path.join(results, `${stamp}.json`), json);
     fs.writeFileSync(path.join(results, 'latest.json'), json);
     fs.writeFileSync(path.join(results, 'latency.svg'), latencyChart(rows, `kni vs CNI reference plugins, N = ${o.n} (ms per pod, log scale)`));
@@ -367,14 +369,16 @@ async function main(): Promise<void> {
     .option('--n <n>', 'pods per cell', '500')
     .option('--churn-seconds <s>', 'churn duration', '60')
     .option('--scale <list>', 'pod counts already attached for the scale test', '10,100,1000')
+    .option('--pod-link <how>', 'kni\'s podLink (and the reference plugin and floor to match): routed (ptp) or bridge', 'routed')
     .option('--inner <dir>', '(internal) run inside the node netns with this work dir')
     .parse();
-  const raw = program.opts<{ n: string; churnSeconds: string; scale: string; inner?: string }>();
-  const o: Opts = { n: Number(raw.n), churnSeconds: Number(raw.churnSeconds), scale: raw.scale.split(',').map(Number), dir: raw.inner ?? '' };
+  const raw = program.opts<{ n: string; churnSeconds: string; scale: string; podLink: string; inner?: string }>();
+  const o: Opts = { n: Number(raw.n), churnSeconds: Number(raw.churnSeconds), scale: raw.scale.split(',').map(Number), podLink: raw.podLink as Opts['podLink'], dir: raw.inner ?? '' };
   if (!(o.n >= 10 && o.n <= 5000) || !(o.churnSeconds > 0) || o.scale.some((x) => !(x >= 1 && x <= 5000))) throw new Error('--n must be 10..5000, --churn-seconds > 0, --scale counts 1..5000');
+  if (o.podLink !== 'routed' && o.podLink !== 'bridge') throw new Error('--pod-link must be routed or bridge');
   if (raw.inner) return inner(o);
   if (process.getuid?.() !== 0) throw new Error('the benchmark needs root (network namespaces, links)');
-  for (const bin of [SHIM, `${CNI_BIN}/bridge`, `${CNI_BIN}/host-local`, `${CNI_BIN}/loopback`]) {
+  for (const bin of [SHIM, `${CNI_BIN}/bridge`, `${CNI_BIN}/ptp`, `${CNI_BIN}/host-local`, `${CNI_BIN}/loopback`]) {
     if (!fs.existsSync(bin)) throw new Error(`${bin} is missing: run bash hack/setup.sh`);
   }
   const name = `kb${process.pid.toString(36)}`;
@@ -383,7 +387,7 @@ async function main(): Promise<void> {
   spawnSync('ip', ['netns', 'add', `${name}-node`], { stdio: 'inherit' });
   try {
     spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
-    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--inner', dir], { stdio: 'inherit' });
+    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--pod-link', raw.podLink, '--inner', dir], { stdio: 'inherit' });
     if (r.status !== 0) throw new Error(`benchmark failed (exit ${r.status})`);
   } finally {
     spawnSync('ip', ['netns', 'del', `${name}-node`]);

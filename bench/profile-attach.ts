@@ -36,7 +36,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean, cpuPr
   const podDir = path.join('/run', `${path.basename(dir)}-netns`);
   const socket = path.join(dir, 'kni.sock');
   const config = path.join(dir, 'kni.json');
-  fs.writeFileSync(config, JSON.stringify({ ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: podDir, cni: { socket: path.join(dir, 'cni.sock') } }));
+  fs.writeFileSync(config, JSON.stringify({ ranges: ['10.128.0.0/16', 'fd00:128::/64'], netnsDir: podDir, cni: { socket: path.join(dir, 'cni.sock') }, podLink: 'routed' }));
   const d = spawn(process.execPath, [...(cpuProf ? ['--cpu-prof', '--cpu-prof-dir', out] : []), path.join(packageRoot(), 'dist/plugin/main.js'), '--metrics-addr', METRICS, '--socket', socket, '--state-dir', path.join(dir, 'state'), '--config', config], { stdio: ['ignore', 'pipe', 'inherit'] });
   let log = '';
   d.stdout!.on('data', (b) => (log += b));
@@ -80,7 +80,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean, cpuPr
       delMs.push(performance.now() - t);
     }
     // The same kernel work in C, on the same bridge, with as many pods already there.
-    const floor = floorRun(path.join(podDir, 'floor'), n);
+    const floor = floorRun(path.join(podDir, 'floor'), n, false, true);
     process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
     const inDaemon = attachMsFromLog(log.slice(mark));
     process.stdout.write(`daemon RSS with ${n} pods: ${rssMb(d.pid!).toFixed(0)} MB\n`);

@@ -37,14 +37,14 @@ describe('CNI shim (kni-cni)', () => {
     assert.equal(pod.name, 'eth0');
     assert.equal(pod.sandbox, netns);
     assert.equal(r.out.ips.length, 2);
-    assert.match(r.out.ips[0].address, /^10\.244\.0\.\d+\/24$/);
+    assert.match(r.out.ips[0].address, /^10\.244\.0\.\d+\/32$/, 'a routed pod (podLink auto on a new node) holds its address alone');
     assert.equal(r.out.ips[0].gateway, '10.244.0.1');
     assert.equal(r.out.ips[0].interface, 1);
-    assert.match(r.out.ips[1].address, /^fd00:10:244::[0-9a-f]+\/64$/);
+    assert.match(r.out.ips[1].address, /^fd00:10:244::[0-9a-f]+\/128$/);
     assert.deepEqual(r.out.routes, [{ dst: '0.0.0.0/0', gw: '10.244.0.1' }, { dst: '::/0', gw: 'fd00:10:244::1' }]);
     assert.deepEqual(r.out.dns, {});
     const ip = r.out.ips[0].address.split('/')[0];
-    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/24`));
+    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/32`));
     assert.deepEqual((await d.rt().GetPod({ sandbox_id: 'cni-a' })).pod, { name: 'cni-a', namespace: 'default', uid: 'u-1' });
 
     assert.deepEqual(cni('ADD', env('cni-a', netns), conf).out, r.out);
@@ -62,18 +62,18 @@ describe('CNI shim (kni-cni)', () => {
     const asked = { ...conf, runtimeConfig: { ips: ['10.244.0.77/24', 'fd00:10:244::77/64'], mac: 'C2:11:22:33:44:55' } };
     const r = cni('ADD', env('cni-static', netns), asked);
     assert.equal(r.code, 0, r.raw);
-    assert.deepEqual(r.out.ips.map((i: any) => i.address), ['10.244.0.77/24', 'fd00:10:244::77/64']);
+    assert.deepEqual(r.out.ips.map((i: any) => i.address), ['10.244.0.77/32', 'fd00:10:244::77/128']);
     assert.equal(r.out.interfaces[1].mac, 'c2:11:22:33:44:55');
     const link = inNetns(netns, 'ip', ['-o', 'addr', 'show', 'eth0']).out + inNetns(netns, 'ip', ['-o', 'link', 'show', 'eth0']).out;
-    assert.match(link, /inet 10\.244\.0\.77\/24/);
-    assert.match(link, /inet6 fd00:10:244::77\/64/);
+    assert.match(link, /inet 10\.244\.0\.77\/32/);
+    assert.match(link, /inet6 fd00:10:244::77\/128/);
     assert.match(link, /link\/ether c2:11:22:33:44:55/);
 
     // CNI_ARGS IP= (one family given: the other is allocated).
     const netns2 = d.makePodNetns('cni-static2');
     const r2 = cni('ADD', { ...env('cni-static2', netns2), CNI_ARGS: `${k8sArgs('cni-static2')};IP=10.244.0.78` }, conf);
     assert.equal(r2.code, 0, r2.raw);
-    assert.equal(r2.out.ips[0].address, '10.244.0.78/24');
+    assert.equal(r2.out.ips[0].address, '10.244.0.78/32');
     assert.match(r2.out.ips[1].address, /^fd00:10:244::/);
 
     const used = () => d.rt().GetIPAMStatus({}).then((s: any) => s.ranges.map((x: any) => x.used).join(','));

@@ -67,7 +67,7 @@ describe('KNI POC API flows', () => {
     const id = 'b'.repeat(64);
     const attached = await kni.AttachInterface({ id, name: 'db-0', namespace: 'shop', isolation: { path: netns, type: 'netns' }, labels: {}, annotations: {} });
     const ip = attached.ipconfigs.eth0.ip[0];
-    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/24`));
+    assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${ip.replace(/\./g, '\\.')}/32`));
     await kni.DeleteNetwork({ id, name: 'db-0', netns_path: netns });
     assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
     assert.ok(await d.linkGone(hostVethName(id, 'eth0')));

@@ -62,7 +62,7 @@ describe('observability', () => {
     assert.deepEqual(steps, ['netns.open', 'ipam.allocate', 'store.record', 'veth.create', 'pod.addresses', 'store.commit']);
     assert.ok(all.filter((s) => s.traceId === rpc.traceId).every((s) => s.status !== 2), 'a step failed');
     const addrs = all.find((s) => s.name === 'pod.addresses' && s.parentSpanId === attach.spanId)!;
-    assert.match(String(addrs.attributes['kni.addresses']), /10\.96\.0\.\d+\/24/);
+    assert.match(String(addrs.attributes['kni.addresses']), /10\.96\.0\.\d+\/32/);
   });
 
   it('the CNI path and a failed attach show up as spans too', async () => {

@@ -42,8 +42,8 @@ describe('containerd PodNetworkLifecycle', () => {
     assert.equal(eth0.state, 'UP');
     assert.equal(eth0.mtu, 1500);
     assert.match(eth0.mac_address, /^0a:58:/);
-    assert.match(eth0.addresses[0], /^10\.244\.0\.\d+\/24$/);
-    assert.match(eth0.addresses[1], /^fd00:10:244::[0-9a-f]+\/64$/);
+    assert.match(eth0.addresses[0], /^10\.244\.0\.\d+\/32$/);
+    assert.match(eth0.addresses[1], /^fd00:10:244::[0-9a-f]+\/128$/);
     assert.deepEqual(res.routes.filter((r: any) => r.destination === 'default').map((r: any) => r.gateway), ['10.244.0.1', 'fd00:10:244::1']);
     assert.deepEqual(res.dns, dns);
     assert.ok(ping(netns, '10.244.0.1'));

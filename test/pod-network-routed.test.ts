@@ -78,7 +78,7 @@ describe('routed pods (real kernel)', () => {
     assert.equal(inNetns(d.nodeNetns, 'ip', ['route', 'show', '10.244.0.0/24', 'root', '10.244.0.0/24']).out.match(/\/32|^10\.244\.0\.\d+ /gm), null, 'a host route outlived its pod');
   });
 
-  it('Check reports a routed pod whose host route was deleted behind its back', async () => {
+  it('Check reports a routed pod whose host route was deleted behind its back; reconcile wires it again', async () => {
     const a = await newPod('rt-drift');
     try {
       const [a4] = addressesOf(a.net);
@@ -86,6 +86,10 @@ describe('routed pods (real kernel)', () => {
       const r = await rt.Check({ sandbox_id: 'rt-drift' });
       assert.equal(r.ok, false);
       assert.ok(r.problems.some((x: string) => x.includes(`no route to ${a4} through host veth`)), r.problems.join('; '));
+      const rec = await rt.Reconcile({});
+      assert.ok(rec.findings.some((x: string) => x.includes('rt-drift')), rec.findings.join('; '));
+      assert.equal((await rt.Check({ sandbox_id: 'rt-drift' })).ok, true, 'reconcile did not wire the pod again');
+      assert.ok(ping(d.nodeNetns, a4), 'the node cannot reach the pod after reconcile');
     } finally {
       await rt.Detach({ sandbox_id: 'rt-drift' });
     }

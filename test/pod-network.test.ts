@@ -18,7 +18,8 @@ describe('pod network (real kernel)', () => {
   let kni: Client;
 
   before(async () => {
-    d = await TestDaemon.start();
+    // The bridge's own behaviour (routed pods: pod-network-routed.test.ts).
+    d = await TestDaemon.start({ podLink: 'bridge' });
     rt = d.rt();
     kni = d.kni();
   });

@@ -1,10 +1,10 @@
 // The built-in network's interfaces of a record compared with the kernel (Check, reconcile),
 // and the routes a record implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
-import { parseCidr } from '../ipam/ip';
+import { parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByName } from '../netlink/link';
-import { routeList } from '../netlink/route';
+import { routeGetOif } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
 import { NetnsHandle } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -23,16 +23,15 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
 
 function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
   const problems: string[] = [];
-  let hostRoutes: Set<string> | undefined;
   for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
     if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
     else if (!itf.routed && hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
     else if (itf.routed && hostEnd.master) problems.push(`host veth ${itf.hostVeth} of a routed pod is a port of link ${hostEnd.master}`);
     else if (itf.routed) {
-      hostRoutes ??= new Set(([4, 6] as const).flatMap((f) => routeList(rt.host, f)).map((r) => `${r.destination} ${r.index}`));
       for (const a of itf.addresses) {
-        if (!hostRoutes.has(`${a.address}/${a.prefixLength} ${hostEnd.index}`)) problems.push(`no route to ${a.address} through host veth ${itf.hostVeth}`);
+        const ip = parseIp(a.address);
+        if (routeGetOif(rt.host, ip.family, ip.value, a.address) !== hostEnd.index) problems.push(`no route to ${a.address} through host veth ${itf.hostVeth}`);
       }
     }
   }

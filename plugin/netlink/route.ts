@@ -1,7 +1,7 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
 import { Cidr, Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
 import { attr, attrU32, parseAttrs } from './attr';
-import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
+import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWROUTE = 24;
 const RTM_DELROUTE = 25;
@@ -104,6 +104,26 @@ export function hostRouteAdd(family: Family, address: bigint, index: number, ifn
     what: `add route ${addressText ?? formatIp(family, address)}/${len} dev ${ifname}`,
     body: Buffer.concat([rtmsg(family, len, RTPROT_BOOT, 0, RT_SCOPE_LINK), attr(RTA_DST, ipBytes(family, address)), attrU32(RTA_OIF, index)]),
   };
+}
+
+/**
+ * The link the node's routing sends a packet to this address out of (as `ip route get`), 0 when
+ * it has no route. One lookup instead of a dump of every route.
+ */
+export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint, addressText?: string): number {
+  const req: NetlinkRequest = {
+    type: RTM_GETROUTE,
+    flags: 0,
+    what: `look up the route to ${addressText ?? formatIp(family, address)}`,
+    body: Buffer.concat([rtmsg(family, family === 4 ? 32 : 128), attr(RTA_DST, ipBytes(family, address))]),
+  };
+  try {
+    const msgs = sock.query(req);
+    return msgs.length ? (parseAttrs(msgs[0].body, 12).get(RTA_OIF)?.readUInt32LE(0) ?? 0) : 0;
+  } catch (e) {
+    if (e instanceof NetlinkError && (e.code === 'ENETUNREACH' || e.code === 'EHOSTUNREACH')) return 0;
+    throw e;
+  }
 }
 
 export function routeList(sock: NetlinkSocket, family: Family): Route[] {
