@@ -17,7 +17,8 @@ export const VETH_ALIAS_PREFIX = 'kni:';
 
 /**
  * Every host veth has this MAC (as Calico's do). A bridge port's MAC is only a destination the
- * bridge delivers to itself, and these ends send nothing of their own (no IPv6 link-local).
+ * bridge delivers to itself, and these ends send nothing of their own (no IPv6 link-local); a
+ * routed host end is a link of its own with one pod on the other side, so one MAC serves all.
  * Distinct MACs cost each attach time in proportion to the pods already there: the bridge
  * keeps a local entry per port MAC and walks them all when a port joins (br_fdb_unsync_static).
  */
