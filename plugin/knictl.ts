@@ -122,7 +122,7 @@ program.command('node').description('node networks, readiness, and (in Kubernete
   const n = await withClient((c) => c.GetNode());
   print(o.output, n, () =>
     `ready: ${n.ready}\n` +
-    table([['NETWORK', 'READY', 'BRIDGE', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
+    table([['NETWORK', 'READY', 'BRIDGE', 'POD LINK', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, x.pod_link || '-', String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
     (n.cluster ? `\n${clusterText(n.cluster)}` : ''),
   );
 });

@@ -38,7 +38,7 @@ describe('knictl', () => {
 
     const node = JSON.parse(knictl('--socket', d.socket, 'node', '-o', 'json').stdout);
     assert.equal(node.ready, true);
-    assert.match(knictl('--socket', d.socket, 'node').stdout, /kni\s+true\s+kni0\s+1500/);
+    assert.match(knictl('--socket', d.socket, 'node').stdout, /kni\s+true\s+kni0\s+routed\s+1500/);
 
     const ipam = JSON.parse(knictl('--socket', d.socket, 'ipam', '-o', 'json').stdout);
     assert.equal(ipam.ranges[0].used, '1');

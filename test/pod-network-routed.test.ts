@@ -71,6 +71,7 @@ describe('routed pods (real kernel)', () => {
       assert.ok(p.routes.some((r: any) => r.destination === '10.244.0.1/32' && r.gateway === ''));
       assert.ok(p.routes.some((r: any) => r.destination === '0.0.0.0/0' && r.gateway === '10.244.0.1'));
       assert.equal((await rt.Check({ sandbox_id: 'rt-a' })).ok, true);
+      assert.equal((await rt.GetNode({})).networks[0].pod_link, 'routed');
     } finally {
       await rt.Detach({ sandbox_id: 'rt-a' });
       await rt.Detach({ sandbox_id: 'rt-b' });
@@ -131,6 +132,7 @@ describe('routed pods (real kernel)', () => {
     try {
       const autoLog = await setPodLink(undefined);
       assert.match(autoLog(), /new pods are wired on the bridge.*1 pod interface\(s\) on the bridge already/);
+      assert.equal((await rt.GetNode({})).networks[0].pod_link, 'bridge', 'GetNode does not show "auto" resolved');
       kept = await newPod('rt-kept');
       assert.ok(master(kept), '"auto" put a new pod off the bridge of a node with bridged pods');
       const routedLog = await setPodLink('routed');

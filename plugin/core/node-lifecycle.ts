@@ -187,6 +187,7 @@ export class NodeLifecycle {
       ready,
       reason,
       bridge: this.rt.cfg.bridge,
+      podLink: this.rt.podLink,
       mtu: this.rt.cfg.mtu,
       ranges: this.rt.cfg.ranges.map((c) => c.text),
       gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),

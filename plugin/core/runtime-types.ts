@@ -35,6 +35,7 @@ export interface NodeStatus {
   ready: boolean;
   reason: string;
   bridge: string;
+  podLink: 'bridge' | 'routed';
   mtu: number;
   ranges: string[];
   gateways: string[];

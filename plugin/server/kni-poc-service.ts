@@ -66,7 +66,7 @@ export function kniPocHandlers(rt: NetworkRuntime): grpc.UntypedServiceImplement
 
     QueryNodeNetworks: u('QueryNodeNetworks', () => {
       const s = rt.node.status();
-      const extradata: Map = { bridge: s.bridge, ranges: s.ranges.join(','), mtu: String(s.mtu) };
+      const extradata: Map = { bridge: s.bridge, podLink: s.podLink, ranges: s.ranges.join(','), mtu: String(s.mtu) };
       if (s.reason) extradata.reason = s.reason;
       return { networks: [{ name: s.name, ready: s.ready, extradata }], extradata: {} };
     }),
