@@ -17,7 +17,8 @@ import { CNI_BIN, execPlugin } from './cni-exec';
 import { GO_PATH, goClientAddDel } from './go-client';
 import { latencyChart } from './latency-chart';
 import { floorRun } from './kernel-floor-run';
-import { CpuMs, cpuMs, percentile, perPod, rssMb, Stats, stats } from './stats';
+import { guardRunNetnsMount } from './run-netns-mount';
+import { CpuMs, cpuMs, percentile, perPod, pool, rssMb, Stats, stats } from './stats';
 import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 import { transportFloor } from './transport-floor';
 
@@ -31,21 +32,6 @@ interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: 'bri
 
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
-
-/** Runs op(0..n-1) with at most `concurrency` in flight; returns each op's ms and the wall ms. */
-async function pool(n: number, concurrency: number, op: (i: number) => Promise<void>): Promise<{ ms: number[]; wall: number }> {
-  const ms: number[] = new Array(n);
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: Math.min(concurrency, n) }, async () => {
-    for (let i = next++; i < n; i = next++) {
-      const s = performance.now();
-      await op(i);
-      ms[i] = performance.now() - s;
-    }
-  }));
-  return { ms, wall: performance.now() - t0 };
-}
 
 /** One way of attaching and detaching a pod whose netns the runtime already made. */
 interface Path {
@@ -385,6 +371,7 @@ async function main(): Promise<void> {
   const name = `kb${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
+  const releaseRunNetns = guardRunNetnsMount();
   spawnSync('ip', ['netns', 'add', `${name}-node`], { stdio: 'inherit' });
   try {
     spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
@@ -392,6 +379,7 @@ async function main(): Promise<void> {
     if (r.status !== 0) throw new Error(`benchmark failed (exit ${r.status})`);
   } finally {
     spawnSync('ip', ['netns', 'del', `${name}-node`]);
+    releaseRunNetns();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

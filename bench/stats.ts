@@ -52,3 +52,18 @@ export const stats = (xs: number[], wallMs: number): Stats => ({
   p99: percentile(xs, 99),
   opsPerSecond: (xs.length / wallMs) * 1000,
 });
+
+/** Runs op(0..n-1) with at most `concurrency` in flight; returns each op's ms and the wall ms. */
+export async function pool(n: number, concurrency: number, op: (i: number) => Promise<void>): Promise<{ ms: number[]; wall: number }> {
+  const ms: number[] = new Array(n);
+  let next = 0;
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: Math.min(concurrency, n) }, async () => {
+    for (let i = next++; i < n; i = next++) {
+      const s = performance.now();
+      await op(i);
+      ms[i] = performance.now() - s;
+    }
+  }));
+  return { ms, wall: performance.now() - t0 };
+}

@@ -1,7 +1,8 @@
 // Loaded before any test (mocha --require): the suite needs root and a few tools, and says so
 // loudly instead of skipping.
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
+import { guardRunNetnsMount } from '../../bench/run-netns-mount';
 
 const problems: string[] = [];
 if (process.getuid?.() !== 0) problems.push('the tests must run as root (they create network namespaces, veths and bridges)');
@@ -18,17 +19,6 @@ if (problems.length) {
   process.exit(1);
 }
 
-// `ip netns add` (some tests, as a runtime would) makes /run/netns a mount of itself and leaves
-// it. The suite takes it back down when it made it and nothing is pinned there any more.
-const isMountPoint = (dir: string): boolean => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === dir);
-const netnsMountedBefore = isMountPoint('/run/netns');
-export const mochaHooks = {
-  afterAll(): void {
-    if (netnsMountedBefore || !isMountPoint('/run/netns') || readdirSync('/run/netns').length) return;
-    try {
-      execFileSync('umount', ['/run/netns'], { stdio: 'ignore' });
-    } catch {
-      // busy (a netns pinned there meanwhile by someone else): theirs now
-    }
-  },
-};
+// The suite takes /run/netns's self-mount back down when it made it (bench/run-netns-mount.ts).
+const releaseRunNetns = guardRunNetnsMount();
+export const mochaHooks = { afterAll: releaseRunNetns };

@@ -1,0 +1,20 @@
+// `ip netns add` makes /run/netns a mount of itself and leaves it there. The bench and the test
+// suite both use it (as a runtime would) and take that mount back down when they made it.
+import { execFileSync } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
+
+const RUN_NETNS = '/run/netns';
+const isMountPoint = (dir: string): boolean => readFileSync('/proc/self/mountinfo', 'utf8').split('\n').some((l) => l.split(' ')[4] === dir);
+
+/** Call before the first `ip netns add`; the function it returns unmounts /run/netns if this run mounted it and nothing is pinned there. */
+export function guardRunNetnsMount(): () => void {
+  const before = isMountPoint(RUN_NETNS);
+  return () => {
+    if (before || !isMountPoint(RUN_NETNS) || readdirSync(RUN_NETNS).length) return;
+    try {
+      execFileSync('umount', [RUN_NETNS], { stdio: 'ignore' });
+    } catch {
+      // busy: a netns pinned there meanwhile by someone else, theirs now
+    }
+  };
+}
