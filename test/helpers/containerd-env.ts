@@ -6,6 +6,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { Client } from '../../plugin/client/clients';
 import { loadProto, packageRoot } from '../../plugin/server/protos';
@@ -38,15 +39,32 @@ export function criClient(sock: string): Client {
 
 /**
  * runc's shim puts its sockets under /run/containerd/s whatever containerd's own state dir is:
- * the directories stay behind, empty, after the last shim. Whether they were there before the
- * first test (a containerd of the machine's own) decides whether a test may remove them.
+ * the directories stay behind after the last shim, and so does the socket of a shim the
+ * cleanup had to kill. Whether they were there before the first test (a containerd of the
+ * machine's own) decides whether a test may remove them: if not, every shim there is a test's.
  */
 const SHIM_SOCKET_ROOT = '/run/containerd';
 const shimRootPreexisted = fs.existsSync(SHIM_SOCKET_ROOT);
 
-function removeShimSocketDirs(): void {
+/** Nobody listens on it any more (a killed shim's): connecting is refused at once. */
+const deadSocket = (p: string): Promise<boolean> =>
+  new Promise((resolve) => {
+    const c = net.connect(p);
+    c.once('connect', () => (c.destroy(), resolve(false)));
+    c.once('error', (e: NodeJS.ErrnoException) => resolve(e.code === 'ECONNREFUSED'));
+  });
+
+async function removeShimSocketDirs(): Promise<void> {
   if (shimRootPreexisted) return;
-  for (const d of [path.join(SHIM_SOCKET_ROOT, 's'), SHIM_SOCKET_ROOT]) {
+  const dir = path.join(SHIM_SOCKET_ROOT, 's');
+  let names: string[] = [];
+  try {
+    names = fs.readdirSync(dir);
+  } catch {
+    // gone already
+  }
+  for (const n of names) if (await deadSocket(path.join(dir, n))) fs.rmSync(path.join(dir, n), { force: true });
+  for (const d of [dir, SHIM_SOCKET_ROOT]) {
     try {
       fs.rmdirSync(d); // only when empty: another test's shims may still be there
     } catch {
@@ -197,7 +215,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       const mounts = fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1]).filter((m) => m && m.startsWith(this.dir));
       for (const m of mounts.reverse()) trySh('umount', ['-l', m]);
       fs.rmSync(this.dir, { recursive: true, force: true });
-      removeShimSocketDirs();
+      await removeShimSocketDirs();
     }
   }
 }
