@@ -1,5 +1,6 @@
 // The bench's report: the tables in markdown and the targets of issue 17, from one run's figures.
 import os from 'node:os';
+import type { PodWiring } from '../plugin/core/config';
 import { GO_PATH } from './go-client';
 import type { StepMean } from './step-times';
 import type { CpuMs, Stats } from './stats';
@@ -12,7 +13,7 @@ export const REFERENCE_SUFFIX = ' + host-local + loopback (exec)';
 
 export interface BenchResults {
   n: number;
-  podLink: 'bridge' | 'routed';
+  podLink: PodWiring;
   rows: BenchRow[];
   floor: { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs };
   versus: { inDaemon: Stats; grpc: Stats; floor: Stats };

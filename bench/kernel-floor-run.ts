@@ -5,6 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createPinnedNetns, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
+import type { PodWiring } from '../plugin/core/config';
 import type { CpuMs } from './stats';
 
 const FLOOR = path.join(packageRoot(), 'dist/bin/kernel-floor');
@@ -16,7 +17,7 @@ export interface FloorRun { attachMs: number[]; detachMs: number[]; groupDeleteM
  * podLink "routed" wires them; dir holds the netns pins. `keep`: the netns stay until drop()
  * (the kernel dismantles a dropped netns in the background, under locks the next attaches need).
  */
-export function floorRun(dir: string, n: number, keep = false, routed = false): FloorRun & { drop(): void } {
+export function floorRun(dir: string, n: number, keep = false, podLink: PodWiring = 'bridge'): FloorRun & { drop(): void } {
   fs.mkdirSync(dir, { recursive: true });
   const pins = Array.from({ length: n }, (_, i) => createPinnedNetns(dir, `floor${i}`));
   const drop = () => {
@@ -24,7 +25,7 @@ export function floorRun(dir: string, n: number, keep = false, routed = false): 
     fs.rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const r = spawnSync(FLOOR, ['kni0', dir, String(n), ...(routed ? ['routed'] : [])], { encoding: 'utf8' });
+    const r = spawnSync(FLOOR, ['kni0', dir, String(n), ...(podLink === 'routed' ? ['routed'] : [])], { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`kernel-floor failed: ${r.stderr}`);
     return { ...(JSON.parse(r.stdout) as FloorRun), drop };
   } catch (e) {

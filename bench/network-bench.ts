@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
 import { Client, runtimeClient } from '../plugin/client/clients';
+import type { PodWiring } from '../plugin/core/config';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
 import { benchReport, BenchRow, REFERENCE_SUFFIX } from './bench-report';
@@ -28,7 +29,7 @@ const BRIDGE_MAX_PORTS = 1023;
 /** The daemon's metrics endpoint, inside the throwaway node netns (nobody else listens there). */
 const METRICS = '127.0.0.1:9464';
 
-interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: 'bridge' | 'routed'; inner?: boolean; dir: string }
+interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: PodWiring; inner?: boolean; dir: string }
 
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
@@ -205,7 +206,7 @@ class Bench {
    */
   floor(n: number): { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs } {
     const t0 = performance.now();
-    const x = floorRun(path.join(this.podDir, 'floor'), n, false, this.o.podLink === 'routed');
+    const x = floorRun(path.join(this.podDir, 'floor'), n, false, this.o.podLink);
     const wall = performance.now() - t0;
     return { attach: stats(x.attachMs, wall), detach: stats(x.detachMs, wall), groupDeleteMs: x.groupDeleteMs, attachCpuMs: x.attachCpuMs };
   }
@@ -235,7 +236,7 @@ class Bench {
         inDaemon.push(...this.inDaemonAttachMs(mark));
         // Plain detaches: the veths are gone when they answer, the netns stay (see floorRun).
         for (const p of pods) await this.client.Detach({ sandbox_id: p.id });
-        const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink === 'routed');
+        const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink);
         floorRuns.push(f.drop);
         floor.push(...f.attachMs);
       }

@@ -80,7 +80,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean, cpuPr
       delMs.push(performance.now() - t);
     }
     // The same kernel work in C, on the same bridge, with as many pods already there.
-    const floor = floorRun(path.join(podDir, 'floor'), n, false, true);
+    const floor = floorRun(path.join(podDir, 'floor'), n, false, 'routed');
     process.stdout.write(`kernel floor p50: attach ${percentile(floor.attachMs, 50).toFixed(2)} ms, detach ${percentile(floor.detachMs, 50).toFixed(2)} ms\n`);
     const inDaemon = attachMsFromLog(log.slice(mark));
     process.stdout.write(`daemon RSS with ${n} pods: ${rssMb(d.pid!).toFixed(0)} MB\n`);

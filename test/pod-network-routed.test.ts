@@ -5,9 +5,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Client } from '../plugin/client/clients';
 import { inNetns, ping } from './helpers/sh';
+import { addressesOf, newPod as newTestPod, TestPod } from './helpers/pods';
 import { TestDaemon } from './helpers/test-daemon';
-
-const addressesOf = (p: any): string[] => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address));
 
 describe('routed pods (real kernel)', () => {
   let d: TestDaemon;
@@ -21,11 +20,7 @@ describe('routed pods (real kernel)', () => {
   });
   after(() => d?.cleanup());
 
-  async function newPod(id: string): Promise<{ netns: string; net: any }> {
-    const { netns_path } = await kni.CreateNetwork({ name: id, namespace: 'default' });
-    const net = await rt.Attach({ sandbox_id: id, netns_path, pod: { name: id, namespace: 'default', uid: 'UID-1' } });
-    return { netns: netns_path, net };
-  }
+  const newPod = (id: string): Promise<TestPod> => newTestPod(kni, rt, id);
 
   it('wires a pod without a bridge port: /32 and /128, a link route to the gateway, routes and neighbours written ahead', async () => {
     const a = await newPod('rt-a');
@@ -124,11 +119,11 @@ describe('routed pods (real kernel)', () => {
       kni = d.kni();
       return () => d.output.slice(before);
     };
-    const master = (p: { net: any }) => /master kni0/.test(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', p.net.interfaces[0].host_interface]).out);
+    const master = (p: TestPod) => /master kni0/.test(inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', p.net.interfaces[0].host_interface]).out);
     await setPodLink('bridge');
     const bridged = await newPod('rt-old');
-    let kept: { netns: string; net: any } | undefined;
-    let routed: { netns: string; net: any } | undefined;
+    let kept: TestPod | undefined;
+    let routed: TestPod | undefined;
     try {
       const autoLog = await setPodLink(undefined);
       assert.match(autoLog(), /new pods are wired on the bridge.*1 pod interface\(s\) on the bridge already/);

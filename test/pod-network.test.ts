@@ -8,9 +8,8 @@ import { hostVethName } from '../plugin/core/network-runtime';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping } from './helpers/sh';
 import { stateRecords } from './helpers/state-records';
+import { addressesOf, newPod as newTestPod, TestPod } from './helpers/pods';
 import { TestDaemon } from './helpers/test-daemon';
-
-const addressesOf = (p: any): string[] => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address));
 
 describe('pod network (real kernel)', () => {
   let d: TestDaemon;
@@ -25,11 +24,7 @@ describe('pod network (real kernel)', () => {
   });
   after(() => d?.cleanup());
 
-  async function newPod(id: string): Promise<{ netns: string; net: any }> {
-    const { netns_path } = await kni.CreateNetwork({ name: id, namespace: 'default' });
-    const net = await rt.Attach({ sandbox_id: id, netns_path, pod: { name: id, namespace: 'default', uid: 'UID-1' } });
-    return { netns: netns_path, net };
-  }
+  const newPod = (id: string): Promise<TestPod> => newTestPod(kni, rt, id);
 
   it('sets up the node: bridge with gateways, forwarding, masquerade for what leaves the pod ranges', () => {
     const addrs = inNetns(d.nodeNetns, 'ip', ['-o', 'addr', 'show', 'dev', 'kni0']).out;

@@ -7,6 +7,7 @@ import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-ba
 import { hostVethName } from './runtime-types';
 import { checkRecord } from './sandbox-check';
 import { unwireInterface, wireInterface } from './sandbox-wiring';
+import { bitsOf } from '../ipam/ip';
 import { NetnsHandle } from '../netns/open-netns';
 import { tracingEnabled, withSpan } from '../observe/tracing';
 import { podMac } from '../pod/pod-wiring';
@@ -40,7 +41,7 @@ export class BuiltInBackend implements NetworkBackend {
     if (this.rt.podLink === 'routed') {
       // The pod holds each address alone: everything else, its own range included, is through the gateway.
       itf.routed = true;
-      itf.addresses = addresses.map((a) => ({ ...a, prefixLength: a.family === 4 ? 32 : 128 }));
+      itf.addresses = addresses.map((a) => ({ ...a, prefixLength: bitsOf(a.family) }));
     } else itf.addresses = addresses;
     // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
     if (rec.kind === 'vm' && this.rt.cfg.vmTap && !itf.network) itf.tap = tapName(0);

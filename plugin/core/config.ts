@@ -77,6 +77,8 @@ export interface VxlanConfig {
 }
 
 export type PodLink = 'auto' | 'bridge' | 'routed';
+/** How a pod is wired: podLink with "auto" resolved. */
+export type PodWiring = Exclude<PodLink, 'auto'>;
 
 export interface Config {
   /** The network's name in QueryNodeNetworks. */

@@ -2,7 +2,7 @@
 // attach and detach here. It owns the sandboxes, the IPAM, the state store and the netlink
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
 import path from 'node:path';
-import { Config, SandboxKind } from './config';
+import { Config, PodWiring, SandboxKind } from './config';
 import { AttachRequest } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
@@ -65,7 +65,7 @@ export class NetworkRuntime {
   /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
   attachesInFlight = 0;
   /** How new pods are wired: the config's podLink, "auto" resolved at start (restore-state.ts). */
-  podLink: 'bridge' | 'routed' = 'bridge';
+  podLink: PodWiring = 'bridge';
   /** Every pod network change, for Watch. */
   readonly events = new EventLog();
   private ipamListeners: (() => void)[] = [];

@@ -3,6 +3,7 @@
 import crypto from 'node:crypto';
 import { PodRef } from '../store/records';
 import { EntryPoint } from '../observe/metrics';
+import type { PodWiring } from './config';
 
 export interface AttachRequest {
   sandboxId: string;
@@ -35,7 +36,7 @@ export interface NodeStatus {
   ready: boolean;
   reason: string;
   bridge: string;
-  podLink: 'bridge' | 'routed';
+  podLink: PodWiring;
   mtu: number;
   ranges: string[];
   gateways: string[];

@@ -1,9 +1,9 @@
 // The built-in network's interfaces of a record compared with the kernel (Check, reconcile),
 // and the routes a record implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
-import { parseCidr, parseIp } from '../ipam/ip';
+import { bitsOf, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
-import { IFF_UP, linkByName } from '../netlink/link';
+import { IFF_UP, Link, linkByName } from '../netlink/link';
 import { routeGetOif } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
 import { NetnsHandle } from '../netns/open-netns';
@@ -15,7 +15,7 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
     itf.addresses.flatMap((a) => [
       // A CNI network's address names no kni range: its subnet is the address's own prefix. A
       // routed pod has no subnet on its link, only the gateway.
-      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${a.family === 4 ? 32 : 128}` : a.range, gateway: '', interface: itf.name },
+      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${bitsOf(a.family)}` : a.range, gateway: '', interface: itf.name },
       ...(a.gateway && carriesDefaultRoute(itf) ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
     ]),
   );
@@ -26,16 +26,21 @@ function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
   for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
     if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
-    else if (!itf.routed && hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
-    else if (itf.routed && hostEnd.master) problems.push(`host veth ${itf.hostVeth} of a routed pod is a port of link ${hostEnd.master}`);
-    else if (itf.routed) {
-      for (const a of itf.addresses) {
-        const ip = parseIp(a.address);
-        if (routeGetOif(rt.host, ip.family, ip.value, a.address) !== hostEnd.index) problems.push(`no route to ${a.address} through host veth ${itf.hostVeth}`);
-      }
-    }
+    else if (itf.routed) problems.push(...routedHostProblems(rt, itf, hostEnd));
+    else if (hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
   }
   return problems;
+}
+
+/** A routed host end: on no bridge, and the node's way to each of the pod's addresses. */
+function routedHostProblems(rt: NetworkRuntime, itf: InterfaceRecord, hostEnd: Link): string[] {
+  if (hostEnd.master) return [`host veth ${itf.hostVeth} of a routed pod is a port of link ${hostEnd.master}`];
+  return itf.addresses
+    .filter((a) => {
+      const ip = parseIp(a.address);
+      return routeGetOif(rt.host, ip.family, ip.value, a.address) !== hostEnd.index;
+    })
+    .map((a) => `no route to ${a.address} through host veth ${itf.hostVeth}`);
 }
 
 /**

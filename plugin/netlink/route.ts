@@ -1,5 +1,5 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
-import { Cidr, Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
+import { bitsOf, Cidr, Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
 import { attr, attrU32, parseAttrs } from './attr';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
@@ -97,7 +97,7 @@ export function defaultRouteAdd(family: Family, gateway: bigint, index: number, 
  * routes that no peer wants, and this one goes away with its link.
  */
 export function hostRouteAdd(family: Family, address: bigint, index: number, ifname: string, addressText?: string): NetlinkRequest {
-  const len = family === 4 ? 32 : 128;
+  const len = bitsOf(family);
   return {
     type: RTM_NEWROUTE,
     flags: NLM_F_CREATE | NLM_F_REPLACE,
@@ -115,7 +115,7 @@ export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint
     type: RTM_GETROUTE,
     flags: 0,
     what: `look up the route to ${addressText ?? formatIp(family, address)}`,
-    body: Buffer.concat([rtmsg(family, family === 4 ? 32 : 128), attr(RTA_DST, ipBytes(family, address))]),
+    body: Buffer.concat([rtmsg(family, bitsOf(family)), attr(RTA_DST, ipBytes(family, address))]),
   };
   try {
     const msgs = sock.query(req);
