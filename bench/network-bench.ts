@@ -9,12 +9,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { Command } from 'commander';
-import { Client, runtimeClient } from '../plugin/client/clients';
+import { Client, kniClient, runtimeClient } from '../plugin/client/clients';
 import type { PodWiring } from '../plugin/core/config';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import { benchReport, BenchRow, REFERENCE_SUFFIX } from './bench-report';
-import { CNI_BIN, execPlugin } from './cni-exec';
+import { benchReport, BenchRow } from './bench-report';
+import { BENCH_BINARIES, benchPaths, Path } from './bench-paths';
 import { GO_PATH, goClientAddDel } from './go-client';
 import { latencyChart } from './latency-chart';
 import { floorRun } from './kernel-floor-run';
@@ -24,7 +24,6 @@ import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 import { transportFloor } from './transport-floor';
 
 const ROOT = packageRoot();
-const SHIM = path.join(ROOT, 'dist/bin/kni-cni');
 const BRIDGE_MAX_PORTS = 1023;
 /** The daemon's metrics endpoint, inside the throwaway node netns (nobody else listens there). */
 const METRICS = '127.0.0.1:9464';
@@ -34,12 +33,6 @@ interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: PodW
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
 
-/** One way of attaching and detaching a pod whose netns the runtime already made. */
-interface Path {
-  name: string;
-  add(id: string, netns: string): Promise<void>;
-  del(id: string, netns: string): Promise<void>;
-}
 
 class Bench {
   private daemon?: ChildProcess;
@@ -109,40 +102,7 @@ class Bench {
   }
 
   paths(): Path[] {
-    const cniEnv = (cmd: string, id: string, netns: string) => ({ CNI_COMMAND: cmd, CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0' });
-    const kniConf = JSON.stringify({ cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: this.cniSocket });
-    const loConf = JSON.stringify({ cniVersion: '1.0.0', name: 'lo', type: 'loopback' });
-    // bridge + host-local whatever kni's podLink, as in every earlier run: ptp, the routed
-    // reference, waits for IPv6 DAD on every ADD (≈ 1 s each here), which kni skips.
-    const ref = { type: 'bridge', bridge: 'cni0', isGateway: true, hairpinMode: true };
-    const refConf = JSON.stringify({
-      cniVersion: '1.0.0', name: 'ref', ...ref, ipMasq: true, mtu: 1500,
-      ipam: { type: 'host-local', ranges: [[{ subnet: '10.129.0.0/16' }], [{ subnet: 'fd00:129::/64' }]], routes: [{ dst: '0.0.0.0/0' }, { dst: '::/0' }], dataDir: path.join(this.o.dir, 'host-local') },
-    });
-    return [
-      {
-        name: 'kni gRPC',
-        add: async (id, netns) => void (await this.client.Attach({ sandbox_id: id, netns_path: netns })),
-        // As a runtime stopping the sandbox: the bench removes the netns right after.
-        del: async (id) => void (await this.client.Detach({ sandbox_id: id, netns_ending: true })),
-      },
-      {
-        name: 'kni-cni (exec)',
-        add: (id, netns) => execPlugin(SHIM, cniEnv('ADD', id, netns), kniConf),
-        del: (id, netns) => execPlugin(SHIM, cniEnv('DEL', id, netns), kniConf),
-      },
-      {
-        name: `${ref.type}${REFERENCE_SUFFIX}`,
-        add: async (id, netns) => {
-          await execPlugin(`${CNI_BIN}/loopback`, cniEnv('ADD', id, netns), loConf);
-          await execPlugin(`${CNI_BIN}/${ref.type}`, cniEnv('ADD', id, netns), refConf);
-        },
-        del: async (id, netns) => {
-          await execPlugin(`${CNI_BIN}/${ref.type}`, cniEnv('DEL', id, netns), refConf);
-          await execPlugin(`${CNI_BIN}/loopback`, cniEnv('DEL', id, netns), loConf);
-        },
-      },
-    ];
+    return benchPaths({ rt: this.client, kni: kniClient(this.socket), cniSocket: this.cniSocket, dir: this.o.dir });
   }
 
   /** N pods attached with the given concurrency, then detached the same way. */
@@ -161,6 +121,7 @@ class Bench {
       const steps = stepMeans(steps0, await readSteps(METRICS));
       const inDaemon = p.name.startsWith('kni') ? this.inDaemonAttachMs(mark) : [];
       const del = await pool(pods.length, concurrency, (i) => p.del(pods[i].id, pods[i].netns));
+      if (p.after) await pool(pods.length, concurrency, (i) => p.after!(pods[i].id));
       return { add: stats(add.ms, add.wall), del: stats(del.ms, del.wall), ...(inDaemon.length ? { inDaemonAdd: stats(inDaemon, add.wall), daemonCpuPerAdd, clientCpuPerAdd, steps } : {}) };
     } finally {
       this.dropPods(pods);
@@ -366,7 +327,7 @@ async function main(): Promise<void> {
   if (o.podLink !== 'routed' && o.podLink !== 'bridge') throw new Error('--pod-link must be routed or bridge');
   if (raw.inner) return inner(o);
   if (process.getuid?.() !== 0) throw new Error('the benchmark needs root (network namespaces, links)');
-  for (const bin of [SHIM, `${CNI_BIN}/bridge`, `${CNI_BIN}/host-local`, `${CNI_BIN}/loopback`]) {
+  for (const bin of BENCH_BINARIES) {
     if (!fs.existsSync(bin)) throw new Error(`${bin} is missing: run bash hack/setup.sh`);
   }
   const name = `kb${process.pid.toString(36)}`;

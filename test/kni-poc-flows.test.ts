@@ -12,7 +12,7 @@ describe('KNI POC API flows', () => {
   let rt: Client;
 
   before(async () => {
-    d = await TestDaemon.start();
+    d = await TestDaemon.start({}, { args: ['--log-level', 'debug'] });
     kni = d.kni();
     rt = d.rt();
   });
@@ -52,11 +52,33 @@ describe('KNI POC API flows', () => {
     assert.equal(nodes.networks[0].ready, true);
     await kni.SetupNodeNetwork({}); // idempotent
 
+    const mark = d.output.length;
     await kni.DetachInterface({ id, ...meta });
+    // The netns is kni's and DeleteNetwork comes next: the answer does not wait for the
+    // kernel's veth delete (≈ 15 ms here); the reaper deletes it right after.
+    assert.doesNotMatch(d.output.slice(mark), /host veths deleted together/);
     assert.ok(await d.linkGone(hostVethName(id, 'eth0')));
     assert.ok(fs.existsSync(created.netns_path), 'DetachInterface must leave the netns for DeleteNetwork');
     await kni.DeleteNetwork({ id, ...meta });
     assert.ok(!fs.existsSync(created.netns_path));
+    assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '0');
+  });
+
+  it('kubelet fork: AttachInterface again into its kni-made netns right after DetachInterface, ten times, is wired each time', async () => {
+    const { netns_path } = await kni.CreateNetwork({ name: 'job-0', namespace: 'shop' });
+    const id = 'c'.repeat(64);
+    try {
+      for (let i = 0; i < 10; i++) {
+        await kni.AttachInterface({ id, name: 'job-0', namespace: 'shop', extradata: { netns: netns_path } });
+        assert.deepEqual((await rt.Check({ sandbox_id: id })).problems, [], `round ${i}`);
+        await kni.DetachInterface({ id });
+      }
+      await kni.AttachInterface({ id, name: 'job-0', namespace: 'shop', extradata: { netns: netns_path } });
+      assert.ok(ping(netns_path, '10.244.0.1'));
+    } finally {
+      await kni.DeleteNetwork({ id });
+    }
+    assert.ok(await d.linkGone(hostVethName(id, 'eth0')));
     assert.equal((await rt.GetIPAMStatus()).ranges[0].used, '0');
   });
 

@@ -276,11 +276,9 @@ export class NetworkRuntime {
 
   /**
    * Releases everything attach took. Unknown or already-released ids succeed (false).
-   * releaseNetns also unpins the netns kni created for the sandbox.
-   */
-  /**
-   * netnsEnding: the caller tears the netns down next (a runtime stopping the sandbox), so the
-   * answer need not wait for the kernel's veth delete (plugin/pod/veth-reaper.ts).
+   * releaseNetns also unpins the netns kni created for the sandbox. netnsEnding: the caller
+   * tears the netns down next (a runtime stopping the sandbox), so the answer need not wait for
+   * the kernel's veth delete (plugin/pod/veth-reaper.ts); nor does it in a netns kni made.
    */
   async detach(sandboxId: string, releaseNetns = true, entryPoint: EntryPoint = 'kni', netnsEnding = false): Promise<boolean> {
     const started = process.hrtime.bigint();
