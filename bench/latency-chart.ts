@@ -8,7 +8,7 @@ interface Row {
   del: { p50: number; p90: number; p99: number };
 }
 
-const COLORS = ['#2b6cb0', '#38a169', '#c05621', '#6b46c1'];
+const COLORS = ['#2b6cb0', '#38a169', '#c05621', '#6b46c1', '#b7791f'];
 const esc = (s: string) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
 
 export function latencyChart(rows: Row[], title: string): string {

@@ -27,17 +27,21 @@ export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): P
   return rec;
 }
 
-/** Releases what a sandbox holds and the netns kni made for it (by id or by path). */
+/**
+ * Releases what a sandbox holds and the netns kni made for it (by id or by path). The caller
+ * is tearing the sandbox down (the containerd fork removes its own netns next), so the answer
+ * does not wait for the kernel's veth delete.
+ */
 export async function deleteNetwork(rt: NetworkRuntime, sandboxId: string, netnsPath: string): Promise<void> {
   if (!sandboxId && !netnsPath) throw invalid('neither a sandbox id nor a netns path was given');
   if (sandboxId) {
     validate.sandboxId(sandboxId);
-    await rt.detach(sandboxId, true);
+    await rt.detach(sandboxId, true, 'kni', true);
   }
   if (netnsPath && (typeof netnsPath !== 'string' || netnsPath.length > 4096)) throw invalid('netns path is not a valid path');
   // Only a path given: what was attached in that netns is released now, not at the next reconcile.
   if (netnsPath) {
-    for (const rec of [...rt.sandboxes.values()]) if (rec.netnsPath === netnsPath) await rt.detach(rec.id, true);
+    for (const rec of [...rt.sandboxes.values()]) if (rec.netnsPath === netnsPath) await rt.detach(rec.id, true, 'kni', true);
   }
   for (const n of [...rt.netns.values()]) {
     if ((sandboxId && n.sandboxId === sandboxId) || (netnsPath && n.path === netnsPath)) releaseNetns(rt, n);
