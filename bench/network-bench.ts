@@ -33,7 +33,6 @@ interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: PodW
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
 
-
 class Bench {
   private daemon?: ChildProcess;
   private daemonOut = '';

@@ -35,14 +35,14 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
     }
     rec.phase = DETACHING;
   }
-  const ownNetns = rt.netns.get(rec.ownedNetns);
-  const owned = releaseNetns ? ownNetns : undefined;
+  const kniNetns = rt.netns.get(rec.ownedNetns);
+  const owned = releaseNetns ? kniNetns : undefined;
   let first: unknown;
   for (const itf of [...rec.interfaces].reverse()) {
     // A netns kni made and keeps for now (the POC DetachInterface; DeleteNetwork comes next) is
     // no one else's, so its veth can go after the answer, as when a runtime's netns is ending.
     // A vm tap stays in that netns, though: a re-attach there would find it, so it goes now.
-    const mode = owned ? 'netns-goes' : netnsEnding || (ownNetns && !itf.tap) ? 'netns-ending' : 'now';
+    const mode = owned ? 'netns-goes' : netnsEnding || (kniNetns && !itf.tap) ? 'netns-ending' : 'now';
     try {
       await detachInterface(rt, rec, itf, mode);
     } catch (e) {
