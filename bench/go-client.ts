@@ -10,8 +10,10 @@ export const GO_CLIENT = path.join(process.env.KNI_CLUSTER_CACHE ?? '/var/cache/
 
 export interface GoClientRun { attachMs: number[]; detachMs: number[]; attachWallMs: number; detachWallMs: number; clientCpuPerAttachMs: { user: number; system: number } }
 
-/** Attaches every pod, then detaches every pod (netns ending), `concurrency` calls at a time. */
-/** Not spawnSync: the bench reads the daemon's log meanwhile, and a full pipe would stall it. */
+/**
+ * Attaches every pod, then detaches every pod (netns ending), `concurrency` calls at a time.
+ * Not spawnSync: the bench reads the daemon's log meanwhile, and a full pipe would stall it.
+ */
 export async function goClientAddDel(socket: string, pods: { id: string; netns: string }[], concurrency: number, workDir: string): Promise<GoClientRun> {
   if (!fs.existsSync(GO_CLIENT)) throw new Error(`${GO_CLIENT} is missing: run bash hack/cluster/build-components.sh bench-client`);
   const list = path.join(workDir, 'go-client-pods.txt');

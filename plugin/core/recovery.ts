@@ -137,8 +137,10 @@ function netnsByNsid(rt: NetworkRuntime): Map<number, NetnsHandle> {
   return out;
 }
 
-/** The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it. */
-/** routed: the host end is on no bridge, and the pod's addresses are /32 and /128. */
+/**
+ * The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it.
+ * routed: the host end is on no bridge, and the pod's addresses are /32 and /128.
+ */
 function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth: string, routed: boolean): InterfaceRecord {
   const pod = socketInNetns(ns.fd);
   try {

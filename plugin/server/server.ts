@@ -48,8 +48,10 @@ export interface KniServer {
   shutdown(done: () => void): void;
 }
 
-/** Serves the KNI services, plus the runtime hooks' services, on one socket. */
-/** `cluster`: the node agent, when kni runs in Kubernetes (GetNode reports it). */
+/**
+ * Serves the KNI services, plus the runtime hooks' services, on one socket. `cluster`: the node
+ * agent, when kni runs in Kubernetes (GetNode reports it).
+ */
 export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = [], cluster?: ClusterView): Promise<KniServer> {
   const server = new grpc.Server({
     'grpc.max_connection_idle_ms': GRPC_LIMITS.idleMs,
