@@ -32,9 +32,11 @@ export interface Route {
 }
 
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
+/** sizeof(struct rtmsg): the attributes start after it. */
+const RTMSG_LEN = 12;
 
 function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0, scope = RT_SCOPE_UNIVERSE): Buffer {
-  const b = Buffer.allocUnsafe(12).fill(0); // from the pool: see attr.ts
+  const b = Buffer.allocUnsafe(RTMSG_LEN).fill(0); // from the pool: see attr.ts
   b.writeUInt8(afOf(family), 0);
   b.writeUInt8(dstLen, 1);
   b.writeUInt8(RT_TABLE_MAIN, 4);
@@ -93,8 +95,8 @@ export function defaultRouteAdd(family: Family, gateway: bigint, index: number, 
 
 /**
  * A route to one address (/32 or /128) out of a link, scope link: how the node reaches a routed
- * pod through its host veth, and the routed pod its gateway. Protocol boot, not RTPROT_KNI: the peer-route sync removes kni's
- * routes that no peer wants, and this one goes away with its link.
+ * pod through its host veth, and the routed pod its gateway. Protocol boot, not RTPROT_KNI: the
+ * peer-route sync removes kni's routes that no peer wants, and this one goes away with its link.
  */
 export function hostRouteAdd(family: Family, address: bigint, index: number, ifname: string, addressText?: string): NetlinkRequest {
   const len = bitsOf(family);
@@ -119,7 +121,7 @@ export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint
   };
   try {
     const msgs = sock.query(req);
-    return msgs.length ? (parseAttrs(msgs[0].body, 12).get(RTA_OIF)?.readUInt32LE(0) ?? 0) : 0;
+    return msgs.length ? (parseAttrs(msgs[0].body, RTMSG_LEN).get(RTA_OIF)?.readUInt32LE(0) ?? 0) : 0;
   } catch (e) {
     if (e instanceof NetlinkError && (e.code === 'ENETUNREACH' || e.code === 'EHOSTUNREACH')) return 0;
     throw e;
@@ -129,7 +131,7 @@ export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint
 export function routeList(sock: NetlinkSocket, family: Family): Route[] {
   const out: Route[] = [];
   for (const m of sock.dump(RTM_GETROUTE, rtmsg(family, 0), 'list routes')) {
-    const a = parseAttrs(m.body, 12);
+    const a = parseAttrs(m.body, RTMSG_LEN);
     const table = a.get(RTA_TABLE)?.readUInt32LE(0) ?? m.body.readUInt8(4);
     if (table !== RT_TABLE_MAIN) continue;
     const toIp = (b: Buffer | undefined): string =>
