@@ -102,6 +102,43 @@ describe('KNI POC API flows', () => {
     assert.ok(fs.existsSync(unused.netns_path));
   });
 
+  it('CreateNetwork pins a netns made ahead: each new, its own, with only lo; the pool is topped up and pins none of its own', async () => {
+    const pinnedBefore = new Set(fs.readdirSync(d.netnsDir));
+    const first = await kni.CreateNetwork({ name: 'pool-0', namespace: 'shop' });
+    const paths = [first.netns_path];
+    const inodes = new Set([fs.statSync(first.netns_path).ino]);
+    for (let i = 1; i <= 3; i++) {
+      const ahead = await netnsHeldAhead(d, 4);
+      const { netns_path } = await kni.CreateNetwork({ name: `pool-${i}`, namespace: 'shop' });
+      paths.push(netns_path);
+      const ino = fs.statSync(netns_path).ino;
+      assert.ok(ahead.has(ino), `netns ${netns_path} (inode ${ino}) was not one the daemon held ahead (${[...ahead]})`);
+      assert.ok(!inodes.has(ino), 'CreateNetwork handed out a netns twice');
+      inodes.add(ino);
+      const links = inNetns(netns_path, 'ip', ['-o', 'link']).out.trim().split('\n');
+      assert.equal(links.length, 1, links.join('\n'));
+      assert.match(links[0], /^1: lo: .*state DOWN/);
+    }
+    // The pins are exactly the netns CreateNetwork answered: the pool's are held, never pinned.
+    assert.deepEqual(fs.readdirSync(d.netnsDir).filter((n) => !pinnedBefore.has(n)).sort(), paths.map((p) => p.slice(d.netnsDir.length + 1)).sort());
+    for (const netns_path of paths) await kni.DeleteNetwork({ netns_path });
+  });
+
+  it('netnsPoolSize 0: CreateNetwork makes each netns in the call and the daemon holds none ahead', async () => {
+    const g = await TestDaemon.start({ netnsPoolSize: 0 });
+    try {
+      const c = g.kni();
+      const made = [];
+      for (let i = 0; i < 3; i++) made.push((await c.CreateNetwork({})).netns_path);
+      await new Promise((r) => setTimeout(r, 200));
+      assert.deepEqual([...(await netnsHeldAhead(g, 0))], []);
+      assert.equal(new Set(made.map((p) => fs.statSync(p).ino)).size, 3);
+      for (const netns_path of made) await c.DeleteNetwork({ netns_path });
+    } finally {
+      g.cleanup();
+    }
+  });
+
   it('GC releases a CreateNetwork netns no attach claimed, once the grace time is over', async () => {
     const g = await TestDaemon.start({ unclaimedNetnsGraceSeconds: 0 });
     try {
@@ -116,3 +153,32 @@ describe('KNI POC API flows', () => {
     }
   });
 });
+
+/**
+ * Inodes of the netns the daemon holds open that are neither its node netns nor pinned in its
+ * netns dir (the pool's), once there are at least n (or after 5 s).
+ */
+async function netnsHeldAhead(d: TestDaemon, n: number): Promise<Set<number>> {
+  const fdDir = `/proc/${d.proc!.pid}/fd`;
+  const held = () => {
+    const known = new Set([fs.statSync(d.nodeNetns).ino, ...fs.readdirSync(d.netnsDir).map((f) => fs.statSync(`${d.netnsDir}/${f}`).ino)]);
+    const out = new Set<number>();
+    for (const f of fs.readdirSync(fdDir)) {
+      let target = '';
+      try {
+        target = fs.readlinkSync(`${fdDir}/${f}`);
+      } catch {
+        continue; // closed meanwhile
+      }
+      const m = /^net:\[(\d+)\]$/.exec(target);
+      if (m && !known.has(Number(m[1]))) out.add(Number(m[1]));
+    }
+    return out;
+  };
+  for (let i = 0; i < 200; i++) {
+    const s = held();
+    if (s.size >= n) return s;
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  return held();
+}

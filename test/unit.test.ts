@@ -79,6 +79,7 @@ describe('config', () => {
     assert.equal(c.mtu, 1500);
     assert.deepEqual(c.ranges.map((r) => r.text), ['10.244.0.0/24', 'fd00:10:244::/64']);
     assert.equal(c.netnsDir, '/run/netns');
+    assert.equal(c.netnsPoolSize, 4);
   });
   const cases: [string, unknown, RegExp][] = [
     ['bad CIDR', { ranges: ['10.0.0.0/33'] }, /prefix length 33/],
@@ -92,6 +93,8 @@ describe('config', () => {
     ['pod link', { podLink: 'ptp' }, /podLink "ptp" is not "auto", "bridge" or "routed"/],
     ['unknown key', { brige: 'x' }, /unknown setting "brige"/],
     ['relative netnsDir', { netnsDir: 'netns' }, /absolute/],
+    ['netns pool size', { netnsPoolSize: 65 }, /netnsPoolSize must be a whole number from 0 to 64/],
+    ['netns pool size, not a number', { netnsPoolSize: '4' }, /netnsPoolSize must be a whole number from 0 to 64/],
     ['backend', { backend: 'ipip' }, /backend must be auto, host-gw, vxlan or none/],
     ['vxlan vni', { vxlan: { vni: 0 } }, /vxlan\.vni/],
     ['vxlan key', { vxlan: { id: 3 } }, /unknown setting "vxlan\.id"/],

@@ -109,6 +109,8 @@ export interface Config {
   extensions: { required: string[]; ownerGraceSeconds: number };
   /** Where CreateNetwork pins the netns it makes. */
   netnsDir: string;
+  /** How many netns CreateNetwork keeps made ahead (plugin/netns/netns-pool.ts); 0: none. */
+  netnsPoolSize: number;
   /** Netns paths callers may hand us must resolve inside one of these (or be /proc/<pid>/ns/net). */
   allowedNetnsRoots: string[];
   /** One MASQUERADE rule per range for traffic leaving the pod ranges. */
@@ -151,6 +153,7 @@ export const defaultConfig = (): Config => ({
   networks: { dir: '', attachmentDefinitions: true, podStatus: true },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
+  netnsPoolSize: 4,
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
   unclaimedNetnsGraceSeconds: 600,
@@ -162,7 +165,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
 
 export class ConfigError extends Error {}
@@ -239,6 +242,11 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     const v = r.unclaimedNetnsGraceSeconds;
     if (!Number.isInteger(v) || (v as number) < 0) problems.push('unclaimedNetnsGraceSeconds must be a whole number of seconds');
     else cfg.unclaimedNetnsGraceSeconds = v as number;
+  }
+  if (r.netnsPoolSize !== undefined) {
+    const v = r.netnsPoolSize;
+    if (!Number.isInteger(v) || (v as number) < 0 || (v as number) > 64) problems.push('netnsPoolSize must be a whole number from 0 to 64');
+    else cfg.netnsPoolSize = v as number;
   }
   if (r.reconcileSeconds !== undefined) {
     const v = r.reconcileSeconds;

@@ -22,6 +22,7 @@ import { NodeLifecycle } from './node-lifecycle';
 import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
 import { WiringPool } from '../pod/wiring-pool';
+import { NetnsPool } from '../netns/netns-pool';
 import { restoreState } from './restore-state';
 import { podRef, sandboxKind, updateMetadata } from './sandbox-metadata';
 import { CniNetwork } from '../cni/cni-network';
@@ -62,6 +63,8 @@ export class NetworkRuntime {
   readonly vethDelete = new VethBatchDelete();
   /** Threads that make pod interfaces, so that concurrent attaches overlap. */
   readonly wiring = new WiringPool();
+  /** Network namespaces made ahead of CreateNetwork. */
+  readonly netnsPool = new NetnsPool(() => this.cfg.netnsPoolSize);
   /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
   attachesInFlight = 0;
   /** How new pods are wired: the config's podLink, "auto" resolved at start (restore-state.ts). */
@@ -131,6 +134,7 @@ export class NetworkRuntime {
     if (this.sweeper) clearInterval(this.sweeper);
     this.extensions.close();
     this.wiring.close();
+    this.netnsPool.close();
     try {
       this.reaper.close();
     } catch (e) {

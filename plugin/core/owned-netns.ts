@@ -2,11 +2,12 @@
 // the pod's netns): pinned under netnsDir, recorded before the pin so a crash leaves no
 // unrecorded pin, released with their sandbox or by path.
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import * as validate from './validate';
-import { createPinnedNetns, removePinnedNetns } from '../netns/netns';
+import { newNetns, pinNetns, removePinnedNetns } from '../netns/netns';
 import { NetnsRecord, PodRef } from '../store/records';
 
 /** A new netns, pinned in netnsDir, recorded as kni's (KNI CreateNetwork). */
@@ -17,7 +18,13 @@ export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): P
   // Recorded first, so a crash before the pin leaves a record (dropped at start), never a pin.
   rt.store.netns.put(name, rec);
   try {
-    createPinnedNetns(rt.cfg.netnsDir, name);
+    // One made ahead when there is one (plugin/netns/netns-pool.ts): a bind mount instead of the kernel making a netns now.
+    const fd = rt.netnsPool.take() ?? newNetns();
+    try {
+      pinNetns(fd, rt.cfg.netnsDir, name);
+    } finally {
+      fs.closeSync(fd);
+    }
   } catch (e) {
     rt.store.netns.delete(name);
     throw new KniError('INTERNAL', `cannot create network namespace ${rec.path}: ${(e as Error).message}`);

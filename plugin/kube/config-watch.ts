@@ -9,7 +9,7 @@ import { configChangesTotal, watchRestartsTotal } from '../observe/metrics';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 
 /** Settings applied live; every other one needs a restart of kni. */
-export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'runtimeHandlers', 'vmTap', 'masquerade', 'backend', 'vxlan', 'extensions'] as const;
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'backend', 'vxlan', 'extensions'] as const;
 
 type Comparable = Omit<Config, 'ranges'> & { ranges: string[] };
 const comparable = (c: Config): Comparable => ({ ...c, ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });

@@ -70,23 +70,41 @@ export function ensureNetnsDir(dir: string): void {
   }
 }
 
-/** Creates a new netns and pins it at dir/name by a bind mount. */
-export function createPinnedNetns(dir: string, name: string): string {
+/**
+ * Makes a new netns and returns a descriptor of it, any thread's to use and close; the calling
+ * thread stays in its own.
+ */
+export function newNetns(): number {
+  home();
+  try {
+    libc.unshare(libc.CLONE_NEWNET);
+    return libc.openReadOnly('/proc/thread-self/ns/net');
+  } finally {
+    returnHome();
+  }
+}
+
+/** Pins the netns open on fd at dir/name by a bind mount (the caller still closes fd). */
+export function pinNetns(fd: number, dir: string, name: string): string {
   const target = path.join(dir, name);
   fs.closeSync(fs.openSync(target, fs.constants.O_RDONLY | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o444));
   try {
-    home();
-    try {
-      libc.unshare(libc.CLONE_NEWNET);
-      libc.mount('/proc/thread-self/ns/net', target, 'none', libc.MS_BIND);
-    } finally {
-      returnHome();
-    }
+    libc.mount(`/proc/self/fd/${fd}`, target, 'none', libc.MS_BIND);
   } catch (e) {
     fs.rmSync(target, { force: true });
     throw e;
   }
   return target;
+}
+
+/** Creates a new netns and pins it at dir/name. */
+export function createPinnedNetns(dir: string, name: string): string {
+  const fd = newNetns();
+  try {
+    return pinNetns(fd, dir, name);
+  } finally {
+    fs.closeSync(fd);
+  }
 }
 
 /** Unpins a netns; the kernel frees it (and its veths) once nothing else holds it. */

@@ -26,6 +26,7 @@ const c = {
   send: libc.func('intptr_t send(int fd, void *buf, uintptr_t len, int flags)'),
   recv: libc.func('intptr_t recv(int fd, void *buf, uintptr_t len, int flags)'),
   close: libc.func('int close(int fd)'),
+  open: libc.func('int open(const char *path, int flags)'),
   setsockopt: libc.func('int setsockopt(int fd, int level, int name, void *val, uint32_t len)'),
   setns: libc.func('int setns(int fd, int nstype)'),
   unshare: libc.func('int unshare(int flags)'),
@@ -45,6 +46,8 @@ function check(call: string, rc: number | bigint): number {
 export const AF_NETLINK = 16;
 export const SOCK_RAW = 3;
 export const SOCK_CLOEXEC = 0o2000000;
+export const O_RDONLY = 0;
+export const O_CLOEXEC = 0o2000000;
 export const CLONE_NEWNET = 0x40000000;
 export const MS_BIND = 4096;
 export const MS_REC = 16384;
@@ -70,6 +73,15 @@ export function send(fd: number, buf: Buffer): number {
 
 export function recv(fd: number, buf: Buffer): number {
   return check('recv', c.recv(fd, buf, buf.length, 0));
+}
+
+/**
+ * open(2) read-only, close-on-exec, outside Node's bookkeeping: a worker thread tracks the
+ * descriptors its fs calls open and closes them when it exits, so one it hands to another
+ * thread must come from here.
+ */
+export function openReadOnly(path: string): number {
+  return check('open', c.open(path, O_RDONLY | O_CLOEXEC));
 }
 
 export function close(fd: number): void {
