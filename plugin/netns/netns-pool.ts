@@ -88,8 +88,7 @@ export class NetnsPool {
 
   private topUp(size: number): void {
     const want = size - this.entries.length - this.asked;
-    if (this.closed) return;
-    if (want <= 0 || performance.now() - this.failedAt < RETRY_MS) return;
+    if (this.closed || want <= 0 || performance.now() - this.failedAt < RETRY_MS) return;
     this.asked += want;
     this.thread().postMessage({ make: want } satisfies PoolRequest);
   }
