@@ -37,7 +37,8 @@ export class NetnsPool {
   private asked = 0;
   private failedAt = -Infinity;
   private closed = false;
-  private timer?: NodeJS.Timeout;
+  private topUpTimer?: NodeJS.Timeout;
+  private idleTimer?: NodeJS.Timeout;
 
   /** size is read at each take (a live setting): 0 turns the pool off. */
   constructor(
@@ -66,24 +67,27 @@ export class NetnsPool {
     // Topped up once the calls stop for a moment: making a netns holds kernel locks (rtnl among
     // them) that the pod's own attach, right after this call, needs (measured: made at once,
     // CreateNetwork got faster by what AttachInterface got slower).
-    if (this.timer) this.timer.refresh();
-    else {
-      this.timer = setTimeout(() => {
-        this.timer = undefined;
-        this.topUp(this.size());
-      }, TOP_UP_AFTER_IDLE_MS);
-      this.timer.unref();
-    }
+    this.topUpTimer = rearm(this.topUpTimer, TOP_UP_AFTER_IDLE_MS, () => this.topUp(this.size()));
+    // Once what it holds is too old to hand out, the pool lets it go, and its thread (≈ 10 MB).
+    this.idleTimer = rearm(this.idleTimer, this.maxAgeMs, () => this.release());
     return fd;
   }
 
   close(): void {
     this.closed = true;
-    clearTimeout(this.timer);
+    this.release();
+  }
+
+  /** Closes what the pool holds and stops its thread; a later take starts again. */
+  private release(): void {
+    clearTimeout(this.topUpTimer);
+    clearTimeout(this.idleTimer);
+    this.topUpTimer = this.idleTimer = undefined;
     for (const e of this.entries.splice(0)) fs.closeSync(e.fd);
     // The thread finishes what it was making; what it posts after this is closed on arrival.
     this.worker?.postMessage({ stop: true } satisfies PoolRequest);
     this.worker = undefined;
+    this.asked = 0;
   }
 
   private topUp(size: number): void {
@@ -122,4 +126,12 @@ export class NetnsPool {
     this.asked = 0;
     if (!this.closed) log('warn', 'netns pool: its thread went away; the next CreateNetwork starts another', { why });
   }
+}
+
+/** A timer that fires ms after the last call (unref'd: it never keeps the daemon up). */
+function rearm(t: NodeJS.Timeout | undefined, ms: number, fn: () => void): NodeJS.Timeout {
+  if (t) return t.refresh();
+  const n = setTimeout(fn, ms);
+  n.unref();
+  return n;
 }
