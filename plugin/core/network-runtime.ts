@@ -13,7 +13,7 @@ import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureNetnsDir } from '../netns/netns';
-import { NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
+import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
@@ -38,6 +38,7 @@ import { attachPlanned } from './attach-pipeline';
 import { backendOfInterface, planSandbox } from './network-plan';
 import { attachNetwork, detachNetwork, NetworkRequest } from './running-networks';
 import { releaseSandbox, removeInterface } from './sandbox-release';
+import { sandboxProblems } from './sandbox-check';
 import { NetworkDefinitions } from '../networks/network-definitions';
 import { scanNetworkDir } from '../networks/network-files';
 
@@ -351,20 +352,8 @@ export class NetworkRuntime {
   // --- queries ---
 
   /** Compares a sandbox's interfaces with the kernel, each through its backend (CNI: the plugins' CHECK). */
-  async check(sandboxId: string): Promise<string[]> {
-    const rec = this.get(sandboxId);
-    const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-    if (ns.state !== 'same') return [ns.reason];
-    try {
-      const problems: string[] = [];
-      for (const itf of rec.interfaces) {
-        const backend = this.backendFor(rec, itf);
-        problems.push(...(backend ? await backend.check(rec, itf, ns.handle) : [`${itf.name}: its network ${itf.network || 'default'} is no longer defined`]));
-      }
-      return problems;
-    } finally {
-      ns.handle.close();
-    }
+  check(sandboxId: string): Promise<string[]> {
+    return sandboxProblems(this, this.get(sandboxId));
   }
 
   get(sandboxId: string): SandboxRecord {

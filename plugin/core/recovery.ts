@@ -13,7 +13,7 @@ import { socketInNetns } from '../netns/netns';
 import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netns/open-netns';
 import { unwirePod, VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
-import { checkRecord } from './sandbox-check';
+import { checkRecord, interfaceProblems } from './sandbox-check';
 import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
@@ -227,7 +227,7 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
         }
         // A CNI network's interfaces are the plugins' to check (CHECK): drift is reported, not re-wired.
         for (const itf of rec.interfaces.filter((i) => !isBuiltIn(i))) {
-          const problems = await rt.backendFor(rec, itf)?.check(rec, itf, ns.handle) ?? [`${itf.name}: its network ${itf.network || 'default'} is no longer defined`];
+          const problems = await interfaceProblems(rt, rec, itf, ns.handle);
           if (problems.length) found(`sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
         }
         if (rec.interfaces.some(isBuiltIn)) await repair(rt, rec, ns.handle, report, found);

@@ -1,14 +1,33 @@
-// The built-in network's interfaces of a record compared with the kernel (Check, reconcile),
-// and the routes a record implies (GetPod).
+// A record's interfaces compared with the kernel (Check, reconcile: the built-in network's here,
+// a CNI network's through its plugins), and the routes a record implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
 import { bitsOf, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, Link, linkByName } from '../netlink/link';
 import { routeGetOif } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
-import { NetnsHandle } from '../netns/open-netns';
+import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { carriesDefaultRoute, isBuiltIn } from './network-backend';
+
+/** A sandbox's interfaces compared with the kernel, each through its backend (Check). */
+export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): Promise<string[]> {
+  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+  if (ns.state !== 'same') return [ns.reason];
+  try {
+    const problems: string[] = [];
+    for (const itf of rec.interfaces) problems.push(...(await interfaceProblems(rt, rec, itf, ns.handle)));
+    return problems;
+  } finally {
+    ns.handle.close();
+  }
+}
+
+/** One interface compared with the kernel through its backend (a CNI network: the plugins' CHECK). */
+export function interfaceProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {
+  const backend = rt.backendFor(rec, itf);
+  return backend ? backend.check(rec, itf, ns) : Promise.resolve([`${itf.name}: its network ${itf.network || 'default'} is no longer defined`]);
+}
 
 export function podRoutes(rec: SandboxRecord): RouteInfo[] {
   return rec.interfaces.flatMap((itf) =>
