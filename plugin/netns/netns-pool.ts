@@ -94,6 +94,7 @@ export class NetnsPool {
     const want = size - this.entries.length - this.asked;
     if (this.closed || want <= 0 || performance.now() - this.failedAt < RETRY_MS) return;
     this.asked += want;
+    log('debug', 'netns pool: making more ahead', { count: want, ready: this.entries.length });
     this.thread().postMessage({ make: want } satisfies PoolRequest);
   }
 
