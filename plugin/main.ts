@@ -20,6 +20,7 @@ import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
 import { PodNetworks } from './kube/pod-networks';
+import { threadsLoaded } from './sys/threads';
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -128,7 +129,8 @@ async function main(): Promise<void> {
     metrics?.close();
     server.shutdown(() => {
       rt.stop();
-      void Promise.resolve(stopTracing?.()).catch(() => undefined).finally(() => process.exit(0));
+      // A thread still loading koffi when the process exits aborts it (plugin/sys/threads.ts).
+      void Promise.all([threadsLoaded(), Promise.resolve(stopTracing?.()).catch(() => undefined)]).finally(() => process.exit(0));
     });
     setTimeout(() => process.exit(0), 3000).unref();
   };

@@ -4,6 +4,7 @@
 // and always comes back (or aborts the process).
 import { parentPort } from 'node:worker_threads';
 import { newNetns } from './netns';
+import { threadLoaded } from '../sys/threads';
 
 export type PoolRequest = { make: number } | { stop: true };
 export type PoolReply = { fd: number } | { error: string };
@@ -21,4 +22,5 @@ if (parentPort) {
       }
     }
   });
+  threadLoaded();
 }

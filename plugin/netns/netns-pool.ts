@@ -14,9 +14,9 @@
 // miss a change made since: one older than maxAgeMs is closed instead of handed out.
 import fs from 'node:fs';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { log } from '../core/log';
-import { WORKER_LIMITS } from '../pod/wiring-pool';
+import { isLoadedMessage, startThread } from '../sys/threads';
 import type { PoolReply, PoolRequest } from './netns-pool-worker';
 
 export const NETNS_MAX_AGE_MS = 60_000;
@@ -100,9 +100,8 @@ export class NetnsPool {
 
   private thread(): Worker {
     if (this.worker) return this.worker;
-    const w = new Worker(path.join(__dirname, 'netns-pool-worker.js'), { resourceLimits: WORKER_LIMITS });
-    w.unref();
-    w.on('message', (m: PoolReply) => this.arrived(w, m));
+    const w = startThread(path.join(__dirname, 'netns-pool-worker.js'));
+    w.on('message', (m: PoolReply) => isLoadedMessage(m) || this.arrived(w, m));
     w.on('error', (e: Error) => this.gone(w, e.message));
     w.on('exit', (code) => this.gone(w, `exited with ${code}`));
     this.worker = w;

@@ -5,6 +5,7 @@
 import { parentPort } from 'node:worker_threads';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { groupDelete } from './veth-reaper';
+import { threadLoaded } from '../sys/threads';
 
 const sock = new NetlinkSocket();
 parentPort!.on('message', () => {
@@ -16,3 +17,4 @@ parentPort!.on('message', () => {
     parentPort!.postMessage({ ok: false, error: (e as Error).message });
   }
 });
+threadLoaded();

@@ -16,11 +16,11 @@
 // The pod end keeps its addresses until then, on a netns the runtime is tearing down; kni's
 // allocator does not hand an address out again at once.
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { log } from '../core/log';
 import { linkGroupDel, linkSetGroup } from '../netlink/link';
 import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
-import { WORKER_LIMITS } from './wiring-pool';
+import { isLoadedMessage, startThread, stopThread } from '../sys/threads';
 
 /** The device group retired veths wait in ("kni" in ASCII); group 0 is every link's default. */
 export const REAP_GROUP = 0x6b6e69;
@@ -77,9 +77,9 @@ export class VethReaper {
 
   private spawnWorker(): Worker {
     if (this.worker) return this.worker;
-    const w = new Worker(path.join(__dirname, 'veth-reaper-worker.js'), { resourceLimits: WORKER_LIMITS });
-    w.unref();
+    const w = startThread(path.join(__dirname, 'veth-reaper-worker.js'));
     w.on('message', (m: { ok: boolean; error?: string }) => {
+      if (isLoadedMessage(m)) return;
       this.workerBusy = false;
       if (m.ok) this.deleted += this.inFlight;
       else log('error', 'cannot delete the retired veths; reconcile deletes them', { error: m.error });
@@ -124,7 +124,7 @@ export class VethReaper {
     try {
       this.flush();
     } finally {
-      void this.worker?.terminate();
+      if (this.worker) stopThread(this.worker);
       this.worker = undefined;
       this.sock?.close();
       this.sock = undefined;

@@ -8,22 +8,17 @@
 // design lost a completion now and then (docs/performance.md).
 import os from 'node:os';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
+import type { Worker } from 'node:worker_threads';
 import { log } from '../core/log';
 import { NetlinkError } from '../netlink/socket';
 import { NotANetnsError } from '../netns/netns';
 import { Errno } from '../sys/libc';
+import { isLoadedMessage, startThread, stopThread } from '../sys/threads';
 import { InterfaceRecord } from '../store/records';
 import { HostVethExistsError, PodInterfaceExistsError } from './pod-wiring';
 import type { WireError, WireJob } from './wiring-worker';
 
 const JOB_TIMEOUT_MS = 10_000;
-/**
- * A wiring or reaper thread holds a few small buffers: V8's default heap sizes would add tens
- * of MB of resident memory per thread for nothing (measured: daemon RSS at 1000 pods 106 MB
- * without threads, 162 MB with two at the defaults).
- */
-export const WORKER_LIMITS = { maxYoungGenerationSizeMb: 2, maxOldGenerationSizeMb: 16, codeRangeSizeMb: 8 };
 
 function rebuild(e: WireError): Error {
   switch (e.kind) {
@@ -47,9 +42,9 @@ class WiringThread {
   readonly pending = new Map<number, Pending>();
 
   constructor(onDead: (t: WiringThread, why: string) => void) {
-    this.worker = new Worker(path.join(__dirname, 'wiring-worker.js'), { resourceLimits: WORKER_LIMITS });
-    this.worker.unref();
+    this.worker = startThread(path.join(__dirname, 'wiring-worker.js'));
     this.worker.on('message', (m: { seq: number; error?: WireError }) => {
+      if (isLoadedMessage(m)) return;
       const p = this.pending.get(m.seq);
       if (!p) return;
       this.pending.delete(m.seq);
@@ -86,7 +81,7 @@ export class WiringPool {
     this.threads = this.threads.filter((x) => x !== t);
     if (t.pending.size) log('error', 'a wiring thread went away; its attaches fail and are rolled back', { why, attaches: t.pending.size });
     t.failAll(why);
-    void t.worker.terminate();
+    stopThread(t.worker);
   }
 
   /** Wires one interface in the netns open on netnsFd (kept open by the caller until this settles). */
@@ -108,7 +103,7 @@ export class WiringPool {
   close(): void {
     for (const t of this.threads) {
       t.failAll('stopped');
-      void t.worker.terminate();
+      stopThread(t.worker);
     }
     this.threads = [];
   }

@@ -7,6 +7,7 @@ import { parentPort } from 'node:worker_threads';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { NotANetnsError } from '../netns/netns';
 import { Errno } from '../sys/libc';
+import { threadLoaded } from '../sys/threads';
 import { InterfaceRecord } from '../store/records';
 import { HostVethExistsError, PodInterfaceExistsError, wirePod } from './pod-wiring';
 
@@ -45,4 +46,5 @@ if (parentPort) {
       parentPort!.postMessage({ seq: job.seq, error: wireErrorOf(e) });
     }
   });
+  threadLoaded();
 }
