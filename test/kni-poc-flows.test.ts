@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Client } from '../plugin/client/clients';
 import { hostVethName } from '../plugin/core/network-runtime';
+import { netnsFds } from './helpers/netns-fds';
 import { inNetns, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
@@ -159,21 +160,9 @@ describe('KNI POC API flows', () => {
  * netns dir (the pool's), once there are at least n (or after 5 s).
  */
 async function netnsHeldAhead(d: TestDaemon, n: number): Promise<Set<number>> {
-  const fdDir = `/proc/${d.proc!.pid}/fd`;
   const held = () => {
     const known = new Set([fs.statSync(d.nodeNetns).ino, ...fs.readdirSync(d.netnsDir).map((f) => fs.statSync(`${d.netnsDir}/${f}`).ino)]);
-    const out = new Set<number>();
-    for (const f of fs.readdirSync(fdDir)) {
-      let target = '';
-      try {
-        target = fs.readlinkSync(`${fdDir}/${f}`);
-      } catch {
-        continue; // closed meanwhile
-      }
-      const m = /^net:\[(\d+)\]$/.exec(target);
-      if (m && !known.has(Number(m[1]))) out.add(Number(m[1]));
-    }
-    return out;
+    return new Set([...netnsFds(d.proc!.pid!).values()].filter((ino) => !known.has(ino)));
   };
   for (let i = 0; i < 200; i++) {
     const s = held();

@@ -5,30 +5,11 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { Worker } from 'node:worker_threads';
 import { NetnsPool } from '../plugin/netns/netns-pool';
+import { netnsFds } from './helpers/netns-fds';
+import { waitFor } from './helpers/wait';
 
-/** Inodes of the netns this process holds open, by descriptor. */
-function netnsHeld(): Map<number, number> {
-  const out = new Map<number, number>();
-  for (const f of fs.readdirSync('/proc/self/fd')) {
-    let target = '';
-    try {
-      target = fs.readlinkSync(`/proc/self/fd/${f}`);
-    } catch {
-      continue;
-    }
-    const m = /^net:\[(\d+)\]$/.exec(target);
-    if (m) out.set(Number(f), Number(m[1]));
-  }
-  return out;
-}
-
-async function until(what: string, ok: () => boolean): Promise<void> {
-  for (let i = 0; i < 400; i++) {
-    if (ok()) return;
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  assert.fail(`not within 10 s: ${what}`);
-}
+const netnsHeld = () => netnsFds('self');
+const until = (what: string, ok: () => boolean) => waitFor(ok, 10_000, () => what, 25);
 
 const homeIno = fs.statSync('/proc/self/ns/net').ino;
 

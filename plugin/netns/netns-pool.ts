@@ -19,9 +19,9 @@ import { log } from '../core/log';
 import { isLoadedMessage, startThread } from '../sys/threads';
 import type { PoolReply, PoolRequest } from './netns-pool-worker';
 
-export const NETNS_MAX_AGE_MS = 60_000;
+const NETNS_MAX_AGE_MS = 60_000;
 /** The pool is topped up after this long without a take. */
-export const TOP_UP_AFTER_IDLE_MS = 20;
+const TOP_UP_AFTER_IDLE_MS = 20;
 /** After the thread fails to make one (out of memory, a limit on namespaces), the pool waits this long before asking again. */
 const RETRY_MS = 10_000;
 
