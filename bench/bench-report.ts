@@ -22,12 +22,14 @@ export interface BenchResults {
   scale: { pods: number; attach: Stats; inDaemon: Stats; floor: Stats; rssMb: number }[];
   churn: { seconds: number; cycles: number; cyclesPerSecond: number; rssStartMb: number; rssEndMb: number };
   transport: TransportRow[];
+  /** A fresh daemon's first attaches (one at a time, each followed by its detach), before the warm-up's rest. */
+  fresh: { grpc: Stats; inDaemon: Stats };
 }
 
 export const f2 = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 
 export function benchReport(res: BenchResults): { text: string; targets: { target: string; value: string; met: boolean }[] } {
-  const { n, podLink, rows, floor, versus, scale, churn, transport } = res;
+  const { n, podLink, rows, floor, versus, scale, churn, transport, fresh } = res;
   const ref = (c: number) => rows.find((r) => r.concurrency === c && r.path.endsWith(REFERENCE_SUFFIX))!;
   const refName = ref(1).path.slice(0, -REFERENCE_SUFFIX.length);
   const lines: string[] = [];
@@ -43,6 +45,7 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
   const go1 = rows.find((r) => r.concurrency === 1 && r.path === GO_PATH)!;
   const go16 = rows.find((r) => r.concurrency === 16 && r.path === GO_PATH)!;
   lines.push(`\nIn-daemon attach (from the daemon's own log, sequential): p50 ${f2(inD.p50)} / p90 ${f2(inD.p90)} / p99 ${f2(inD.p99)} ms.\n`);
+  lines.push(`A fresh daemon's first ${fresh.grpc.n} attaches (the first pods on a node, or after kni restarts; the cells above are of a warm daemon): gRPC p50 ${f2(fresh.grpc.p50)} / slowest ${f2(fresh.grpc.p99)} ms, in-daemon p50 ${f2(fresh.inDaemon.p50)} ms.\n`);
   const grpc1 = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!;
   const grpc16 = rows.find((r) => r.concurrency === 16 && r.path === 'kni gRPC')!;
   lines.push(`### kni ÷ kernel floor (bench/kernel-floor.c: the same netlink messages in C, podLink ${podLink}, same N, sequential)\n`);

@@ -21,6 +21,7 @@ import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
 import { PodNetworks } from './kube/pod-networks';
 import { threadsLoaded } from './sys/threads';
+import { compileBaselineFromNowOn } from './sys/v8-flags';
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -117,6 +118,7 @@ async function main(): Promise<void> {
     }
   });
   log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
+  compileBaselineFromNowOn();
 
   const shutdown = (signal: string) => {
     log('info', 'shutting down; pods stay as they are', { signal });
