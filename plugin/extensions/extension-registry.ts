@@ -8,7 +8,7 @@ import path from 'node:path';
 import { KniError, invalid } from '../core/errors';
 import { log } from '../core/log';
 import { extensionCalls, extensionSeconds } from '../observe/metrics';
-import { extensionService } from '../server/protos';
+import { extensionService, GRPC_COMMON_OPTIONS } from '../server/protos';
 import { SandboxRecord } from '../store/records';
 
 export type ExtensionEvent = 'attached' | 'detached';
@@ -106,7 +106,7 @@ export class ExtensionRegistry {
 
   private connect(reg: Registration, healthy: boolean, lastError: string): Live {
     const Ctor = extensionService();
-    return { reg, client: new Ctor(`unix://${reg.socket}`, grpc.credentials.createInsecure()), healthy, lastError, calls: 0, failures: 0, lastCallMs: 0 };
+    return { reg, client: new Ctor(`unix://${reg.socket}`, grpc.credentials.createInsecure(), GRPC_COMMON_OPTIONS), healthy, lastError, calls: 0, failures: 0, lastCallMs: 0 };
   }
 
   private call(l: Live, method: 'PodAttached' | 'PodDetached' | 'Check', req: object): Promise<any> {

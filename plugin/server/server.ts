@@ -9,7 +9,7 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
 import { guardRequests } from './request-guard';
-import { kniService, runtimeService } from './protos';
+import { GRPC_COMMON_OPTIONS, kniService, runtimeService } from './protos';
 import { ClusterView, runtimeHandlers } from './runtime-service';
 
 export const GRPC_LIMITS = {
@@ -54,6 +54,7 @@ export interface KniServer {
  */
 export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = [], cluster?: ClusterView): Promise<KniServer> {
   const server = new grpc.Server({
+    ...GRPC_COMMON_OPTIONS,
     'grpc.max_connection_idle_ms': GRPC_LIMITS.idleMs,
     'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
     'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,

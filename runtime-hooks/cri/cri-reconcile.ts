@@ -3,12 +3,12 @@
 import * as grpc from '@grpc/grpc-js';
 import { log } from '../../plugin/core/log';
 import { NetworkRuntime } from '../../plugin/core/network-runtime';
-import { loadProto } from '../../plugin/server/protos';
+import { GRPC_COMMON_OPTIONS, loadProto } from '../../plugin/server/protos';
 
 export async function listCriSandboxes(socket: string, timeoutMs = 10_000): Promise<string[]> {
   const pkg = loadProto('cri/runtime_v1.proto') as any;
   const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
-  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure());
+  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure(), GRPC_COMMON_OPTIONS);
   try {
     const res = await new Promise<{ items: { id: string }[] }>((resolve, reject) =>
       (client as any).ListPodSandbox({}, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: any) => (e ? reject(e) : resolve(r))),
