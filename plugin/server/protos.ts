@@ -3,6 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import fs from 'node:fs';
 import path from 'node:path';
+import { indexMessageTypes } from './codec-warmup';
 
 /** The package root (where proto/ lives), from the source tree or from dist/. */
 export function packageRoot(): string {
@@ -23,6 +24,7 @@ export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: Stri
 
 export function loadProto(relative: string): grpc.GrpcObject {
   const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', relative), LOADER_OPTIONS);
+  indexMessageTypes(def);
   return grpc.loadPackageDefinition(def);
 }
 

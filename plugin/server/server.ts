@@ -9,6 +9,7 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
 import { guardRequests } from './request-guard';
+import { warmCodecs } from './codec-warmup';
 import { GRPC_COMMON_OPTIONS, kniService, runtimeService } from './protos';
 import { ClusterView, runtimeHandlers } from './runtime-service';
 
@@ -59,9 +60,12 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
     'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
     'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,
   });
-  server.addService(guardRequests(kniService().service), kniPocHandlers(rt));
-  server.addService(guardRequests(runtimeService().service), runtimeHandlers(rt, cluster));
-  for (const s of extra) server.addService(guardRequests(s.definition), s.handlers);
+  const services: [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][] = [
+    [guardRequests(kniService().service), kniPocHandlers(rt)],
+    [guardRequests(runtimeService().service), runtimeHandlers(rt, cluster)],
+    ...extra.map((s): [grpc.ServiceDefinition, grpc.UntypedServiceImplementation] => [guardRequests(s.definition), s.handlers]),
+  ];
+  for (const [definition, handlers] of services) server.addService(definition, handlers);
   const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   let lastRefusalLog = 0;
   const listener = net.createServer((sock) => {
@@ -92,6 +96,8 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
     process.umask(oldMask);
   }
   fs.chmodSync(socketPath, 0o600);
+  void warmCodecs(services.map(([definition]) => definition)).then(({ types, failed }) =>
+    log(failed.length ? 'warn' : 'debug', 'message codecs made ahead', { types: types.size, ...(failed.length ? { failed } : {}) }));
   return {
     shutdown(done) {
       listener.close();
