@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import * as protoLoader from '@grpc/proto-loader';
 import { indexMessageTypes, sampleMessage, warmCodecs } from '../plugin/server/codec-warmup';
-import { kniService, LOADER_OPTIONS, runtimeService } from '../plugin/server/protos';
+import { extensionService, kniService, LOADER_OPTIONS, loadProto, runtimeService } from '../plugin/server/protos';
 import { guardRequests } from '../plugin/server/request-guard';
 import { podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 import { RUN } from './helpers/sh';
@@ -52,6 +52,11 @@ describe('message codecs made ahead', () => {
     } finally {
       fs.rmSync(file, { force: true });
     }
+  });
+
+  it('a proto file is loaded once: the CRI reconcile and each extension connection get the same types, whose codecs are made once', () => {
+    assert.equal(loadProto('cri/runtime_v1.proto'), loadProto('cri/runtime_v1.proto'));
+    assert.equal(extensionService(), extensionService());
   });
 
   it('the daemon makes them once it serves, and says so at debug level', async () => {

@@ -22,10 +22,22 @@ export const GRPC_COMMON_OPTIONS = { 'grpc.enable_channelz': 0 } as const;
 
 export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true };
 
+/**
+ * Loaded once per file: parsing one takes 5–40 ms of the main thread here (the CRI subset), and
+ * a new load brings new message types whose codecs protobufjs writes again at their first use.
+ * The CRI reconcile and each extension connection used to load theirs every time.
+ */
+const loaded = new Map<string, grpc.GrpcObject>();
+
 export function loadProto(relative: string): grpc.GrpcObject {
-  const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', relative), LOADER_OPTIONS);
-  indexMessageTypes(def);
-  return grpc.loadPackageDefinition(def);
+  let pkg = loaded.get(relative);
+  if (!pkg) {
+    const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', relative), LOADER_OPTIONS);
+    indexMessageTypes(def);
+    pkg = grpc.loadPackageDefinition(def);
+    loaded.set(relative, pkg);
+  }
+  return pkg;
 }
 
 type ServiceCtor = grpc.ServiceClientConstructor;
