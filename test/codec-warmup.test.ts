@@ -9,6 +9,7 @@ import { guardRequests } from '../plugin/server/request-guard';
 import { podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 import { RUN } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 describe('message codecs made ahead', () => {
   it("reaches each method's request and answer and every message inside them, for the daemon's three services, with no failure", async () => {
@@ -63,14 +64,9 @@ describe('message codecs made ahead', () => {
     const d = await TestDaemon.start({}, { env: { KNI_LOG_LEVEL: 'debug' } });
     try {
       await d.rt().GetNode({});
-      const line = await (async () => {
-        for (let i = 0; i < 100; i++) {
-          const l = d.output.split('\n').find((x) => x.includes('"msg":"message codecs made ahead"'));
-          if (l) return JSON.parse(l) as { level: string; types: number; failed?: string[] };
-          await new Promise((r) => setTimeout(r, 50));
-        }
-        throw new Error(`no line about the codecs:\n${d.output.slice(-2000)}`);
-      })();
+      const lineOf = () => d.output.split('\n').find((x) => x.includes('"msg":"message codecs made ahead"'));
+      await waitFor(() => lineOf() !== undefined, 5000, () => d.output.slice(-2000));
+      const line = JSON.parse(lineOf()!) as { level: string; types: number; failed?: string[] };
       assert.equal(line.level, 'debug');
       assert.equal(line.failed, undefined);
       assert.ok(line.types >= 60, `only ${line.types} types`);

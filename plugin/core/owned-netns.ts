@@ -2,12 +2,11 @@
 // the pod's netns): pinned under netnsDir, recorded before the pin so a crash leaves no
 // unrecorded pin, released with their sandbox or by path.
 import crypto from 'node:crypto';
-import fs from 'node:fs';
 import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import * as validate from './validate';
-import { newNetns, pinNetns, removePinnedNetns } from '../netns/netns';
+import { createPinnedNetns, removePinnedNetns } from '../netns/netns';
 import { NetnsRecord, PodRef } from '../store/records';
 
 /** A new netns, pinned in netnsDir, recorded as kni's (KNI CreateNetwork). */
@@ -19,12 +18,7 @@ export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): P
   rt.store.netns.put(name, rec);
   try {
     // One made ahead when there is one (plugin/netns/netns-pool.ts): a bind mount instead of the kernel making a netns now.
-    const fd = rt.netnsPool.take() ?? newNetns();
-    try {
-      pinNetns(fd, rt.cfg.netnsDir, name);
-    } finally {
-      fs.closeSync(fd);
-    }
+    createPinnedNetns(rt.cfg.netnsDir, name, rt.netnsPool.take());
   } catch (e) {
     rt.store.netns.delete(name);
     throw new KniError('INTERNAL', `cannot create network namespace ${rec.path}: ${(e as Error).message}`);

@@ -85,7 +85,7 @@ export function newNetns(): number {
 }
 
 /** Pins the netns open on fd at dir/name by a bind mount (the caller still closes fd). */
-export function pinNetns(fd: number, dir: string, name: string): string {
+function pinNetns(fd: number, dir: string, name: string): string {
   const target = path.join(dir, name);
   fs.closeSync(fs.openSync(target, fs.constants.O_RDONLY | fs.constants.O_CREAT | fs.constants.O_EXCL, 0o444));
   try {
@@ -97,9 +97,8 @@ export function pinNetns(fd: number, dir: string, name: string): string {
   return target;
 }
 
-/** Creates a new netns and pins it at dir/name. */
-export function createPinnedNetns(dir: string, name: string): string {
-  const fd = newNetns();
+/** Pins at dir/name the netns open on fd (a new one when none is given), and closes fd. */
+export function createPinnedNetns(dir: string, name: string, fd = newNetns()): string {
   try {
     return pinNetns(fd, dir, name);
   } finally {
