@@ -119,9 +119,11 @@ describe('observability', () => {
     assert.equal(ok.entry, 'kni');
     assert.equal(ok.level, 'info');
     assert.equal(typeof ok.ms, 'number');
+    assert.match(String(ok.ms), /^\d+(\.\d{1,3})?$/, 'a duration to the microsecond');
     assert.ok(lines.some((l) => l.msg === 'attach' && l.sandbox === 'traced-cni' && l.entry === 'cni'));
     const bad = lines.find((l) => l.msg === 'attach failed' && l.sandbox === 'a/b');
     assert.equal(bad?.code, 'INVALID_ARGUMENT');
+    assert.match(String(bad?.ms), /^\d+(\.\d{1,3})?$/);
     assert.ok(lines.some((l) => l.msg === 'detach' && l.sandbox === 'traced-cni' && l.entry === 'gc'));
   });
 

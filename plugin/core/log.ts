@@ -14,6 +14,9 @@ const MAX_FIELD = 1024;
 const cut = (_key: string, v: unknown): unknown =>
   typeof v === 'string' && v.length > MAX_FIELD ? `${v.slice(0, MAX_FIELD)}… (${v.length} chars)` : v;
 
+/** A duration for a log line, to the microsecond: 1.428 rather than 1.4283029999999999. */
+export const logMs = (ms: number): number => Math.round(ms * 1000) / 1000;
+
 export function log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
   if (order[level] < threshold) return;
   process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, cut)}\n`);

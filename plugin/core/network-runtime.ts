@@ -7,7 +7,7 @@ import { AttachRequest } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
-import { log } from './log';
+import { log, logMs } from './log';
 import { reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
@@ -198,7 +198,7 @@ export class NetworkRuntime {
       const rec = await withSpan('kni.attach', attrs, () => this.attachSandbox(req));
       const s = Number(process.hrtime.bigint() - started) / 1e9;
       attachSeconds.observe({ entry_point: entryPoint }, s);
-      log('info', 'attach', { ...fields, kind: rec.kind, ms: s * 1e3 });
+      log('info', 'attach', { ...fields, kind: rec.kind, ms: logMs(s * 1e3) });
       return rec;
     } catch (e) {
       this.failed('attach', entryPoint, e, fields, started);
@@ -211,7 +211,7 @@ export class NetworkRuntime {
   private failed(operation: string, entryPoint: EntryPoint, e: unknown, fields: Record<string, unknown>, started: bigint): void {
     const code = e instanceof KniError ? e.code : 'INTERNAL';
     errorsTotal.inc({ entry_point: entryPoint, operation, code });
-    log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: Number(process.hrtime.bigint() - started) / 1e6 });
+    log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: logMs(Number(process.hrtime.bigint() - started) / 1e6) });
   }
 
   private async attachSandbox(req: AttachRequest): Promise<SandboxRecord> {
@@ -301,7 +301,7 @@ export class NetworkRuntime {
       const s = Number(process.hrtime.bigint() - started) / 1e9;
       detachSeconds.observe({ entry_point: entryPoint }, s);
       const pod = released?.pod.name ? `${released.pod.namespace}/${released.pod.name}` : '';
-      log(released ? 'info' : 'debug', released ? 'detach' : 'detach: nothing to release', { ...fields, pod, ms: s * 1e3 });
+      log(released ? 'info' : 'debug', released ? 'detach' : 'detach: nothing to release', { ...fields, pod, ms: logMs(s * 1e3) });
       return released !== undefined;
     } catch (e) {
       this.failed('detach', entryPoint, e, fields, started);

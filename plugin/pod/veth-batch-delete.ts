@@ -8,7 +8,7 @@
 // (setImmediate: after the event loop's poll), one RTM_DELLINK of the group deletes them
 // together, with one grace period, and every waiting detach answers. A crash in between
 // leaves links whose alias no longer starts with "kni:": reconcile deletes them as strays.
-import { log } from '../core/log';
+import { log, logMs } from '../core/log';
 import { linkGroupDel, linkSetGroup } from '../netlink/link';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { RELEASED_ALIAS_PREFIX, REAP_GROUP } from './veth-reaper';
@@ -59,7 +59,7 @@ export class VethBatchDelete {
       // ENODEV: none left in the group (a reconcile or a restart deleted them meanwhile).
       if (!(e instanceof NetlinkError && e.code === 'ENODEV')) failure = e;
     }
-    log('debug', 'host veths deleted together', { count: batch.length, ms: performance.now() - started });
+    log('debug', 'host veths deleted together', { count: batch.length, ms: logMs(performance.now() - started) });
     for (const w of batch) {
       if (failure) w.reject(failure);
       else w.resolve();
