@@ -5,8 +5,9 @@ import type * as K8s from '@kubernetes/client-node';
 import { Config, ConfigError, parseConfigText } from '../core/config';
 import { log, setLogLevel } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
-import { configChangesTotal, watchRestartsTotal } from '../observe/metrics';
-import { apiError, KubeApi, recordEvent } from './kube-api';
+import { configChangesTotal } from '../observe/metrics';
+import { KubeApi, recordEvent } from './kube-api';
+import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */
 export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'backend', 'vxlan', 'extensions'] as const;
@@ -32,8 +33,7 @@ export interface LiveHooks {
 
 export class ConfigWatch {
   private informer?: K8s.Informer<K8s.V1ConfigMap>;
-  private restartTimer?: NodeJS.Timeout;
-  private stopped = false;
+  private restart?: WatchRestart;
   private lastSeen = '';
   readonly namespace: string;
   readonly name: string;
@@ -48,23 +48,16 @@ export class ConfigWatch {
     this.informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
     this.informer.on('add', (cm) => void this.changed(cm));
     this.informer.on('update', (cm) => void this.changed(cm));
-    this.informer.on('error', (e) => this.broke(e));
-    void this.informer.start().catch((e) => this.broke(e));
+    const informer = this.informer;
+    const restart = new WatchRestart({ resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap }, start: () => informer.start() });
+    this.restart = restart;
+    informer.on('error', (e) => restart.broke(e));
+    restart.begin();
   }
 
   stop(): void {
-    this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restart?.stop();
     void this.informer?.stop();
-  }
-
-  private broke(e: unknown): void {
-    if (this.stopped) return;
-    watchRestartsTotal.inc({ resource: 'configmap' });
-    log('warn', 'ConfigMap watch broke; starting it again', { configMap: this.cfg.kubernetes.configMap, error: apiError(e) });
-    if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err) => this.broke(err)), 5000);
-    this.restartTimer.unref();
   }
 
   private async changed(cm: K8s.V1ConfigMap): Promise<void> {

@@ -6,8 +6,8 @@ import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { parseDefinition } from '../networks/network-definitions';
-import { watchRestartsTotal } from '../observe/metrics';
-import { apiError, KubeApi, recordEvent } from './kube-api';
+import { KubeApi, recordEvent } from './kube-api';
+import { WatchRestart } from './watch-restart';
 
 export const NAD_GROUP = 'k8s.cni.cncf.io';
 export const NAD_VERSION = 'v1';
@@ -19,8 +19,7 @@ interface Nad extends K8s.KubernetesObject {
 
 export class NadWatch {
   private informer?: K8s.Informer<Nad> & K8s.ObjectCache<Nad>;
-  private restartTimer?: NodeJS.Timeout;
-  private stopped = false;
+  private restart?: WatchRestart;
   private reported = new Set<string>();
   private synced = false;
 
@@ -34,21 +33,27 @@ export class NadWatch {
     this.informer.on('add', (o) => this.upsert(o));
     this.informer.on('update', (o) => this.upsert(o));
     this.informer.on('delete', (o) => this.rt.networks.delete('api', `${o.metadata?.namespace}/${o.metadata?.name}`));
-    this.informer.on('connect', () => {
-      this.lastError = '';
-      this.resync();
+    const informer = this.informer;
+    const restart = new WatchRestart({
+      resource: 'network-attachment-definition',
+      what: 'NetworkAttachmentDefinition watch',
+      start: () => informer.start(),
+      describe: (err) => (err.includes('404') ? 'NetworkAttachmentDefinitions cannot be listed: is their CRD installed (kind-config/kni-daemonset.yaml has it)? retrying' : 'NetworkAttachmentDefinition watch broke; starting it again'),
+      onConnected: () => this.resync(),
+      firstMs: 5000,
+      maxMs: 60_000,
     });
-    this.informer.on('error', (e) => this.broke(e));
-    void this.informer.start().catch((e) => this.broke(e));
+    this.restart = restart;
+    informer.on('error', (e) => restart.broke(e));
+    restart.begin();
   }
 
   stop(): void {
-    this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restart?.stop();
     void this.informer?.stop();
   }
 
-  /** After a (re)list: the cache is the truth, definitions deleted meanwhile go. */
+  /** Once listed and watching: the cache is the truth, definitions deleted meanwhile go. */
   private resync(): void {
     const objs = this.informer?.list() ?? [];
     this.rt.networks.replace('api', objs.map((o) => this.parse(o)));
@@ -75,23 +80,5 @@ export class NadWatch {
       // One node reports it (the first by name would need a list): each kni names itself as the reporting instance.
       void recordEvent(this.api, { kind: 'NetworkAttachmentDefinition', apiVersion: `${NAD_GROUP}/${NAD_VERSION}`, name: def.name, namespace: def.namespace, uid: o.metadata?.uid }, 'Warning', 'InvalidConfig', def.error);
     }
-  }
-
-  private lastError = '';
-  private backoffMs = 5000;
-
-  /** Starts the watch again, backing off to a minute while the same error repeats (logged once). */
-  private broke(e: unknown): void {
-    if (this.stopped) return;
-    watchRestartsTotal.inc({ resource: 'network-attachment-definition' });
-    const err = apiError(e);
-    if (err !== this.lastError) {
-      log('warn', err.includes('404') ? 'NetworkAttachmentDefinitions cannot be listed: is their CRD installed (kind-config/kni-daemonset.yaml has it)? retrying' : 'NetworkAttachmentDefinition watch broke; starting it again', { error: err });
-      this.backoffMs = 5000;
-    } else this.backoffMs = Math.min(this.backoffMs * 2, 60_000);
-    this.lastError = err;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err2) => this.broke(err2)), this.backoffMs);
-    this.restartTimer.unref();
   }
 }

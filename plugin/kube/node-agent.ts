@@ -9,10 +9,11 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
-import { apiConnected, peerNodes, peerRoutes, watchRestartsTotal } from '../observe/metrics';
-import { apiError, KubeApi, recordEvent } from './kube-api';
+import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
+import { KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, sameRanges, writeRangesFile } from './node-ranges';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
+import { WatchRestart } from './watch-restart';
 
 export interface PeerView extends NodeView {
   routes: PeerRouteStatus[];
@@ -40,10 +41,7 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
   private connected = false;
-  private lastError = '';
-  private restarts = 0;
-  private backoffMs = 1000;
-  private restartTimer?: NodeJS.Timeout;
+  private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
   private syncing = false;
   private syncAgain = false;
@@ -67,13 +65,27 @@ export class NodeAgent {
 
   start(): void {
     const { k8s, kc, core } = this.api;
-    this.informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
-    for (const verb of ['add', 'update', 'delete'] as const) this.informer.on(verb, () => this.markConnected());
-    this.informer.on('connect', () => this.markConnected());
-    this.informer.on('error', (err) => this.watchBroke(err));
+    const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
+    this.informer = informer;
+    const restart = new WatchRestart({
+      resource: 'nodes',
+      what: 'Node watch',
+      start: () => informer.start(),
+      describe: () => 'Node watch broke; starting it again (routes stay as they are)',
+      onBroke: (error) => this.watchBroke(error),
+      onConnected: () => this.markConnected(),
+      firstMs: 1000,
+      maxMs: 10_000,
+    });
+    this.restart = restart;
+    // A Node event means the watch delivers; its connect event comes before the list, so it
+    // only asks for a sync from the cache.
+    for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => restart.connected());
+    informer.on('connect', () => this.schedule());
+    informer.on('error', (err) => restart.broke(err));
     this.rt.onIpamChange(() => this.checkIpam());
     this.checkIpam();
-    void this.informer.start().catch((e) => this.watchBroke(e));
+    restart.begin();
     this.ownerTimer = setInterval(() => void this.checkExtensionOwners(), 2000);
     this.ownerTimer.unref();
   }
@@ -108,7 +120,7 @@ export class NodeAgent {
 
   stop(): void {
     this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restart?.stop();
     if (this.syncTimer) clearTimeout(this.syncTimer);
     if (this.ownerTimer) clearInterval(this.ownerTimer);
     this.writer.stop();
@@ -121,27 +133,16 @@ export class NodeAgent {
   }
 
   private markConnected(): void {
-    if (!this.connected) log('info', 'watching Nodes', { api: this.api.source });
+    if (!this.connected && !this.restart?.restarts) log('info', 'watching Nodes', { api: this.api.source });
     this.connected = true;
-    this.lastError = '';
-    this.backoffMs = 1000;
     apiConnected.set(1);
     this.schedule();
   }
 
-  private watchBroke(err: unknown): void {
-    if (this.stopped) return;
+  private watchBroke(error: string): void {
     this.connected = false;
-    this.lastError = apiError(err);
-    this.restarts++;
     apiConnected.set(0);
-    watchRestartsTotal.inc({ resource: 'nodes' });
-    log('warn', 'Node watch broke; starting it again (routes stay as they are)', { error: this.lastError, retryInMs: this.backoffMs });
-    if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${this.lastError})`);
-    if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = setTimeout(() => void this.informer?.start().catch((e) => this.watchBroke(e)), this.backoffMs);
-    this.restartTimer.unref();
-    this.backoffMs = Math.min(this.backoffMs * 2, 10_000);
+    if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${error})`);
   }
 
   private schedule(): void {
@@ -268,7 +269,7 @@ export class NodeAgent {
       ranges: this.cfg.ranges.map((c) => c.text),
       rangesProblem: this.rangesProblem,
       backend: this.cfg.backend,
-      api: { source: this.api.source, connected: this.connected, error: this.lastError, watchRestarts: this.restarts },
+      api: { source: this.api.source, connected: this.connected, error: this.restart?.lastError ?? '', watchRestarts: this.restart?.restarts ?? 0 },
       peers,
     };
   }

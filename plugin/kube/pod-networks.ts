@@ -10,9 +10,9 @@ import { log } from '../core/log';
 import { carriesDefaultRoute } from '../core/network-backend';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseNetworkSelections } from '../networks/network-selection';
-import { watchRestartsTotal } from '../observe/metrics';
 import { SandboxRecord } from '../store/records';
 import { apiError, KubeApi, recordEvent, withTimeout } from './kube-api';
+import { WatchRestart } from './watch-restart';
 
 const RESYNC_MS = 30_000;
 
@@ -30,7 +30,7 @@ export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<st
 
 export class PodNetworks {
   private informer?: K8s.ListWatch<K8s.V1Pod>;
-  private restartTimer?: NodeJS.Timeout;
+  private restart?: WatchRestart;
   private resyncTimer?: NodeJS.Timeout;
   private stopped = false;
   /** Pod key → the network-status last written (or found) on it. */
@@ -53,8 +53,11 @@ export class PodNetworks {
       this.written.delete(keyOf(p));
       this.reported.delete(keyOf(p));
     });
-    this.informer.on('error', (e) => this.broke(e));
-    void this.informer.start().catch((e) => this.broke(e));
+    const informer = this.informer;
+    const restart = new WatchRestart({ resource: 'pod', what: 'Pod watch', start: () => informer.start() });
+    this.restart = restart;
+    informer.on('error', (e) => restart.broke(e));
+    restart.begin();
     this.rt.podAnnotations = (namespace, name) => this.informer?.get(name, namespace)?.metadata?.annotations;
     this.rt.networks.onChange(() => this.resyncAll());
     this.unsubscribe = this.rt.events.subscribe((e) => {
@@ -69,20 +72,11 @@ export class PodNetworks {
 
   stop(): void {
     this.stopped = true;
-    if (this.restartTimer) clearTimeout(this.restartTimer);
+    this.restart?.stop();
     if (this.resyncTimer) clearInterval(this.resyncTimer);
     this.unsubscribe?.();
     this.rt.podAnnotations = undefined;
     void this.informer?.stop();
-  }
-
-  private broke(e: unknown): void {
-    if (this.stopped) return;
-    watchRestartsTotal.inc({ resource: 'pod' });
-    log('warn', 'Pod watch broke; starting it again', { error: apiError(e) });
-    if (this.restartTimer) clearTimeout(this.restartTimer);
-    this.restartTimer = setTimeout(() => void this.informer?.start().catch((err) => this.broke(err)), 5000);
-    this.restartTimer.unref();
   }
 
   private resyncAll(): void {

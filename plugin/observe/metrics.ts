@@ -66,7 +66,7 @@ export const apiConnected = new prom.Gauge({
 
 export const watchRestartsTotal = new prom.Counter({
   name: 'kni_kubernetes_watch_restarts_total',
-  help: 'Watches of the Kubernetes API (Nodes, ConfigMap) that broke and were started again',
+  help: 'Watches of the Kubernetes API (Nodes, the ConfigMap, NetworkAttachmentDefinitions, Pods) that broke and were started again',
   labelNames: ['resource'] as const,
   registers: [registry],
 });

@@ -205,6 +205,22 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
       // w1 was restarted in the outage; w2's watch broke and resumed: both catch up.
       for (const w of WORKERS) await waitFor(() => /10\.244\.201\.0\/28 via /.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
       assert.ok(knictl('w2', 'node').cluster.api.watch_restarts >= 1, 'w2 never saw its watch break: the outage proves nothing');
+      // Every watch of each kni (w2's broke while it ran, w1's failed from its start) came back
+      // and said so; a failure was logged once, not at each retry.
+      const watches = ['Node', 'ConfigMap', 'Pod', 'NetworkAttachmentDefinition'];
+      for (const w of WORKERS) {
+        const lines = () => execFileSync('cat', [`${CL}/run/kni-${w}.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l));
+        await waitFor(() => watches.every((what) => lines().some((l) => l.msg === `${what} watch is back`)), 60_000, () => `${w}: ${lines().filter((l) => / watch /.test(l.msg)).map((l) => `${l.msg} ${l.error ?? ''}`).join('; ')}`);
+        for (const what of watches) {
+          let last = '';
+          for (const l of lines()) {
+            if (l.msg === `${what} watch is back`) last = '';
+            if (!String(l.msg).startsWith(`${what} watch broke`)) continue;
+            assert.notEqual(l.error, last, `${w}: the ${what} watch logged the same failure twice in a row: ${l.error}`);
+            last = l.error;
+          }
+        }
+      }
     } finally {
       kubectl('delete', 'node', 'kc-late');
     }
