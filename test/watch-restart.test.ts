@@ -22,6 +22,18 @@ function captureLog(): { lines: Record<string, unknown>[]; stop(): void } {
   return { lines, stop: () => (process.stdout.write = write) };
 }
 
+/** An informer whose start() does what `run` says; its error listener is what WatchRestart set. */
+function informer(run: (emitError: (e: unknown) => void) => Promise<void>): { start(): Promise<void>; stop(): Promise<void>; on(verb: 'error', cb: (e: unknown) => void): void; stopped: number } {
+  let onError: (e: unknown) => void = () => undefined;
+  const w = {
+    stopped: 0,
+    start: () => run((e) => onError(e)),
+    stop: async () => void w.stopped++,
+    on: (_verb: 'error', cb: (e: unknown) => void) => void (onError = cb),
+  };
+  return w;
+}
+
 const restartsOf = async (resource: string): Promise<number> =>
   (await watchRestartsTotal.get()).values.find((v) => v.labels.resource === resource)?.value ?? 0;
 
@@ -35,14 +47,14 @@ describe('Kubernetes watches: restart policy', () => {
     const resource = `test-${process.pid}`;
     const before = await restartsOf(resource);
     // The informer's way: a failed list or watch is an error event, and start() still resolves.
-    const w: WatchRestart = new WatchRestart({
+    const inf = informer(async (emitError) => {
+      calls.push(performance.now());
+      if (fail) emitError(new Error(fail));
+    });
+    const w = new WatchRestart(inf, {
       resource,
       what: 'Thing watch',
       fields: { thing: 'ns/x' },
-      start: async () => {
-        calls.push(performance.now());
-        if (fail) w.broke(new Error(fail));
-      },
       onBroke: (_e, retryInMs) => delays.push(retryInMs),
       onConnected: () => connected++,
       firstMs: 20,
@@ -88,18 +100,18 @@ describe('Kubernetes watches: restart policy', () => {
     const stoppedAt = calls.length;
     await new Promise((r) => setTimeout(r, 200));
     assert.equal(calls.length, stoppedAt, 'a stopped watch was started again');
+    assert.equal(inf.stopped, 1, 'stop() stops the informer');
   });
 
   it('a start() that rejects is a failure too; describe() words the line; stop() during the wait ends it', async () => {
     const log = captureLog();
     let starts = 0;
-    const w = new WatchRestart({
+    const w = new WatchRestart(informer(async () => {
+      starts++;
+      throw Object.assign(new Error('HTTP-Code: 404'), { code: 404, body: { message: 'the server could not find the requested resource' } });
+    }), {
       resource: `test-${process.pid}-b`,
       what: 'Other watch',
-      start: async () => {
-        starts++;
-        throw Object.assign(new Error('HTTP-Code: 404'), { code: 404, body: { message: 'the server could not find the requested resource' } });
-      },
       describe: (e) => `no such resource: ${e.includes('404')}`,
       firstMs: 30,
     });

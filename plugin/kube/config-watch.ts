@@ -48,16 +48,12 @@ export class ConfigWatch {
     this.informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
     this.informer.on('add', (cm) => void this.changed(cm));
     this.informer.on('update', (cm) => void this.changed(cm));
-    const informer = this.informer;
-    const restart = new WatchRestart({ resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap }, start: () => informer.start() });
-    this.restart = restart;
-    informer.on('error', (e) => restart.broke(e));
-    restart.begin();
+    this.restart = new WatchRestart(this.informer, { resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap } });
+    this.restart.begin();
   }
 
   stop(): void {
     this.restart?.stop();
-    void this.informer?.stop();
   }
 
   private async changed(cm: K8s.V1ConfigMap): Promise<void> {

@@ -33,24 +33,17 @@ export class NadWatch {
     this.informer.on('add', (o) => this.upsert(o));
     this.informer.on('update', (o) => this.upsert(o));
     this.informer.on('delete', (o) => this.rt.networks.delete('api', `${o.metadata?.namespace}/${o.metadata?.name}`));
-    const informer = this.informer;
-    const restart = new WatchRestart({
+    this.restart = new WatchRestart(this.informer, {
       resource: 'network-attachment-definition',
       what: 'NetworkAttachmentDefinition watch',
-      start: () => informer.start(),
       describe: (err) => (err.includes('404') ? 'NetworkAttachmentDefinitions cannot be listed: is their CRD installed (kind-config/kni-daemonset.yaml has it)? retrying' : 'NetworkAttachmentDefinition watch broke; starting it again'),
       onConnected: () => this.resync(),
-      firstMs: 5000,
-      maxMs: 60_000,
     });
-    this.restart = restart;
-    informer.on('error', (e) => restart.broke(e));
-    restart.begin();
+    this.restart.begin();
   }
 
   stop(): void {
     this.restart?.stop();
-    void this.informer?.stop();
   }
 
   /** Once listed and watching: the cache is the truth, definitions deleted meanwhile go. */

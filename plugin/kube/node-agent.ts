@@ -67,10 +67,9 @@ export class NodeAgent {
     const { k8s, kc, core } = this.api;
     const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
     this.informer = informer;
-    const restart = new WatchRestart({
+    const restart = new WatchRestart(informer, {
       resource: 'nodes',
       what: 'Node watch',
-      start: () => informer.start(),
       describe: () => 'Node watch broke; starting it again (routes stay as they are)',
       onBroke: (error) => this.watchBroke(error),
       onConnected: () => this.markConnected(),
@@ -82,7 +81,6 @@ export class NodeAgent {
     // only asks for a sync from the cache.
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => restart.connected());
     informer.on('connect', () => this.schedule());
-    informer.on('error', (err) => restart.broke(err));
     this.rt.onIpamChange(() => this.checkIpam());
     this.checkIpam();
     restart.begin();
@@ -124,7 +122,6 @@ export class NodeAgent {
     if (this.syncTimer) clearTimeout(this.syncTimer);
     if (this.ownerTimer) clearInterval(this.ownerTimer);
     this.writer.stop();
-    void this.informer?.stop();
   }
 
   /** Routes again from the cache (the backend changed live). */

@@ -53,11 +53,8 @@ export class PodNetworks {
       this.written.delete(keyOf(p));
       this.reported.delete(keyOf(p));
     });
-    const informer = this.informer;
-    const restart = new WatchRestart({ resource: 'pod', what: 'Pod watch', start: () => informer.start() });
-    this.restart = restart;
-    informer.on('error', (e) => restart.broke(e));
-    restart.begin();
+    this.restart = new WatchRestart(this.informer, { resource: 'pod', what: 'Pod watch' });
+    this.restart.begin();
     this.rt.podAnnotations = (namespace, name) => this.informer?.get(name, namespace)?.metadata?.annotations;
     this.rt.networks.onChange(() => this.resyncAll());
     this.unsubscribe = this.rt.events.subscribe((e) => {
@@ -76,7 +73,6 @@ export class PodNetworks {
     if (this.resyncTimer) clearInterval(this.resyncTimer);
     this.unsubscribe?.();
     this.rt.podAnnotations = undefined;
-    void this.informer?.stop();
   }
 
   private resyncAll(): void {

@@ -8,13 +8,18 @@ import { log } from '../core/log';
 import { watchRestartsTotal } from '../observe/metrics';
 import { apiError } from './kube-api';
 
+/** What WatchRestart needs of an informer (@kubernetes/client-node's ListWatch). */
+export interface RestartableWatch {
+  start(): Promise<void>;
+  stop(): Promise<void>;
+  on(verb: 'error', cb: (err: unknown) => void): void;
+}
+
 export interface WatchRestartOptions {
   /** The metric's resource label: nodes, configmap, network-attachment-definition, pod. */
   resource: string;
   /** What the log lines name: "Node watch". */
   what: string;
-  /** (Re)starts the watch: the informer's start(). */
-  start: () => Promise<void>;
   /** The log line for a failure, when a plain "broke; starting it again" would not help. */
   describe?: (error: string) => string;
   /** Fields every log line carries (the ConfigMap's name). */
@@ -38,10 +43,11 @@ export class WatchRestart {
   /** Failures since kni started. */
   restarts = 0;
 
-  constructor(private readonly o: WatchRestartOptions) {
+  constructor(private readonly watch: RestartableWatch, private readonly o: WatchRestartOptions) {
     this.firstMs = o.firstMs ?? 1000;
     this.maxMs = o.maxMs ?? 30_000;
     this.delayMs = this.firstMs;
+    watch.on('error', (e) => this.broke(e));
   }
 
   /**
@@ -53,7 +59,7 @@ export class WatchRestart {
   begin(): void {
     if (this.stopped) return;
     const failures = this.restarts;
-    this.o.start().then(
+    this.watch.start().then(
       () => {
         if (!this.stopped && this.restarts === failures) this.connected();
       },
@@ -89,9 +95,11 @@ export class WatchRestart {
     this.delayMs = Math.min(this.delayMs * 2, this.maxMs);
   }
 
+  /** Stops the watch and any restart planned. */
   stop(): void {
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
+    void this.watch.stop();
   }
 }
