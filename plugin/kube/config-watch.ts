@@ -1,6 +1,7 @@
 // kni's ConfigMap, watched: an edit that changes only what may change under running pods is
 // applied at once; anything else (a setting that needs a restart, or an invalid file) is
 // refused — kni keeps its config, logs every problem and records an Event on the ConfigMap.
+// Deleted, it keeps its config too and says so (the DaemonSet mounts it: a restart needs it).
 import type * as K8s from '@kubernetes/client-node';
 import { Config, ConfigError, parseConfigText } from '../core/config';
 import { log, setLogLevel } from '../core/log';
@@ -48,6 +49,7 @@ export class ConfigWatch {
     this.informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
     this.informer.on('add', (cm) => void this.changed(cm));
     this.informer.on('update', (cm) => void this.changed(cm));
+    this.informer.on('delete', () => log('warn', 'ConfigMap deleted: kni keeps the config it runs with, but its pods cannot start again until the ConfigMap is back', { configMap: this.cfg.kubernetes.configMap }));
     this.restart = new WatchRestart(this.informer, { resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap } });
     this.restart.begin();
   }

@@ -259,7 +259,7 @@ spec:
     kubectl('delete', 'deployment', 'spill', '--wait=false');
   });
 
-  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again)', async () => {
+  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again); deleted, kni keeps its config and says so', async () => {
     const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
     const original: string = cm.data['config.yaml'];
     const edit = (text: string) => kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
@@ -291,6 +291,17 @@ spec:
     await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
     const [a4] = podIps('who-1');
     assert.equal(fetchFrom('who-2', a4), podIps('who-2')[0]);
+
+    // Deleted: kni keeps its config and says why that matters; made again, nothing changes.
+    const warned = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).includes('"msg":"ConfigMap deleted: kni keeps the config it runs with');
+    kubectl('-n', 'kube-system', 'delete', 'configmap', 'kni-config');
+    try {
+      await waitFor(warned, 30_000, () => 'no log line for the deleted ConfigMap');
+      assert.equal(knictl('w1', 'node').ready, true);
+    } finally {
+      apply(JSON.stringify({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: 'kni-config', namespace: 'kube-system', labels: cm.metadata.labels ?? {} }, data: cm.data }));
+    }
+    assert.equal(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config').data['config.yaml'], original);
   });
 
   // Last: it replaces kc-w1's Node object (its podCIDRs cannot be edited in place).
