@@ -73,7 +73,6 @@ export class NodeAgent {
       describe: () => 'Node watch broke; starting it again (routes stay as they are)',
       onBroke: (error) => this.watchBroke(error),
       onConnected: () => this.markConnected(),
-      firstMs: 1000,
       maxMs: 10_000,
     });
     this.restart = restart;
