@@ -8,7 +8,8 @@
 //   attach: open the pin O_PATH, readlink /proc/self/fd, fstat, reopen O_RDONLY, NS_GET_NSTYPE
 //           (kni's openNetns); setns into the pod netns, a netlink socket (bind, CAP_ACK,
 //           EXT_ACK), setns back; RTM_NEWLINK veth with NLM_F_ECHO (host end on the bridge with
-//           kni's shared host-end MAC, peer eth0 created in the pod netns; the echoed host end
+//           kni's shared host-end MAC, peer eth0 created in the pod netns, one queue each way
+//           on both ends; the echoed host end
 //           gives both ifindexes); one write of addr_gen_mode none + hairpin + alias + up; one
 //           write, in the pod, of addr_gen_mode none + lo up + eth0 up + two addresses + two
 //           default routes.
@@ -53,6 +54,11 @@
 #endif
 #define NS_GET_NSTYPE 0xb703
 #define IFLA_BRPORT_MODE_ 4
+// One queue each way on both veth ends, as kni asks (plugin/netlink/link.ts vethAdd); built
+// with -DNUM_QUEUES=0 it asks none, as kni did before (the A/B in docs/performance.md).
+#ifndef NUM_QUEUES
+#define NUM_QUEUES 1
+#endif
 #define REAP_GROUP 0x6b6e69 // kni's group for retired veths (plugin/pod/veth-reaper.ts)
 
 static const char *stage = "start";
@@ -258,6 +264,10 @@ int main(int argc, char **argv) {
         attr_put(&m, h, IFLA_ADDRESS, host_mac, 6);
         attr_u32(&m, h, IFLA_MTU, 1500);
         if (!routed) attr_u32(&m, h, IFLA_MASTER, (uint32_t)br);
+        if (NUM_QUEUES) {
+            attr_u32(&m, h, IFLA_NUM_TX_QUEUES, NUM_QUEUES);
+            attr_u32(&m, h, IFLA_NUM_RX_QUEUES, NUM_QUEUES);
+        }
         size_t li = nest_start(&m, h, IFLA_LINKINFO);
         attr_str(&m, h, IFLA_INFO_KIND, "veth");
         size_t data = nest_start(&m, h, IFLA_INFO_DATA);
@@ -266,6 +276,10 @@ int main(int argc, char **argv) {
         attr_u32(&m, h, IFLA_MTU, 1500);
         attr_put(&m, h, IFLA_ADDRESS, mac, 6);
         attr_u32(&m, h, IFLA_NET_NS_FD, (uint32_t)ns);
+        if (NUM_QUEUES) {
+            attr_u32(&m, h, IFLA_NUM_TX_QUEUES, NUM_QUEUES);
+            attr_u32(&m, h, IFLA_NUM_RX_QUEUES, NUM_QUEUES);
+        }
         nest_end(&m, peer);
         nest_end(&m, data);
         nest_end(&m, li);

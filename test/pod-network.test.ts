@@ -69,6 +69,9 @@ describe('pod network (real kernel)', () => {
       const port = inNetns(d.nodeNetns, 'ip', ['-d', 'link', 'show', itf.host_interface]).out;
       assert.match(port, /master kni0/);
       assert.match(port, /hairpin on/);
+      // One queue each way on both ends (link.ts vethAdd: no expedited RCU wait at creation).
+      assert.match(port, /numtxqueues 1 numrxqueues 1 /);
+      assert.match(inNetns(a.netns, 'ip', ['-d', 'link', 'show', 'eth0']).out, /numtxqueues 1 numrxqueues 1 /);
       // Both host ends share one MAC (pod-wiring.ts), and the pods above reached each other.
       assert.match(port, /link\/ether ee:ee:ee:ee:ee:ee/);
       assert.match(inNetns(d.nodeNetns, 'ip', ['link', 'show', b.net.interfaces[0].host_interface]).out, /link\/ether ee:ee:ee:ee:ee:ee/);

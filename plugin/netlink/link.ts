@@ -22,6 +22,8 @@ const IFLA_LINK = 5;
 const IFLA_IFALIAS = 20;
 const IFLA_LINK_NETNSID = 37;
 const IFLA_EXT_MASK = 29;
+const IFLA_NUM_TX_QUEUES = 31;
+const IFLA_NUM_RX_QUEUES = 32;
 const RTEXT_FILTER_SKIP_STATS = 1 << 3;
 const IFLA_GROUP = 27;
 const IFLA_AF_SPEC = 26;
@@ -172,6 +174,15 @@ export interface VethSpec {
  * its settings are in), the peer created directly in the pod netns. The peer cannot be brought up here (the kernel answers
  * ENOTCONN): that is done from a socket inside the pod netns.
  */
+/**
+ * One queue each way for each end. Asked for none, the kernel gives a veth end a queue per
+ * CPU and then cuts it back to one in use, and cutting transmit queues of a registered device
+ * waits for an expedited RCU grace period (veth_init_queues → netif_set_real_num_tx_queues →
+ * synchronize_net): two per pod, each an interrupt to every CPU of the node and 50–150 µs of
+ * the attach here. A pod's veth uses one queue either way.
+ */
+const oneQueue = (): Buffer[] => [attrU32(IFLA_NUM_TX_QUEUES, 1), attrU32(IFLA_NUM_RX_QUEUES, 1)];
+
 export function vethAdd(v: VethSpec): NetlinkRequest {
   const peer = Buffer.concat([
     ifinfomsg(),
@@ -179,6 +190,7 @@ export function vethAdd(v: VethSpec): NetlinkRequest {
     attrU32(IFLA_MTU, v.mtu),
     attr(IFLA_ADDRESS, macBytes(v.peer.mac)),
     attrU32(IFLA_NET_NS_FD, v.peer.netnsFd),
+    ...oneQueue(),
   ]);
   return {
     type: RTM_NEWLINK,
@@ -190,6 +202,7 @@ export function vethAdd(v: VethSpec): NetlinkRequest {
       ...(v.mac ? [attr(IFLA_ADDRESS, macBytes(v.mac))] : []),
       attrU32(IFLA_MTU, v.mtu),
       ...(v.master ? [attrU32(IFLA_MASTER, v.master)] : []),
+      ...oneQueue(),
       attrNested(IFLA_LINKINFO, [
         attrString(IFLA_INFO_KIND, 'veth'),
         attrNested(IFLA_INFO_DATA, [attr(VETH_INFO_PEER, peer)]),
