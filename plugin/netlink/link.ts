@@ -170,11 +170,6 @@ export interface VethSpec {
 }
 
 /**
- * A veth pair created in one request: the host end enslaved (brought up by the caller once
- * its settings are in), the peer created directly in the pod netns. The peer cannot be brought up here (the kernel answers
- * ENOTCONN): that is done from a socket inside the pod netns.
- */
-/**
  * One queue each way for each end. Asked for none, the kernel gives a veth end a queue per
  * CPU and then cuts it back to one in use, and cutting transmit queues of a registered device
  * waits for an expedited RCU grace period (veth_init_queues → netif_set_real_num_tx_queues →
@@ -183,6 +178,12 @@ export interface VethSpec {
  */
 const oneQueue = (): Buffer[] => [attrU32(IFLA_NUM_TX_QUEUES, 1), attrU32(IFLA_NUM_RX_QUEUES, 1)];
 
+/**
+ * A veth pair created in one request: the host end enslaved (brought up by the caller once
+ * its settings are in), the peer created directly in the pod netns, one queue each way on
+ * both. The peer cannot be brought up here (the kernel answers ENOTCONN): that is done from a
+ * socket inside the pod netns.
+ */
 export function vethAdd(v: VethSpec): NetlinkRequest {
   const peer = Buffer.concat([
     ifinfomsg(),
