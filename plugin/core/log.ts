@@ -17,6 +17,9 @@ const cut = (_key: string, v: unknown): unknown =>
 /** A duration for a log line, to the microsecond: 1.428 rather than 1.4283029999999999. */
 export const logMs = (ms: number): number => Math.round(ms * 1000) / 1000;
 
+/** Milliseconds since a process.hrtime.bigint() reading, for a log line. */
+export const msSince = (started: bigint): number => logMs(Number(process.hrtime.bigint() - started) / 1e6);
+
 export function log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
   if (order[level] < threshold) return;
   process.stdout.write(`${JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }, cut)}\n`);

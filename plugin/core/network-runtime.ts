@@ -7,7 +7,7 @@ import { AttachRequest } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
-import { log, logMs } from './log';
+import { log, logMs, msSince } from './log';
 import { reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
@@ -211,7 +211,7 @@ export class NetworkRuntime {
   private failed(operation: string, entryPoint: EntryPoint, e: unknown, fields: Record<string, unknown>, started: bigint): void {
     const code = e instanceof KniError ? e.code : 'INTERNAL';
     errorsTotal.inc({ entry_point: entryPoint, operation, code });
-    log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: logMs(Number(process.hrtime.bigint() - started) / 1e6) });
+    log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: msSince(started) });
   }
 
   private async attachSandbox(req: AttachRequest): Promise<SandboxRecord> {

@@ -33,7 +33,6 @@ export interface LiveHooks {
 }
 
 export class ConfigWatch {
-  private informer?: K8s.Informer<K8s.V1ConfigMap>;
   private restart?: WatchRestart;
   private lastSeen = '';
   readonly namespace: string;
@@ -46,11 +45,11 @@ export class ConfigWatch {
   start(): void {
     const { k8s, kc, core } = this.api;
     const fieldSelector = `metadata.name=${this.name}`;
-    this.informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
-    this.informer.on('add', (cm) => void this.changed(cm));
-    this.informer.on('update', (cm) => void this.changed(cm));
-    this.informer.on('delete', () => log('warn', 'ConfigMap deleted: kni keeps the config it runs with, but its pods cannot start again until the ConfigMap is back', { configMap: this.cfg.kubernetes.configMap }));
-    this.restart = new WatchRestart(this.informer, { resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap } });
+    const informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
+    informer.on('add', (cm) => void this.changed(cm));
+    informer.on('update', (cm) => void this.changed(cm));
+    informer.on('delete', () => log('warn', 'ConfigMap deleted: kni keeps the config it runs with, but its pods cannot start again until the ConfigMap is back', { configMap: this.cfg.kubernetes.configMap }));
+    this.restart = new WatchRestart(informer, { resource: 'configmap', what: 'ConfigMap watch', fields: { configMap: this.cfg.kubernetes.configMap } });
     this.restart.begin();
   }
 

@@ -3,7 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
 import { refusal } from './request-guard';
-import { log, logMs } from '../core/log';
+import { log, msSince } from '../core/log';
 import { rpcErrorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 
@@ -24,14 +24,14 @@ export function unary<Req, Res>(
       .then(() => withSpan(`${service}/${method}`, { 'rpc.system': 'grpc', 'rpc.service': service, 'rpc.method': method }, () => fn(call.request)))
       .then(
         (res) => {
-          log('debug', 'rpc', { service, method, sandbox, ms: logMs(Number(process.hrtime.bigint() - started) / 1e6) });
+          log('debug', 'rpc', { service, method, sandbox, ms: msSince(started) });
           callback(null, res);
         },
         (e: unknown) => {
           const err = e instanceof KniError ? e : new KniError('INTERNAL', `${method}: ${(e as Error)?.message ?? String(e)}`);
           rpcErrorsTotal.inc({ service, method, code: err.code });
           log(err.code === 'INTERNAL' ? 'error' : 'warn', 'rpc failed', {
-            service, method, sandbox, code: err.code, error: err.message, ms: logMs(Number(process.hrtime.bigint() - started) / 1e6),
+            service, method, sandbox, code: err.code, error: err.message, ms: msSince(started),
           });
           callback({ code: grpc.status[err.code], details: err.message.length > 1000 ? `${err.message.slice(0, 1000)}…` : err.message });
         },
