@@ -1,5 +1,6 @@
 // Pure logic: address arithmetic, config validation, the range allocator.
 import assert from 'node:assert/strict';
+import crypto from 'node:crypto';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
@@ -10,6 +11,9 @@ import { formatIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
+import { log } from '../plugin/core/log';
+import { hostVethName } from '../plugin/core/runtime-types';
+import { podMac } from '../plugin/pod/pod-wiring';
 
 describe('ip', () => {
   it('round-trips IPv4 and IPv6 in canonical form', () => {
@@ -159,6 +163,52 @@ describe('validation', () => {
     bad(() => validate.netnsPath('/run/netns/x/'), /not normalised/);
     bad(() => validate.netnsPath('/run/netns/a\0b'), /not a valid path/);
     assert.equal(validate.netnsPath(`/proc/${process.pid}/ns/net`), `/proc/${process.pid}/ns/net`);
+  });
+});
+
+describe('log lines', () => {
+  const lines = (fn: () => void): Record<string, unknown>[] => {
+    const out: string[] = [];
+    const write = process.stdout.write;
+    process.stdout.write = ((chunk: string) => out.push(chunk) > 0) as typeof process.stdout.write;
+    try {
+      fn();
+    } finally {
+      process.stdout.write = write;
+    }
+    return out.map((l) => JSON.parse(l) as Record<string, unknown>);
+  };
+
+  it('are one JSON object each, and what a caller sent is cut at 1024 characters wherever it sits', () => {
+    const big = 'x'.repeat(5000);
+    const [flat, nested, longMsg] = lines(() => {
+      log('warn', 'attach failed', { sandbox: 'a', ms: 1.5, ok: true, error: big });
+      log('warn', 'attach failed', { sandbox: 'a', detail: { error: big, list: [big] } });
+      log('warn', big);
+    });
+    assert.equal(flat.msg, 'attach failed');
+    assert.equal(flat.ms, 1.5);
+    assert.equal(flat.ok, true);
+    assert.equal(flat.error, `${'x'.repeat(1024)}… (5000 chars)`);
+    assert.deepEqual(nested.detail, { error: `${'x'.repeat(1024)}… (5000 chars)`, list: [`${'x'.repeat(1024)}… (5000 chars)`] });
+    assert.equal(longMsg.msg, `${'x'.repeat(1024)}… (5000 chars)`);
+    const [short] = lines(() => log('info', 'attach', { sandbox: 's1', pod: 'ns/p', entry: 'kni', kind: 'container', ms: 0.912, missing: undefined, none: null }));
+    assert.deepEqual(Object.keys(short), ['time', 'level', 'msg', 'sandbox', 'pod', 'entry', 'kind', 'ms', 'none']);
+    assert.match(String(short.time), /^\d{4}-\d\d-\d\dT/);
+  });
+});
+
+describe('names and MACs a pod is given', () => {
+  it('host veth names are the first 12 hex digits of sha256("<sandbox>/<interface>"), as every kni before made them', () => {
+    // A restart finds the host ends of running pods by these names: they must never change.
+    assert.equal(hostVethName('a', 'eth0'), 'kni49075c1f2373');
+    assert.equal(hostVethName('0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', 'net1'), `kni${crypto.createHash('sha256').update('0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef/net1').digest('hex').slice(0, 12)}`);
+  });
+
+  it('a pod MAC is 0a:58 and its IPv4 address, else random', () => {
+    assert.equal(podMac('10.1.0.5'), '0a:58:0a:01:00:05');
+    assert.equal(podMac('192.168.255.16'), '0a:58:c0:a8:ff:10');
+    assert.match(podMac(), /^0a:58(:[0-9a-f]{2}){4}$/);
   });
 });
 

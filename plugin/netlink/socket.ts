@@ -58,6 +58,10 @@ export interface NetlinkMessage {
  */
 const RECV = Buffer.allocUnsafe(64 * 1024);
 
+/** struct sockaddr_nl: AF_NETLINK, port 0 (the kernel picks one), no groups. */
+const SOCKADDR_NL = Buffer.alloc(12);
+SOCKADDR_NL.writeUInt16LE(libc.AF_NETLINK, 0);
+
 export class NetlinkSocket {
   private readonly fd: number;
   private seq = Math.floor(Math.random() * 0x7fffffff);
@@ -68,9 +72,7 @@ export class NetlinkSocket {
   constructor() {
     this.fd = libc.socket(libc.AF_NETLINK, libc.SOCK_RAW | libc.SOCK_CLOEXEC, NETLINK_ROUTE);
     try {
-      const sa = Buffer.alloc(12);
-      sa.writeUInt16LE(libc.AF_NETLINK, 0);
-      libc.bind(this.fd, sa);
+      libc.bind(this.fd, SOCKADDR_NL);
       libc.setsockoptInt(this.fd, libc.SOL_NETLINK, NETLINK_CAP_ACK, 1);
       libc.setsockoptInt(this.fd, libc.SOL_NETLINK, libc.NETLINK_EXT_ACK, 1);
     } catch (e) {

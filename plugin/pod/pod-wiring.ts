@@ -142,6 +142,8 @@ export function unwirePod(itf: Pick<InterfaceRecord, 'hostVeth'> & { index?: num
 
 /** The pod's MAC: 0a:58 followed by its IPv4 address (as OVN-Kubernetes does), else random. */
 export function podMac(ipv4?: string): string {
-  const tail = ipv4 ? ipv4.split('.').map(Number) : [...crypto.getRandomValues(new Uint8Array(4))];
-  return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
+  const tail = ipv4 ? ipv4.split('.', 4).map(Number) : crypto.getRandomValues(new Uint8Array(4));
+  let mac = '0a:58';
+  for (const b of tail) mac += b < 16 ? `:0${b.toString(16)}` : `:${b.toString(16)}`;
+  return mac;
 }

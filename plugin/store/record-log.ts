@@ -15,6 +15,7 @@
 import fs from 'node:fs';
 import zlib from 'node:zlib';
 import { log } from '../core/log';
+import * as libc from '../sys/libc';
 
 /** One change: a record written whole, or a record gone. */
 export type LogEntry<T> = { k: string; v: T } | { k: string; d: 1 };
@@ -130,7 +131,9 @@ export class RecordLog<T extends object> {
     this.open();
     const buf = Buffer.from(line);
     try {
-      for (let off = 0; off < buf.length; ) off += fs.writeSync(this.fd, buf, off, buf.length - off);
+      // libc's write rather than Node's writeSync: ≈ 7 µs less a line between requests, two
+      // lines an attach (docs/performance.md, tenth round).
+      for (let off = 0; off < buf.length; ) off += libc.write(this.fd, off ? buf.subarray(off) : buf);
     } catch (e) {
       // A short write (a full disk) must not leave half a line for the next one to follow.
       try {

@@ -27,6 +27,9 @@ const c = {
   recv: libc.func('intptr_t recv(int fd, void *buf, uintptr_t len, int flags)'),
   close: libc.func('int close(int fd)'),
   open: libc.func('int open(const char *path, int flags)'),
+  write: libc.func('intptr_t write(int fd, void *buf, uintptr_t len)'),
+  readlink: libc.func('intptr_t readlink(const char *path, void *buf, uintptr_t len)'),
+  statx: libc.func('int statx(int dirfd, const char *path, int flags, unsigned int mask, void *buf)'),
   setsockopt: libc.func('int setsockopt(int fd, int level, int name, void *val, uint32_t len)'),
   setns: libc.func('int setns(int fd, int nstype)'),
   unshare: libc.func('int unshare(int flags)'),
@@ -48,6 +51,8 @@ export const SOCK_RAW = 3;
 export const SOCK_CLOEXEC = 0o2000000;
 export const O_RDONLY = 0;
 export const O_CLOEXEC = 0o2000000;
+export const O_PATH = 0o10000000;
+const ERRNO_ENAMETOOLONG = 36;
 export const CLONE_NEWNET = 0x40000000;
 export const MS_BIND = 4096;
 export const MS_REC = 16384;
@@ -84,14 +89,45 @@ export function openReadOnly(path: string): number {
   return check('open', c.open(path, O_RDONLY | O_CLOEXEC));
 }
 
+/** write(2): what was written, which a full disk can make less than the buffer. */
+export function write(fd: number, buf: Buffer): number {
+  return check('write', c.write(fd, buf, buf.length));
+}
+
+/** open(2) with O_PATH, close-on-exec: a handle that reads nothing and has no side effect on any file type. */
+export function openPath(path: string): number {
+  return check('open', c.open(path, O_PATH | O_CLOEXEC));
+}
+
+const LINK = Buffer.allocUnsafe(4096);
+/** readlink(2); a target of PATH_MAX bytes or more is ENAMETOOLONG. */
+export function readlink(path: string): string {
+  const n = check('readlink', c.readlink(path, LINK, LINK.length));
+  if (n === LINK.length) throw new Errno('readlink', ERRNO_ENAMETOOLONG);
+  return LINK.toString('utf8', 0, n);
+}
+
+const AT_FDCWD = -100;
+const AT_EMPTY_PATH = 0x1000;
+const STATX_INO = 0x100;
+const STATX = Buffer.alloc(256);
+/**
+ * A file's identity, from statx(2) (its struct has one layout on every architecture): the
+ * device as major:minor, and the inode. fd alone, or a path (followed) when path is given.
+ */
+export function fileId(fd: number, path = ''): { dev: string; ino: number } {
+  check('statx', c.statx(path ? AT_FDCWD : fd, path, path ? 0 : AT_EMPTY_PATH, STATX_INO, STATX));
+  return { dev: `${STATX.readUInt32LE(136)}:${STATX.readUInt32LE(140)}`, ino: STATX.readUInt32LE(32) + STATX.readUInt32LE(36) * 2 ** 32 };
+}
+
 export function close(fd: number): void {
   c.close(fd);
 }
 
+const INT = Buffer.alloc(4);
 export function setsockoptInt(fd: number, level: number, name: number, value: number): void {
-  const b = Buffer.alloc(4);
-  b.writeInt32LE(value);
-  check('setsockopt', c.setsockopt(fd, level, name, b, 4));
+  INT.writeInt32LE(value);
+  check('setsockopt', c.setsockopt(fd, level, name, INT, 4));
 }
 
 export function setns(fd: number, nstype: number): void {
