@@ -4,7 +4,8 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { parseMetricsAddr } from '../plugin/observe/metrics';
+import * as prom from 'prom-client';
+import { BufferedHistogram, parseMetricsAddr } from '../plugin/observe/metrics';
 import { registry } from '../plugin/observe/metrics';
 import { tracingEnabled, tracingRequested, withSpan } from '../plugin/observe/tracing';
 import { packageRoot } from '../plugin/server/protos';
@@ -174,5 +175,27 @@ describe('observability', () => {
     assert.equal(await withSpan(step, {}, async () => 8), 8);
     await assert.rejects(withSpan(step, {}, async () => { throw new Error('async failure'); }), /async failure/);
     assert.equal(await count(step), 4);
+  });
+
+  it('a buffered histogram reads as prom-client\'s own: every observation counted, summed and bucketed, however many wait', async () => {
+    const name = `kni_test_buffered_${process.pid}_seconds`;
+    const h = new BufferedHistogram(name, 'test', 'step');
+    const own = new prom.Registry();
+    const plain = new prom.Histogram({ name, help: 'test', labelNames: ['step'], buckets: [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [own] });
+    try {
+      // 2500: more than the 1024 a label value holds before it hands them on by itself.
+      for (let i = 0; i < 2500; i++) {
+        const v = (i % 97) / 10000;
+        h.of(v < 0.005 ? 'a' : 'b').observe(v);
+        plain.observe({ step: v < 0.005 ? 'a' : 'b' }, v);
+      }
+      const text = await registry.getSingleMetricAsString(name);
+      assert.match(text, /_count\{step="a"\} \d+/);
+      assert.equal(text, await own.getSingleMetricAsString(name));
+      h.of('a').observe(0.0001);
+      assert.match(await registry.getSingleMetricAsString(name), new RegExp(`_count\\{step="a"\\} ${Number(/_count\{step="a"\} (\d+)/.exec(text)![1]) + 1}`));
+    } finally {
+      registry.removeSingleMetric(name);
+    }
   });
 });

@@ -7,7 +7,7 @@ import * as validate from '../plugin/core/validate';
 import fc from 'fast-check';
 import { attr, attrNested, attrString, attrU32, attrU8 } from '../plugin/netlink/attr';
 import { parseLink } from '../plugin/netlink/link';
-import { formatIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
+import { formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
@@ -21,6 +21,18 @@ describe('ip', () => {
       const { family, value } = parseIp(s);
       assert.equal(formatIp(family, value), s === '1:0:0:1:0:0:0:1' ? '1:0:0:1::1' : s);
     }
+  });
+
+  it('an address formatted as allocated parses back to its value, from the parse cache as from the text', () => {
+    fc.assert(
+      fc.property(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), fc.boolean(), (v, v4) => {
+        const family = v4 ? 4 : 6;
+        const value = v4 ? v & 0xffffffffn : v;
+        const text = formatNewIp(family, value);
+        assert.equal(text, formatIp(family, value));
+        assert.deepEqual(parseIp(text), { family, value });
+      }),
+    );
   });
   it('encodes addresses in network byte order, the same bytes as a byte-at-a-time reference', () => {
     const reference = (family: 4 | 6, v: bigint): Buffer => {

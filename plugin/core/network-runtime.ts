@@ -192,12 +192,12 @@ export class NetworkRuntime {
       pod: req.pod?.name ? `${String(req.pod.namespace ?? '').slice(0, 63)}/${String(req.pod.name).slice(0, 253)}` : '',
       entry: entryPoint,
     };
-    const attrs = { 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint };
+    const attrs = () => ({ 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint });
     this.attachesInFlight++;
     try {
       const rec = await withSpan('kni.attach', attrs, () => this.attachSandbox(req));
       const s = Number(process.hrtime.bigint() - started) / 1e9;
-      attachSeconds.observe({ entry_point: entryPoint }, s);
+      attachSeconds.of(entryPoint).observe(s);
       log('info', 'attach', { ...fields, kind: rec.kind, ms: logMs(s * 1e3) });
       return rec;
     } catch (e) {
@@ -299,7 +299,7 @@ export class NetworkRuntime {
         }),
       );
       const s = Number(process.hrtime.bigint() - started) / 1e9;
-      detachSeconds.observe({ entry_point: entryPoint }, s);
+      detachSeconds.of(entryPoint).observe(s);
       const pod = released?.pod.name ? `${released.pod.namespace}/${released.pod.name}` : '';
       log(released ? 'info' : 'debug', released ? 'detach' : 'detach: nothing to release', { ...fields, pod, ms: logMs(s * 1e3) });
       return released !== undefined;

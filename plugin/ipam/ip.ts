@@ -24,12 +24,24 @@ const parsed = new Map<string, Readonly<{ family: Family; value: bigint }>>();
 const PARSED_MAX = 4096;
 
 export function parseIp(s: string): Readonly<{ family: Family; value: bigint }> {
-  const hit = parsed.get(s);
-  if (hit) return hit;
-  const ip = Object.freeze(parseIpText(s));
+  return parsed.get(s) ?? remember(s, parseIpText(s));
+}
+
+function remember(s: string, ip: { family: Family; value: bigint }): Readonly<{ family: Family; value: bigint }> {
   if (parsed.size >= PARSED_MAX) parsed.clear();
-  parsed.set(s, ip);
-  return ip;
+  const frozen = Object.freeze(ip);
+  parsed.set(s, frozen);
+  return frozen;
+}
+
+/**
+ * formatIp for an address just allocated, its text remembered as parsed: the pod's wiring
+ * parses it again, and net.isIP's IPv6 expression is the dearest part of that, cold.
+ */
+export function formatNewIp(family: Family, v: bigint): string {
+  const s = formatIp(family, v);
+  remember(s, { family, value: v });
+  return s;
 }
 
 function parseIpText(s: string): { family: Family; value: bigint } {

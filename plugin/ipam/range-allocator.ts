@@ -1,7 +1,7 @@
 // One pod range: hands out addresses one at a time, the first after the gateway upwards,
 // continuing after the last one given (like host-local) so a just-released address is not
 // reused at once.
-import { Cidr, cidrContains, cidrSize, Family, formatIp, parseIp } from './ip';
+import { Cidr, cidrContains, cidrSize, Family, formatIp, formatNewIp, parseIp } from './ip';
 import { KniError } from '../core/errors';
 
 export class RangeAllocator {
@@ -85,6 +85,6 @@ export class RangeAllocator {
   }
 
   format(v: bigint): string {
-    return formatIp(this.cidr.family, v);
+    return formatNewIp(this.cidr.family, v);
   }
 }

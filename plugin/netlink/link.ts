@@ -59,7 +59,12 @@ function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): Buffer
   return b;
 }
 
-export const macBytes = (mac: string): Buffer => Buffer.from(mac.split(':').map((h) => parseInt(h, 16)));
+export function macBytes(mac: string): Buffer {
+  const parts = mac.split(':');
+  const b = Buffer.allocUnsafe(parts.length);
+  for (let i = 0; i < parts.length; i++) b[i] = parseInt(parts[i], 16);
+  return b;
+}
 const macString = (b: Buffer): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
 
 const IFLA_BR_MCAST_SNOOPING = 23;

@@ -42,13 +42,14 @@ export function startTracingFromEnv(): (() => Promise<void>) | undefined {
 }
 
 /** Runs fn inside a span named name (a child of the active one); sync or async alike. Its time
- *  goes to kni_step_duration_seconds{step=name} whether tracing is on or not. */
-export function withSpan<T>(name: string, attributes: Attributes, fn: () => T): T {
+ *  goes to kni_step_duration_seconds{step=name} whether tracing is on or not. Attributes that
+ *  take work to make can come as a function, called only with tracing on. */
+export function withSpan<T>(name: string, attributes: Attributes | (() => Attributes), fn: () => T): T {
   const started = process.hrtime.bigint();
   const timed = stepTimer(name);
   const stop = () => timed.observe(Number(process.hrtime.bigint() - started) / 1e9);
   if (!enabled) return settle(fn, stop, stop);
-  return tracer.startActiveSpan(name, { attributes }, (span) =>
+  return tracer.startActiveSpan(name, { attributes: typeof attributes === 'function' ? attributes() : attributes }, (span) =>
     settle(
       fn,
       () => {
@@ -91,9 +92,9 @@ function settle<T>(fn: () => T, done: () => void, failed: (e: unknown) => void):
 type StepTimer = { observe(seconds: number): void };
 const untimed: StepTimer = { observe: () => undefined };
 /**
- * The step's histogram child, looked up once per name (labels() hashes the label values). A
- * wiring thread's steps are not timed: the thread has no metrics endpoint, and prom-client
- * would cost each thread its own registry's memory.
+ * The step's observer, looked up once per name. A wiring thread's steps are not timed: the
+ * thread has no metrics endpoint, and prom-client would cost each thread its own registry's
+ * memory.
  */
 const stepTimers = new Map<string, StepTimer>();
 function stepTimer(name: string): StepTimer {
@@ -102,7 +103,7 @@ function stepTimer(name: string): StepTimer {
   if (!t) {
     // eslint-disable-next-line @typescript-eslint/no-require-imports
     const { stepSeconds } = require('./metrics') as typeof import('./metrics');
-    t = stepSeconds.labels(name);
+    t = stepSeconds.of(name);
     stepTimers.set(name, t);
   }
   return t;

@@ -58,7 +58,7 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
       return ends;
     });
     // One write: the kernel runs the requests in order, so each route finds its address.
-    withSpan('pod.addresses', { 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }, () =>
+    withSpan('pod.addresses', () => ({ 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }), () =>
       pod.exec([
         linkSetNoLinkLocal(podIndex, itf.name),
         linkSetUp('lo'),
