@@ -5,7 +5,8 @@
 // get one setns accepts. Callers use that fd for all their kernel work and remember the
 // netns's inode to tell later whether the same path still names the same netns.
 // The calls are libc's through koffi, as the netlink sends are, rather than Node's fs: between
-// requests Node's five fs bindings cost an attach ≈ 30 µs more (docs/performance.md, tenth round).
+// requests, as on a pod's attach, the daemon's netns open took 57 µs through Node's fs bindings
+// and 45 through these (docs/performance.md, tenth round).
 import fs from 'node:fs';
 import * as libc from '../sys/libc';
 import { KniError, invalid } from '../core/errors';
@@ -103,7 +104,7 @@ export function openNetns(p: string, policy: NetnsPolicy): NetnsHandle {
 let nsfsDev = '';
 /** Every namespace file lives on the one nsfs superblock: its device tells them apart from files. */
 function nsfsDevice(): string {
-  if (!nsfsDev) nsfsDev = libc.fileId(-1, '/proc/self/ns/net').dev;
+  if (!nsfsDev) nsfsDev = libc.fileId('/proc/self/ns/net').dev;
   return nsfsDev;
 }
 

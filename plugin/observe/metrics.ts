@@ -13,6 +13,8 @@ export const registry = new prom.Registry();
 // kni's attach is ~1 ms; containerd-side calls reach 100 ms and more.
 const buckets = [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
+const PENDING_MAX = 1024;
+
 /** Observations of one label value, waiting for prom-client. */
 export class PendingObservations {
   private readonly values = new Float64Array(PENDING_MAX);
@@ -31,8 +33,6 @@ export class PendingObservations {
     for (let i = 0; i < n; i++) this.child.observe(this.values[i]);
   }
 }
-
-const PENDING_MAX = 1024;
 
 /**
  * A histogram of one label whose observations are kept in an array and handed to prom-client

@@ -131,7 +131,7 @@ export class RecordLog<T extends object> {
     this.open();
     const buf = Buffer.from(line);
     try {
-      // libc's write rather than Node's writeSync: ≈ 7 µs less a line between requests, two
+      // libc's write rather than Node's writeSync: ≈ 4–5 µs less a line in the daemon, two
       // lines an attach (docs/performance.md, tenth round).
       for (let off = 0; off < buf.length; ) off += libc.write(this.fd, off ? buf.subarray(off) : buf);
     } catch (e) {

@@ -113,10 +113,11 @@ const STATX_INO = 0x100;
 const STATX = Buffer.alloc(256);
 /**
  * A file's identity, from statx(2) (its struct has one layout on every architecture): the
- * device as major:minor, and the inode. fd alone, or a path (followed) when path is given.
+ * device as major:minor, and the inode. Of an open fd, or of a path (symlinks followed).
  */
-export function fileId(fd: number, path = ''): { dev: string; ino: number } {
-  check('statx', c.statx(path ? AT_FDCWD : fd, path, path ? 0 : AT_EMPTY_PATH, STATX_INO, STATX));
+export function fileId(of: number | string): { dev: string; ino: number } {
+  const byPath = typeof of === 'string';
+  check('statx', c.statx(byPath ? AT_FDCWD : of, byPath ? of : '', byPath ? 0 : AT_EMPTY_PATH, STATX_INO, STATX));
   return { dev: `${STATX.readUInt32LE(136)}:${STATX.readUInt32LE(140)}`, ino: STATX.readUInt32LE(32) + STATX.readUInt32LE(36) * 2 ** 32 };
 }
 
