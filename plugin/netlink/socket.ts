@@ -88,13 +88,18 @@ export class NetlinkSocket {
 
   private frame(req: NetlinkRequest, seq: number, ack = true): Buffer {
     const m = Buffer.allocUnsafe(HDR + req.body.length); // from the pool: see attr.ts
-    m.writeUInt32LE(HDR + req.body.length, 0);
-    m.writeUInt16LE(req.type, 4);
-    m.writeUInt16LE(NLM_F_REQUEST | (ack ? NLM_F_ACK : 0) | req.flags, 6);
-    m.writeUInt32LE(seq, 8);
-    m.writeUInt32LE(0, 12); // the port id: the kernel's to fill in
-    req.body.copy(m, HDR);
+    this.frameInto(m, 0, req, seq, ack);
     return m;
+  }
+
+  /** Writes req with its header at offset o of m; returns the offset after it. */
+  private frameInto(m: Buffer, o: number, req: NetlinkRequest, seq: number, ack: boolean): number {
+    m.writeUInt32LE(HDR + req.body.length, o);
+    m.writeUInt16LE(req.type, o + 4);
+    m.writeUInt16LE(NLM_F_REQUEST | (ack ? NLM_F_ACK : 0) | req.flags, o + 6);
+    m.writeUInt32LE(seq, o + 8);
+    m.writeUInt32LE(0, o + 12); // the port id: the kernel's to fill in
+    return o + HDR + req.body.copy(m, o + HDR);
   }
 
   private nextSeq(): number {
@@ -114,7 +119,12 @@ export class NetlinkSocket {
     const first = this.nextSeq();
     for (let i = 1; i < reqs.length; i++) this.nextSeq();
     const last = reqs.length - 1;
-    libc.send(this.fd, Buffer.concat(reqs.map((r, i) => this.frame(r, (first + i) & 0x7fffffff, i === last))));
+    // Framed straight into one buffer: a write holds up to a dozen requests.
+    let size = 0;
+    for (const r of reqs) size += HDR + r.body.length;
+    const m = Buffer.allocUnsafe(size);
+    for (let i = 0, o = 0; i <= last; i++) o = this.frameInto(m, o, reqs[i], (first + i) & 0x7fffffff, i === last);
+    libc.send(this.fd, m);
     let failure: NetlinkError | undefined;
     for (;;) {
       const n = libc.recv(this.fd, this.buf);
