@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as prom from 'prom-client';
-import { BufferedHistogram, parseMetricsAddr } from '../plugin/observe/metrics';
+import { BufferedHistogram, FLUSH_MS, parseMetricsAddr } from '../plugin/observe/metrics';
 import { registry } from '../plugin/observe/metrics';
 import { tracingEnabled, tracingRequested, withSpan } from '../plugin/observe/tracing';
 import { packageRoot } from '../plugin/server/protos';
@@ -183,17 +183,23 @@ describe('observability', () => {
     const own = new prom.Registry();
     const plain = new prom.Histogram({ name, help: 'test', labelNames: ['step'], buckets: [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1], registers: [own] });
     try {
-      // 2500: more than the 1024 a label value holds before it hands them on by itself.
-      for (let i = 0; i < 2500; i++) {
+      // More than the 4096 one label value keeps waiting: those go on at once.
+      for (let i = 0; i < 5000; i++) {
         const v = (i % 97) / 10000;
-        h.of(v < 0.005 ? 'a' : 'b').observe(v);
-        plain.observe({ step: v < 0.005 ? 'a' : 'b' }, v);
+        h.of(i % 10 ? 'a' : 'b').observe(v);
+        plain.observe({ step: i % 10 ? 'a' : 'b' }, v);
       }
       const text = await registry.getSingleMetricAsString(name);
       assert.match(text, /_count\{step="a"\} \d+/);
-      assert.equal(text, await own.getSingleMetricAsString(name));
+      const lines = (t: string) => t.split('\n').sort();
+      assert.deepEqual(lines(text), lines(await own.getSingleMetricAsString(name)));
       h.of('a').observe(0.0001);
       assert.match(await registry.getSingleMetricAsString(name), new RegExp(`_count\\{step="a"\\} ${Number(/_count\{step="a"\} (\d+)/.exec(text)![1]) + 1}`));
+      // Unread, they are handed on by a timer, not by the call that made them.
+      h.of('b').observe(0.002);
+      assert.equal(h.of('b').waiting, 1);
+      await new Promise((r) => setTimeout(r, FLUSH_MS + 100));
+      assert.equal(h.of('b').waiting, 0);
     } finally {
       registry.removeSingleMetric(name);
     }

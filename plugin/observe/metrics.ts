@@ -1,6 +1,6 @@
 // Prometheus metrics (prom-client). Recording is always on (a pod's timings are array writes,
-// handed to prom-client when read: BufferedHistogram); the endpoint is served only with
-// --metrics-addr.
+// handed to prom-client when read or 250 ms later: BufferedHistogram); the endpoint is served
+// only with --metrics-addr.
 import http from 'node:http';
 import * as prom from 'prom-client';
 import { log } from '../core/log';
@@ -13,18 +13,29 @@ export const registry = new prom.Registry();
 // kni's attach is ~1 ms; containerd-side calls reach 100 ms and more.
 const buckets = [0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1];
 
-const PENDING_MAX = 1024;
+/** The most observations of one label value that wait; only a flood of calls reaches it. */
+const PENDING_MAX = 4096;
+/** How long observations wait for prom-client when nobody reads the metrics meanwhile. */
+export const FLUSH_MS = 250;
 
 /** Observations of one label value, waiting for prom-client. */
 export class PendingObservations {
   private readonly values = new Float64Array(PENDING_MAX);
   private n = 0;
 
-  constructor(private readonly child: { observe(value: number): void }) {}
+  constructor(
+    private readonly child: { observe(value: number): void },
+    private readonly onWaiting: () => void,
+  ) {}
+
+  get waiting(): number {
+    return this.n;
+  }
 
   observe(value: number): void {
     this.values[this.n++] = value;
-    if (this.n === PENDING_MAX) this.flush();
+    if (this.n === 1) this.onWaiting();
+    else if (this.n === PENDING_MAX) this.flush();
   }
 
   flush(): void {
@@ -36,29 +47,38 @@ export class PendingObservations {
 
 /**
  * A histogram of one label whose observations are kept in an array and handed to prom-client
- * when the metrics are read (its collect hook) or when PENDING_MAX wait. prom-client's observe
- * hashes the label set and searches the buckets at every call: between requests, as on a pod's
- * attach, eight of them took ≈ 50 µs against ≈ 6 for the array writes (docs/performance.md,
- * tenth round), and an attach makes eight or more. What is read is the same histogram.
+ * when the metrics are read (its collect hook), or by a timer FLUSH_MS after the first one
+ * waits, off the call that made it. prom-client's observe hashes the label set and searches the
+ * buckets at every call: between requests, as on a pod's attach, eight of them took ≈ 50 µs
+ * against ≈ 6 for the array writes (docs/performance.md, tenth round), and an attach makes
+ * eight or more; handed on together, they cost ≈ 0.6 µs each. What is read is the same histogram.
  */
 export class BufferedHistogram {
   readonly histogram: prom.Histogram<string>;
   private readonly pending = new Map<string, PendingObservations>();
+  private timer?: NodeJS.Timeout;
 
   constructor(name: string, help: string, label: string) {
-    this.histogram = new prom.Histogram({
-      name, help, labelNames: [label], buckets, registers: [registry],
-      collect: () => {
-        for (const p of this.pending.values()) p.flush();
-      },
-    });
+    this.histogram = new prom.Histogram({ name, help, labelNames: [label], buckets, registers: [registry], collect: () => this.flush() });
   }
 
   /** The observer of one label value. */
   of(value: string): PendingObservations {
     let p = this.pending.get(value);
-    if (!p) this.pending.set(value, (p = new PendingObservations(this.histogram.labels(value))));
+    if (!p) this.pending.set(value, (p = new PendingObservations(this.histogram.labels(value), () => this.schedule())));
     return p;
+  }
+
+  private schedule(): void {
+    if (this.timer) return;
+    this.timer = setTimeout(() => this.flush(), FLUSH_MS);
+    this.timer.unref();
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const p of this.pending.values()) p.flush();
   }
 }
 
