@@ -1,6 +1,9 @@
 // Pure logic: address arithmetic, config validation, the range allocator.
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
@@ -14,6 +17,7 @@ import { parseNetworkConfig } from '../plugin/cni/conflist';
 import { log } from '../plugin/core/log';
 import { hostVethName } from '../plugin/core/runtime-types';
 import { podMac } from '../plugin/pod/pod-wiring';
+import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
   it('round-trips IPv4 and IPv6 in canonical form', () => {
@@ -207,6 +211,33 @@ describe('log lines', () => {
     const [short] = lines(() => log('info', 'attach', { sandbox: 's1', pod: 'ns/p', entry: 'kni', kind: 'container', ms: 0.912, missing: undefined, none: null }));
     assert.deepEqual(Object.keys(short), ['time', 'level', 'msg', 'sandbox', 'pod', 'entry', 'kind', 'ms', 'none']);
     assert.match(String(short.time), /^\d{4}-\d\d-\d\dT/);
+  });
+});
+
+describe('libc file calls (the netns open)', () => {
+  it('readlink, statx and O_PATH opens agree with Node\'s fs, and fail with the errno\'s name', () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), `kni-libc-${process.pid}-`));
+    try {
+      const file = path.join(dir, 'f');
+      fs.writeFileSync(file, 'x');
+      fs.symlinkSync('f', path.join(dir, 'l'));
+      assert.equal(libc.readlink(path.join(dir, 'l')), 'f');
+      const fd = libc.openPath(file);
+      try {
+        assert.equal(libc.readlink(`/proc/self/fd/${fd}`), fs.realpathSync(file));
+        const id = libc.fileId(fd);
+        assert.equal(id.ino, fs.statSync(file).ino);
+        assert.deepEqual(libc.fileId(path.join(dir, 'l')), id, 'a path is followed');
+        assert.equal(libc.fileId(dir).dev, id.dev);
+        assert.notEqual(libc.fileId('/proc/self/ns/net').dev, id.dev, 'namespaces live on nsfs');
+      } finally {
+        libc.close(fd);
+      }
+      assert.throws(() => libc.openPath(path.join(dir, 'missing')), (e: libc.Errno) => e.code === 'ENOENT');
+      assert.throws(() => libc.readlink(file), (e: libc.Errno) => e.code === 'EINVAL');
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
 
