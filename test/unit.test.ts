@@ -89,6 +89,7 @@ describe('netlink attributes', () => {
     ]);
     assert.deepEqual(parseLink(body), { index: 42, flags: 0x1003, name: 'knia1b2c3d4e5f7', mtu: 1450, mac: 'ee:ee:ee:ee:ee:ee', master: 3, kind: 'veth', alias: 'kni:sandbox-1', peerIndex: 9, peerNetnsId: 5 });
     assert.deepEqual(parseLink(Buffer.concat([ifinfo, attrString(3, 'lo')])), { index: 42, flags: 0x1003, name: 'lo', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 });
+    assert.equal(parseLink(Buffer.concat([ifinfo, attr(1, Buffer.from([0x0a, 0x58, 0, 1, 0x0f, 0x10]))])).mac, '0a:58:00:01:0f:10');
   });
 });
 

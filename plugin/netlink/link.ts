@@ -1,5 +1,5 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
-import { attr, attrNested, attrString, attrU32, attrU8, forEachAttr, parseAttrs, readString, readStringAt } from './attr';
+import { attr, attrNested, attrString, attrU32, attrU8, forEachAttr, readStringAt } from './attr';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
 
 const RTM_NEWLINK = 16;
@@ -65,7 +65,11 @@ export function macBytes(mac: string): Buffer {
   for (let i = 0; i < parts.length; i++) b[i] = parseInt(parts[i], 16);
   return b;
 }
-const macString = (b: Buffer): string => [...b].map((x) => x.toString(16).padStart(2, '0')).join(':');
+function macString(b: Buffer): string {
+  let s = '';
+  for (let i = 0; i < b.length; i++) s += `${i ? ':' : ''}${b[i] < 16 ? '0' : ''}${b[i].toString(16)}`;
+  return s;
+}
 
 const IFLA_BR_MCAST_SNOOPING = 23;
 
@@ -291,11 +295,11 @@ export function parseLink(body: Buffer): Link {
       case IFLA_IFALIAS: link.alias = readStringAt(body, start, end); break;
       case IFLA_LINK: link.peerIndex = body.readInt32LE(start); break;
       case IFLA_LINK_NETNSID: link.peerNetnsId = body.readInt32LE(start); break;
-      case IFLA_LINKINFO: {
-        const k = parseAttrs(body, start, end).get(IFLA_INFO_KIND);
-        if (k) link.kind = readString(k);
+      case IFLA_LINKINFO:
+        forEachAttr(body, start, end, (t, s, e) => {
+          if (t === IFLA_INFO_KIND) link.kind = readStringAt(body, s, e);
+        });
         break;
-      }
     }
   });
   return link;
