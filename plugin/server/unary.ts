@@ -3,7 +3,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
 import { refusal } from './request-guard';
-import { log, msSince } from '../core/log';
+import { log, logEnabled, msSince } from '../core/log';
 import { rpcErrorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 
@@ -24,7 +24,8 @@ export function unary<Req, Res>(
       .then(() => withSpan(`${service}/${method}`, { 'rpc.system': 'grpc', 'rpc.service': service, 'rpc.method': method }, () => fn(call.request)))
       .then(
         (res) => {
-          log('debug', 'rpc', { service, method, sandbox, ms: msSince(started) });
+          // Every call's line, off by default: its fields are made only when it is on.
+          if (logEnabled('debug')) log('debug', 'rpc', { service, method, sandbox, ms: msSince(started) });
           callback(null, res);
         },
         (e: unknown) => {
