@@ -9,7 +9,11 @@ import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
 import fc from 'fast-check';
 import { attr, attrNested, attrString, attrU32, attrU8 } from '../plugin/netlink/attr';
-import { parseLink } from '../plugin/netlink/link';
+import { addrAdd } from '../plugin/netlink/addr';
+import { linkSetAlias, linkSetGroup, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, parseLink, vethAdd } from '../plugin/netlink/link';
+import { neighSet } from '../plugin/netlink/neigh';
+import { defaultRouteAdd, hostRouteAdd } from '../plugin/netlink/route';
+import type { NetlinkRequest } from '../plugin/netlink/socket';
 import { formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
@@ -67,6 +71,50 @@ describe('netlink attributes', () => {
     assert.equal(attrString(1, 'abcd1234').toString('hex'), '0d000100' + Buffer.from('abcd1234').toString('hex') + '00000000');
     assert.equal(attr(8, Buffer.from([1, 2, 3])).toString('hex'), '0700080001020300');
     assert.equal(attrNested(18, [attrU8(1, 1), attrString(2, 'x')]).toString('hex'), '1400128005000100010000000600020078000000');
+  });
+
+  it('the requests of an attach and a detach are the bytes the kernel floor sends', () => {
+    // Pinned bytes: bench/kernel-floor.c mirrors these messages, and a builder's rewrite must not change them.
+    for (let i = 0; i < 64; i++) Buffer.allocUnsafe(64).fill(0xff); // leave garbage in Node's pool
+    const v4 = parseIp('10.128.3.7');
+    const v6 = parseIp('fd00:128::3:7');
+    const built: Record<string, NetlinkRequest> = {
+      vethRouted: vethAdd({ name: 'kni49075c1f2373', mac: 'ee:ee:ee:ee:ee:ee', mtu: 1500, master: 0, peer: { name: 'eth0', mac: '0a:58:0a:80:03:07', netnsFd: 23 } }),
+      vethBridge: vethAdd({ name: 'kni0123456789ab', mtu: 1450, master: 5, peer: { name: 'net1', mac: '0a:58:0a:80:03:07', netnsFd: 7 } }),
+      noLinkLocal: linkSetNoLinkLocal(42, 'eth0'),
+      hairpin: linkSetHairpin(42, 'x'),
+      alias: linkSetAlias(42, 'x', 'kni:abcdef0123'),
+      upByIndex: linkSetUpByIndex(42, 'x'),
+      upLo: linkSetUp('lo'),
+      group: linkSetGroup('kni49075c1f2373', 0x6b6e69, 'kni-released:abc'),
+      addr4: addrAdd(3, 'eth0', { ...v4, prefixLength: 32 }),
+      addr6: addrAdd(3, 'eth0', { ...v6, prefixLength: 128 }, true),
+      neigh4: neighSet({ family: 4, index: 3, ip: '10.128.0.1', mac: 'ee:ee:ee:ee:ee:ee' }),
+      neigh6: neighSet({ family: 6, index: 3, ip: 'fd00:128::1', mac: '0a:58:0a:80:03:07' }),
+      host4: hostRouteAdd(4, v4.value, 9, 'x'),
+      host6: hostRouteAdd(6, v6.value, 9, 'x'),
+      def4: defaultRouteAdd(4, parseIp('10.128.0.1').value, 3, 'eth0'),
+      def6: defaultRouteAdd(6, parseIp('fd00:128::1').value, 3, 'eth0', 'fd00:128::1'),
+    };
+    const want: Record<string, [number, number, string, string]> = {
+      vethRouted: [16, 1536, 'add veth kni49075c1f2373/eth0', '00000000000000000000000000000000140003006b6e69343930373563316632333733000a000100eeeeeeeeeeee000008000400dc05000008001f0001000000080020000100000060001280090001007665746800000000500002804c0001000000000000000000000000000000000009000300657468300000000008000400dc0500000a0001000a580a800307000008001c001700000008001f00010000000800200001000000'],
+      vethBridge: [16, 1536, 'add veth kni0123456789ab/net1', '00000000000000000000000000000000140003006b6e693031323334353637383961620008000400aa05000008000a000500000008001f0001000000080020000100000060001280090001007665746800000000500002804c00010000000000000000000000000000000000090003006e6574310000000008000400aa0500000a0001000a580a800307000008001c000700000008001f00010000000800200001000000'],
+      noLinkLocal: [16, 0, 'turn off IPv6 link-local on eth0', '000000002a000000000000000000000010001a800c000a800500080001000000'],
+      hairpin: [19, 0, 'set hairpin on x', '070000002a00000000000000000000000c000c800500040001000000'],
+      alias: [16, 0, 'set alias of x', '000000002a0000000000000000000000130014006b6e693a616263646566303132330000'],
+      upByIndex: [16, 0, 'set x up', '000000002a0000000100000001000000'],
+      upLo: [16, 0, 'set lo up', '00000000000000000100000001000000070003006c6f0000'],
+      group: [16, 0, 'move kni49075c1f2373 to group 7040617', '00000000000000000000000000000000140003006b6e693439303735633166323337330008001b00696e6b00150014006b6e692d72656c65617365643a61626300000000'],
+      addr4: [20, 1536, 'add address 10.128.3.7/32 to eth0', '0220000003000000080002000a800307080001000a8003070800080080000000'],
+      addr6: [20, 1280, 'add address fd00:128::3:7/128 to eth0', '0a8000000300000014000200fd00012800000000000000000003000714000100fd0001280000000000000000000300070800080082000000'],
+      neigh4: [28, 1280, 'set neighbour 10.128.0.1 lladdr ee:ee:ee:ee:ee:ee (link 3)', '0200000003000000800000000a000200eeeeeeeeeeee0000080001000a800001'],
+      neigh6: [28, 1280, 'set neighbour fd00:128::1 lladdr 0a:58:0a:80:03:07 (link 3)', '0a00000003000000800000000a0002000a580a800307000014000100fd000128000000000000000000000001'],
+      host4: [24, 1280, 'add route 10.128.3.7/32 dev x', '02200000fe03fd0100000000080001000a8003070800040009000000'],
+      host6: [24, 1280, 'add route fd00:128::3:7/128 dev x', '0a800000fe03fd010000000014000100fd0001280000000000000000000300070800040009000000'],
+      def4: [24, 1280, 'add default route via 10.128.0.1 dev eth0', '02000000fe03000100000000080005000a8000010800040003000000'],
+      def6: [24, 1280, 'add default route via fd00:128::1 dev eth0', '0a000000fe0300010000000014000500fd0001280000000000000000000000010800040003000000'],
+    };
+    for (const [k, r] of Object.entries(built)) assert.deepEqual([r.type, r.flags, r.what, r.body.toString('hex')], want[k], k);
   });
 
   it('a link message parses to its fields, whatever other attributes come around them', () => {
