@@ -8,7 +8,8 @@ import { ConfigError, parseConfig } from '../plugin/core/config';
 import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
 import fc from 'fast-check';
-import { attr, attrNested, attrString, attrU32, attrU8 } from '../plugin/netlink/attr';
+import { align4 } from '../plugin/netlink/attr';
+import { BodyWriter, bodyWriter } from '../plugin/netlink/body-writer';
 import { addrAdd } from '../plugin/netlink/addr';
 import { linkSetAlias, linkSetGroup, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, parseLink, vethAdd } from '../plugin/netlink/link';
 import { neighSet } from '../plugin/netlink/neigh';
@@ -63,14 +64,43 @@ describe('ip', () => {
 });
 
 describe('netlink attributes', () => {
-  it('are padded with zeros, never with what was in the buffer pool before', () => {
+  it('are padded with zeros, never with what was in a buffer before', () => {
     for (let i = 0; i < 64; i++) Buffer.allocUnsafe(64).fill(0xff); // leave garbage in Node's pool
-    assert.equal(attrU8(3, 7).toString('hex'), '0500030007000000');
-    assert.equal(attrU32(4, 0x01020304).toString('hex'), '0800040004030201');
-    assert.equal(attrString(3, 'eth0').toString('hex'), '0900030065746830' + '00000000');
-    assert.equal(attrString(1, 'abcd1234').toString('hex'), '0d000100' + Buffer.from('abcd1234').toString('hex') + '00000000');
-    assert.equal(attr(8, Buffer.from([1, 2, 3])).toString('hex'), '0700080001020300');
-    assert.equal(attrNested(18, [attrU8(1, 1), attrString(2, 'x')]).toString('hex'), '1400128005000100010000000600020078000000');
+    const one = (write: (w: BodyWriter) => void): string => {
+      bodyWriter().struct(64); // and in the scratch buffer
+      const w = bodyWriter();
+      write(w);
+      return w.take().toString('hex');
+    };
+    assert.equal(one((w) => w.u8(3, 7)), '0500030007000000');
+    assert.equal(one((w) => w.u32(4, 0x01020304)), '0800040004030201');
+    assert.equal(one((w) => w.string(3, 'eth0')), '0900030065746830' + '00000000');
+    assert.equal(one((w) => w.string(1, 'abcd1234')), '0d000100' + Buffer.from('abcd1234').toString('hex') + '00000000');
+    assert.equal(one((w) => w.bytes(8, Buffer.from([1, 2, 3]))), '0700080001020300');
+    assert.equal(one((w) => w.mac(1, '0a:58:0A:80:3:07')), '0a0001000a580a800307' + '0000');
+    assert.equal(one((w) => w.ip(1, 6, parseIp('fd00::1').value)), '14000100fd000000000000000000000000000001');
+    assert.equal(one((w) => w.struct(5)), '0000000000');
+    assert.equal(
+      one((w) => {
+        const nest = w.begin(18);
+        w.u8(1, 1);
+        w.string(2, 'x');
+        w.end(nest);
+      }),
+      '1400128005000100010000000600020078000000',
+    );
+  });
+
+  it('a body larger than the scratch buffer is written whole', () => {
+    const w = bodyWriter();
+    const long = 'x'.repeat(40_000);
+    w.struct(16);
+    w.string(20, long);
+    w.u32(4, 9);
+    const b = w.take();
+    assert.equal(b.length, 16 + align4(4 + long.length + 1) + 8);
+    assert.equal(b.toString('utf8', 20, 20 + long.length), long);
+    assert.equal(b.readUInt32LE(b.length - 4), 9);
   });
 
   it('the requests of an attach and a detach are the bytes the kernel floor sends', () => {
@@ -118,26 +148,39 @@ describe('netlink attributes', () => {
   });
 
   it('a link message parses to its fields, whatever other attributes come around them', () => {
-    const ifinfo = Buffer.alloc(16);
-    ifinfo.writeInt32LE(42, 4);
-    ifinfo.writeUInt32LE(0x1003, 8);
-    const body = Buffer.concat([
-      ifinfo,
-      attrU32(13, 7), // IFLA_TXQLEN: not a Link field
-      attrString(3, 'knia1b2c3d4e5f6'),
-      attrU32(4, 1450),
-      attr(1, Buffer.from([0xee, 0xee, 0xee, 0xee, 0xee, 0xee])),
-      attrU32(10, 3),
-      attrNested(26, [attrNested(10, [attrU8(8, 1)])]), // IFLA_AF_SPEC: skipped whole
-      attrString(20, 'kni:sandbox-1'),
-      attrU32(5, 9),
-      attr(37, Buffer.from([5, 0, 0, 0])),
-      attrNested(18, [attrString(1, 'veth'), attrNested(2, [attrU32(1, 1)])]),
-      attrString(3, 'knia1b2c3d4e5f7'), // a repeated attribute: the last one wins, as in the kernel
-    ]);
+    const link = (write: (w: BodyWriter) => void): Buffer => {
+      const w = bodyWriter();
+      const at = w.struct(16); // struct ifinfomsg
+      w.i32At(at + 4, 42);
+      w.u32At(at + 8, 0x1003);
+      write(w);
+      return w.take();
+    };
+    const body = link((w) => {
+      w.u32(13, 7); // IFLA_TXQLEN: not a Link field
+      w.string(3, 'knia1b2c3d4e5f6');
+      w.u32(4, 1450);
+      w.bytes(1, Buffer.from([0xee, 0xee, 0xee, 0xee, 0xee, 0xee]));
+      w.u32(10, 3);
+      const spec = w.begin(26); // IFLA_AF_SPEC: skipped whole
+      const inet6 = w.begin(10);
+      w.u8(8, 1);
+      w.end(inet6);
+      w.end(spec);
+      w.string(20, 'kni:sandbox-1');
+      w.u32(5, 9);
+      w.bytes(37, Buffer.from([5, 0, 0, 0]));
+      const info = w.begin(18);
+      w.string(1, 'veth');
+      const data = w.begin(2);
+      w.u32(1, 1);
+      w.end(data);
+      w.end(info);
+      w.string(3, 'knia1b2c3d4e5f7'); // a repeated attribute: the last one wins, as in the kernel
+    });
     assert.deepEqual(parseLink(body), { index: 42, flags: 0x1003, name: 'knia1b2c3d4e5f7', mtu: 1450, mac: 'ee:ee:ee:ee:ee:ee', master: 3, kind: 'veth', alias: 'kni:sandbox-1', peerIndex: 9, peerNetnsId: 5 });
-    assert.deepEqual(parseLink(Buffer.concat([ifinfo, attrString(3, 'lo')])), { index: 42, flags: 0x1003, name: 'lo', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 });
-    assert.equal(parseLink(Buffer.concat([ifinfo, attr(1, Buffer.from([0x0a, 0x58, 0, 1, 0x0f, 0x10]))])).mac, '0a:58:00:01:0f:10');
+    assert.deepEqual(parseLink(link((w) => w.string(3, 'lo'))), { index: 42, flags: 0x1003, name: 'lo', mtu: 0, mac: '', master: 0, kind: '', alias: '', peerIndex: 0, peerNetnsId: -1 });
+    assert.equal(parseLink(link((w) => w.bytes(1, Buffer.from([0x0a, 0x58, 0, 1, 0x0f, 0x10])))).mac, '0a:58:00:01:0f:10');
   });
 });
 

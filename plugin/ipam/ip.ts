@@ -85,15 +85,16 @@ const MASK64 = (1n << 64n) - 1n;
 
 /** The address in network byte order (two 64-bit writes for IPv6: a bigint op per byte was an attach's dearest message step). */
 export function ipBytes(family: Family, v: bigint): Buffer {
-  if (family === 4) {
-    const b = Buffer.allocUnsafe(4);
-    b.writeUInt32BE(Number(v & 0xffffffffn), 0);
-    return b;
-  }
-  const b = Buffer.allocUnsafe(16);
-  b.writeBigUInt64BE((v >> 64n) & MASK64, 0);
-  b.writeBigUInt64BE(v & MASK64, 8);
+  const b = Buffer.allocUnsafe(family === 4 ? 4 : 16);
+  writeIp(b, 0, family, v);
   return b;
+}
+
+/** The address in network byte order at offset `at` of b; returns the offset after it. */
+export function writeIp(b: Buffer, at: number, family: Family, v: bigint): number {
+  if (family === 4) return b.writeUInt32BE(Number(v & 0xffffffffn), at);
+  b.writeBigUInt64BE((v >> 64n) & MASK64, at);
+  return b.writeBigUInt64BE(v & MASK64, at + 8);
 }
 
 export function parseCidr(s: string): Cidr {

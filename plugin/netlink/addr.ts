@@ -1,6 +1,7 @@
 // Addresses (RTM_*ADDR, struct ifaddrmsg).
-import { Family, formatIp, ipBytes } from '../ipam/ip';
-import { attr, attrU32, parseAttrs } from './attr';
+import { Family, formatIp } from '../ipam/ip';
+import { parseAttrs } from './attr';
+import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWADDR = 20;
@@ -22,12 +23,14 @@ export interface Address {
 
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
-function ifaddrmsg(family: Family, prefixLength: number, index: number): Buffer {
-  const b = Buffer.allocUnsafe(8).fill(0); // from the pool: see attr.ts
-  b.writeUInt8(afOf(family), 0);
-  b.writeUInt8(prefixLength, 1);
-  b.writeUInt32LE(index, 4);
-  return b;
+/** A new body that starts with struct ifaddrmsg. */
+function ifaddrmsg(family: Family, prefixLength: number, index: number): BodyWriter {
+  const w = bodyWriter();
+  const at = w.struct(8);
+  w.u8At(at, afOf(family));
+  w.u8At(at + 1, prefixLength);
+  w.u32At(at + 4, index);
+  return w;
 }
 
 export interface AddrSpec {
@@ -40,18 +43,15 @@ export interface AddrSpec {
 
 /** Adds an address to the link with that index; `replace` makes it idempotent. */
 export function addrAdd(index: number, ifname: string, a: AddrSpec, replace = false): NetlinkRequest {
-  const ip = ipBytes(a.family, a.value);
-  const flags = a.family === 6 ? IFA_F_NODAD | IFA_F_PERMANENT : IFA_F_PERMANENT;
+  const w = ifaddrmsg(a.family, a.prefixLength, index);
+  w.ip(IFA_LOCAL, a.family, a.value);
+  w.ip(IFA_ADDRESS, a.family, a.value);
+  w.u32(IFA_FLAGS, a.family === 6 ? IFA_F_NODAD | IFA_F_PERMANENT : IFA_F_PERMANENT);
   return {
     type: RTM_NEWADDR,
     flags: NLM_F_CREATE | (replace ? NLM_F_REPLACE : NLM_F_EXCL),
     what: `add address ${a.text ?? formatIp(a.family, a.value)}/${a.prefixLength} to ${ifname}`,
-    body: Buffer.concat([
-      ifaddrmsg(a.family, a.prefixLength, index),
-      attr(IFA_LOCAL, ip),
-      attr(IFA_ADDRESS, ip),
-      attrU32(IFA_FLAGS, flags),
-    ]),
+    body: w.take(),
   };
 }
 

@@ -1,5 +1,6 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
-import { attr, attrNested, attrString, attrU32, attrU8, forEachAttr, readStringAt } from './attr';
+import { forEachAttr, readStringAt } from './attr';
+import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
 
 const RTM_NEWLINK = 16;
@@ -50,21 +51,22 @@ export interface Link {
   peerNetnsId: number;
 }
 
-function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): Buffer {
-  const b = Buffer.allocUnsafe(16).fill(0); // from the pool: see attr.ts
-  b.writeUInt8(family, 0);
-  b.writeInt32LE(index, 4);
-  b.writeUInt32LE(flags, 8);
-  b.writeUInt32LE(change, 12);
-  return b;
+/** Writes struct ifinfomsg at the writer's end. */
+function ifinfo(w: BodyWriter, index = 0, flags = 0, change = 0, family = AF_UNSPEC): void {
+  const at = w.struct(16);
+  w.u8At(at, family);
+  w.i32At(at + 4, index);
+  w.u32At(at + 8, flags);
+  w.u32At(at + 12, change);
 }
 
-export function macBytes(mac: string): Buffer {
-  const parts = mac.split(':');
-  const b = Buffer.allocUnsafe(parts.length);
-  for (let i = 0; i < parts.length; i++) b[i] = parseInt(parts[i], 16);
-  return b;
+/** A new body that starts with struct ifinfomsg. */
+function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): BodyWriter {
+  const w = bodyWriter();
+  ifinfo(w, index, flags, change, family);
+  return w;
 }
+
 function macString(b: Buffer): string {
   let s = '';
   for (let i = 0; i < b.length; i++) s += `${i ? ':' : ''}${b[i] < 16 ? '0' : ''}${b[i].toString(16)}`;
@@ -73,23 +75,23 @@ function macString(b: Buffer): string {
 
 const IFLA_BR_MCAST_SNOOPING = 23;
 
-const bridgeInfo = (mcastSnooping: boolean): Buffer =>
-  attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'bridge'), attrNested(IFLA_INFO_DATA, [attrU8(IFLA_BR_MCAST_SNOOPING, mcastSnooping ? 1 : 0)])]);
+function bridgeInfo(w: BodyWriter, mcastSnooping: boolean): void {
+  const info = w.begin(IFLA_LINKINFO);
+  w.string(IFLA_INFO_KIND, 'bridge');
+  const data = w.begin(IFLA_INFO_DATA);
+  w.u8(IFLA_BR_MCAST_SNOOPING, mcastSnooping ? 1 : 0);
+  w.end(data);
+  w.end(info);
+}
 
 /** `mcastSnooping`: see bridgeSetMulticastSnooping. */
 export function bridgeAdd(name: string, mtu: number, mac: string, mcastSnooping: boolean): NetlinkRequest {
-  return {
-    type: RTM_NEWLINK,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add bridge ${name}`,
-    body: Buffer.concat([
-      ifinfomsg(0, IFF_UP, IFF_UP),
-      attrString(IFLA_IFNAME, name),
-      attrU32(IFLA_MTU, mtu),
-      attr(IFLA_ADDRESS, macBytes(mac)),
-      bridgeInfo(mcastSnooping),
-    ]),
-  };
+  const w = ifinfomsg(0, IFF_UP, IFF_UP);
+  w.string(IFLA_IFNAME, name);
+  w.u32(IFLA_MTU, mtu);
+  w.mac(IFLA_ADDRESS, mac);
+  bridgeInfo(w, mcastSnooping);
+  return { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add bridge ${name}`, body: w.take() };
 }
 
 /**
@@ -99,24 +101,26 @@ export function bridgeAdd(name: string, mtu: number, mac: string, mcastSnooping:
  * as IPv4 ARP always is.
  */
 export function bridgeSetMulticastSnooping(name: string, on: boolean): NetlinkRequest {
-  return {
-    type: RTM_NEWLINK,
-    flags: 0,
-    what: `turn multicast snooping ${on ? 'on' : 'off'} on ${name}`,
-    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), bridgeInfo(on)]),
-  };
+  const w = ifinfomsg();
+  w.string(IFLA_IFNAME, name);
+  bridgeInfo(w, on);
+  return { type: RTM_NEWLINK, flags: 0, what: `turn multicast snooping ${on ? 'on' : 'off'} on ${name}`, body: w.take() };
 }
 
 /** An ifb device (it re-queues what is redirected to it: a pod's egress is shaped there). */
 export function ifbAdd(name: string, alias: string): NetlinkRequest[] {
+  const add = ifinfomsg(0, IFF_UP, IFF_UP);
+  add.string(IFLA_IFNAME, name);
+  const info = add.begin(IFLA_LINKINFO);
+  add.string(IFLA_INFO_KIND, 'ifb');
+  add.end(info);
+  const addBody = add.take();
+  const set = ifinfomsg();
+  set.string(IFLA_IFNAME, name);
+  set.string(IFLA_IFALIAS, alias);
   return [
-    {
-      type: RTM_NEWLINK,
-      flags: NLM_F_CREATE | NLM_F_EXCL,
-      what: `add ifb ${name}`,
-      body: Buffer.concat([ifinfomsg(0, IFF_UP, IFF_UP), attrString(IFLA_IFNAME, name), attrNested(IFLA_LINKINFO, [attrString(IFLA_INFO_KIND, 'ifb')])]),
-    },
-    { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrString(IFLA_IFALIAS, alias)]) },
+    { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add ifb ${name}`, body: addBody },
+    { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: set.take() },
   ];
 }
 
@@ -145,27 +149,21 @@ const IFLA_VXLAN_LOCAL6 = 17;
 export function vxlanAdd(v: VxlanSpec): NetlinkRequest {
   const port = Buffer.alloc(2);
   port.writeUInt16BE(v.port); // the only big-endian vxlan attribute
-  return {
-    type: RTM_NEWLINK,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add vxlan ${v.name} (vni ${v.vni})`,
-    body: Buffer.concat([
-      ifinfomsg(0, IFF_UP, IFF_UP),
-      attrString(IFLA_IFNAME, v.name),
-      attrU32(IFLA_MTU, v.mtu),
-      attr(IFLA_ADDRESS, macBytes(v.mac)),
-      attrNested(IFLA_LINKINFO, [
-        attrString(IFLA_INFO_KIND, 'vxlan'),
-        attrNested(IFLA_INFO_DATA, [
-          attrU32(IFLA_VXLAN_ID, v.vni),
-          attrU32(IFLA_VXLAN_LINK, v.underlayIndex),
-          attr(v.local.family === 4 ? IFLA_VXLAN_LOCAL : IFLA_VXLAN_LOCAL6, v.local.bytes),
-          attrU8(IFLA_VXLAN_LEARNING, 0),
-          attr(IFLA_VXLAN_PORT, port),
-        ]),
-      ]),
-    ]),
-  };
+  const w = ifinfomsg(0, IFF_UP, IFF_UP);
+  w.string(IFLA_IFNAME, v.name);
+  w.u32(IFLA_MTU, v.mtu);
+  w.mac(IFLA_ADDRESS, v.mac);
+  const info = w.begin(IFLA_LINKINFO);
+  w.string(IFLA_INFO_KIND, 'vxlan');
+  const data = w.begin(IFLA_INFO_DATA);
+  w.u32(IFLA_VXLAN_ID, v.vni);
+  w.u32(IFLA_VXLAN_LINK, v.underlayIndex);
+  w.bytes(v.local.family === 4 ? IFLA_VXLAN_LOCAL : IFLA_VXLAN_LOCAL6, v.local.bytes);
+  w.u8(IFLA_VXLAN_LEARNING, 0);
+  w.bytes(IFLA_VXLAN_PORT, port);
+  w.end(data);
+  w.end(info);
+  return { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add vxlan ${v.name} (vni ${v.vni})`, body: w.take() };
 }
 
 export interface VethSpec {
@@ -185,7 +183,10 @@ export interface VethSpec {
  * synchronize_net): two per pod, each an interrupt to every CPU of the node and 50–150 µs of
  * the attach here. A pod's veth uses one queue either way.
  */
-const oneQueue = (): Buffer[] => [attrU32(IFLA_NUM_TX_QUEUES, 1), attrU32(IFLA_NUM_RX_QUEUES, 1)];
+function oneQueue(w: BodyWriter): void {
+  w.u32(IFLA_NUM_TX_QUEUES, 1);
+  w.u32(IFLA_NUM_RX_QUEUES, 1);
+}
 
 /**
  * A veth pair created in one request: the host end enslaved (brought up by the caller once
@@ -194,49 +195,40 @@ const oneQueue = (): Buffer[] => [attrU32(IFLA_NUM_TX_QUEUES, 1), attrU32(IFLA_N
  * socket inside the pod netns.
  */
 export function vethAdd(v: VethSpec): NetlinkRequest {
-  const peer = Buffer.concat([
-    ifinfomsg(),
-    attrString(IFLA_IFNAME, v.peer.name),
-    attrU32(IFLA_MTU, v.mtu),
-    attr(IFLA_ADDRESS, macBytes(v.peer.mac)),
-    attrU32(IFLA_NET_NS_FD, v.peer.netnsFd),
-    ...oneQueue(),
-  ]);
-  return {
-    type: RTM_NEWLINK,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add veth ${v.name}/${v.peer.name}`,
-    body: Buffer.concat([
-      ifinfomsg(),
-      attrString(IFLA_IFNAME, v.name),
-      ...(v.mac ? [attr(IFLA_ADDRESS, macBytes(v.mac))] : []),
-      attrU32(IFLA_MTU, v.mtu),
-      ...(v.master ? [attrU32(IFLA_MASTER, v.master)] : []),
-      ...oneQueue(),
-      attrNested(IFLA_LINKINFO, [
-        attrString(IFLA_INFO_KIND, 'veth'),
-        attrNested(IFLA_INFO_DATA, [attr(VETH_INFO_PEER, peer)]),
-      ]),
-    ]),
-  };
+  const w = ifinfomsg();
+  w.string(IFLA_IFNAME, v.name);
+  if (v.mac) w.mac(IFLA_ADDRESS, v.mac);
+  w.u32(IFLA_MTU, v.mtu);
+  if (v.master) w.u32(IFLA_MASTER, v.master);
+  oneQueue(w);
+  const info = w.begin(IFLA_LINKINFO);
+  w.string(IFLA_INFO_KIND, 'veth');
+  const data = w.begin(IFLA_INFO_DATA);
+  const peer = w.begin(VETH_INFO_PEER, false); // struct ifinfomsg and the peer's attributes
+  ifinfo(w);
+  w.string(IFLA_IFNAME, v.peer.name);
+  w.u32(IFLA_MTU, v.mtu);
+  w.mac(IFLA_ADDRESS, v.peer.mac);
+  w.u32(IFLA_NET_NS_FD, v.peer.netnsFd);
+  oneQueue(w);
+  w.end(peer);
+  w.end(data);
+  w.end(info);
+  return { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add veth ${v.name}/${v.peer.name}`, body: w.take() };
 }
 
 export function linkSetUp(name: string): NetlinkRequest {
-  return {
-    type: RTM_NEWLINK,
-    flags: 0,
-    what: `set ${name} up`,
-    body: Buffer.concat([ifinfomsg(0, IFF_UP, IFF_UP), attrString(IFLA_IFNAME, name)]),
-  };
+  const w = ifinfomsg(0, IFF_UP, IFF_UP);
+  w.string(IFLA_IFNAME, name);
+  return { type: RTM_NEWLINK, flags: 0, what: `set ${name} up`, body: w.take() };
 }
 
 export function linkSetHairpin(index: number, name: string): NetlinkRequest {
-  return {
-    type: RTM_SETLINK,
-    flags: 0,
-    what: `set hairpin on ${name}`,
-    body: Buffer.concat([ifinfomsg(index, 0, 0, AF_BRIDGE), attrNested(IFLA_PROTINFO, [attrU8(IFLA_BRPORT_MODE, 1)])]),
-  };
+  const w = ifinfomsg(index, 0, 0, AF_BRIDGE);
+  const info = w.begin(IFLA_PROTINFO);
+  w.u8(IFLA_BRPORT_MODE, 1);
+  w.end(info);
+  return { type: RTM_SETLINK, flags: 0, what: `set hairpin on ${name}`, body: w.take() };
 }
 
 /**
@@ -245,30 +237,39 @@ export function linkSetHairpin(index: number, name: string): NetlinkRequest {
  * pod cost the node ~5000 frame copies and the next attach 3× longer). Set before the link is up.
  */
 export function linkSetNoLinkLocal(index: number, name: string): NetlinkRequest {
-  return {
-    type: RTM_NEWLINK,
-    flags: 0,
-    what: `turn off IPv6 link-local on ${name}`,
-    body: Buffer.concat([ifinfomsg(index), attrNested(IFLA_AF_SPEC, [attrNested(AF_INET6, [attrU8(IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE)])])]),
-  };
+  const w = ifinfomsg(index);
+  const spec = w.begin(IFLA_AF_SPEC);
+  const inet6 = w.begin(AF_INET6);
+  w.u8(IFLA_INET6_ADDR_GEN_MODE, IN6_ADDR_GEN_MODE_NONE);
+  w.end(inet6);
+  w.end(spec);
+  return { type: RTM_NEWLINK, flags: 0, what: `turn off IPv6 link-local on ${name}`, body: w.take() };
 }
 
 export function linkSetUpByIndex(index: number, name: string): NetlinkRequest {
-  return { type: RTM_NEWLINK, flags: 0, what: `set ${name} up`, body: ifinfomsg(index, IFF_UP, IFF_UP) };
+  return { type: RTM_NEWLINK, flags: 0, what: `set ${name} up`, body: ifinfomsg(index, IFF_UP, IFF_UP).take() };
 }
 
 export function linkSetAlias(index: number, name: string, alias: string): NetlinkRequest {
-  return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFALIAS, alias)]) };
+  const w = ifinfomsg(index);
+  w.string(IFLA_IFALIAS, alias);
+  return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: w.take() };
 }
 
 /** Moves a link (found by name) to a device group, with a new alias, in one request. */
 export function linkSetGroup(name: string, group: number, alias: string): NetlinkRequest {
-  return { type: RTM_NEWLINK, flags: 0, what: `move ${name} to group ${group}`, body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), attrU32(IFLA_GROUP, group), attrString(IFLA_IFALIAS, alias)]) };
+  const w = ifinfomsg();
+  w.string(IFLA_IFNAME, name);
+  w.u32(IFLA_GROUP, group);
+  w.string(IFLA_IFALIAS, alias);
+  return { type: RTM_NEWLINK, flags: 0, what: `move ${name} to group ${group}`, body: w.take() };
 }
 
 /** Deletes every link of a device group in one request: the kernel unregisters them together. */
 export function linkGroupDel(group: number, what: string): NetlinkRequest {
-  return { type: RTM_DELLINK, flags: 0, what: `delete ${what} (group ${group})`, body: Buffer.concat([ifinfomsg(), attrU32(IFLA_GROUP, group)]) };
+  const w = ifinfomsg();
+  w.u32(IFLA_GROUP, group);
+  return { type: RTM_DELLINK, flags: 0, what: `delete ${what} (group ${group})`, body: w.take() };
 }
 
 /**
@@ -276,7 +277,9 @@ export function linkGroupDel(group: number, what: string): NetlinkRequest {
  * ifindexes are not reused, so a link made since under the same name is never hit.
  */
 export function linkDel(name: string, index = 0): NetlinkRequest {
-  return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: Buffer.concat([ifinfomsg(index), attrString(IFLA_IFNAME, name)]) };
+  const w = ifinfomsg(index);
+  w.string(IFLA_IFNAME, name);
+  return { type: RTM_DELLINK, flags: 0, what: `delete link ${name}`, body: w.take() };
 }
 
 /**
@@ -306,15 +309,13 @@ export function parseLink(body: Buffer): Link {
 }
 
 /** Asked of every link lookup: no counters in the answer (a veth's are summed over every CPU and queue on each ask). */
-const NO_COUNTERS = attrU32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
+const noCounters = (w: BodyWriter): void => w.u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
 
 export function linkByName(sock: NetlinkSocket, name: string): Link | undefined {
-  const req: NetlinkRequest = {
-    type: RTM_GETLINK,
-    flags: 0,
-    what: `get link ${name}`,
-    body: Buffer.concat([ifinfomsg(), attrString(IFLA_IFNAME, name), NO_COUNTERS]),
-  };
+  const w = ifinfomsg();
+  w.string(IFLA_IFNAME, name);
+  noCounters(w);
+  const req: NetlinkRequest = { type: RTM_GETLINK, flags: 0, what: `get link ${name}`, body: w.take() };
   try {
     const msgs = sock.query(req);
     return msgs.length ? parseLink(msgs[0].body) : undefined;
@@ -335,5 +336,7 @@ export function linkCreate(sock: NetlinkSocket, req: NetlinkRequest, name: strin
 }
 
 export function linkList(sock: NetlinkSocket): Link[] {
-  return sock.dump(RTM_GETLINK, Buffer.concat([ifinfomsg(), NO_COUNTERS]), 'list links').filter((m) => m.type === RTM_NEWLINK).map((m) => parseLink(m.body));
+  const w = ifinfomsg();
+  noCounters(w);
+  return sock.dump(RTM_GETLINK, w.take(), 'list links').filter((m) => m.type === RTM_NEWLINK).map((m) => parseLink(m.body));
 }

@@ -1,8 +1,8 @@
 // Neighbour and forwarding-database entries (RTM_*NEIGH, struct ndmsg): what a vxlan overlay
 // needs so that no ARP/NDP or flooding crosses it (flannel's model: both are written ahead).
-import { Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
-import { attr, parseAttrs } from './attr';
-import { macBytes } from './link';
+import { Family, formatIp, parseIp } from '../ipam/ip';
+import { parseAttrs } from './attr';
+import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWNEIGH = 28;
@@ -23,13 +23,15 @@ export interface Neighbour {
   mac: string;
 }
 
-function ndmsg(family: number, index: number, state: number, flags: number): Buffer {
-  const b = Buffer.alloc(12);
-  b.writeUInt8(family, 0);
-  b.writeInt32LE(index, 4);
-  b.writeUInt16LE(state, 8);
-  b.writeUInt8(flags, 10);
-  return b;
+/** A new body that starts with struct ndmsg. */
+function ndmsg(family: number, index: number, state: number, flags: number): BodyWriter {
+  const w = bodyWriter();
+  const at = w.struct(12);
+  w.u8At(at, family);
+  w.i32At(at + 4, index);
+  w.u16At(at + 8, state);
+  w.u8At(at + 10, flags);
+  return w;
 }
 
 const familyOf = (n: Neighbour): number => (n.family === 'fdb' ? AF_BRIDGE : afOf(n.family));
@@ -38,35 +40,26 @@ const describe = (n: Neighbour): string => (n.family === 'fdb' ? `fdb ${n.mac} d
 /** A permanent entry, replacing whatever the link had for that IP (or MAC, for the FDB). */
 export function neighSet(n: Neighbour): NetlinkRequest {
   const ip = parseIp(n.ip);
-  return {
-    type: RTM_NEWNEIGH,
-    flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `set ${describe(n)} (link ${n.index})`,
-    body: Buffer.concat([
-      ndmsg(familyOf(n), n.index, NUD_PERMANENT, n.family === 'fdb' ? NTF_SELF : 0),
-      attr(NDA_LLADDR, macBytes(n.mac)),
-      attr(NDA_DST, ipBytes(ip.family, ip.value)),
-    ]),
-  };
+  const w = ndmsg(familyOf(n), n.index, NUD_PERMANENT, n.family === 'fdb' ? NTF_SELF : 0);
+  w.mac(NDA_LLADDR, n.mac);
+  w.ip(NDA_DST, ip.family, ip.value);
+  return { type: RTM_NEWNEIGH, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `set ${describe(n)} (link ${n.index})`, body: w.take() };
 }
 
 export function neighDel(n: Neighbour): NetlinkRequest {
   const ip = parseIp(n.ip);
-  const key = n.family === 'fdb' ? attr(NDA_LLADDR, macBytes(n.mac)) : attr(NDA_DST, ipBytes(ip.family, ip.value));
-  const extra = n.family === 'fdb' ? [attr(NDA_DST, ipBytes(ip.family, ip.value))] : [];
-  return {
-    type: RTM_DELNEIGH,
-    flags: 0,
-    what: `delete ${describe(n)} (link ${n.index})`,
-    body: Buffer.concat([ndmsg(familyOf(n), n.index, 0, n.family === 'fdb' ? NTF_SELF : 0), key, ...extra]),
-  };
+  const w = ndmsg(familyOf(n), n.index, 0, n.family === 'fdb' ? NTF_SELF : 0);
+  // An FDB entry is keyed by its MAC (the endpoint narrows it), a neighbour by its IP.
+  if (n.family === 'fdb') w.mac(NDA_LLADDR, n.mac);
+  w.ip(NDA_DST, ip.family, ip.value);
+  return { type: RTM_DELNEIGH, flags: 0, what: `delete ${describe(n)} (link ${n.index})`, body: w.take() };
 }
 
 /** The permanent entries of one link (IPv4, IPv6 and FDB). */
 export function neighList(sock: NetlinkSocket, index: number): Neighbour[] {
   const out: Neighbour[] = [];
   for (const fam of [2, 10, AF_BRIDGE]) {
-    for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0), 'list neighbours')) {
+    for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0).take(), 'list neighbours')) {
       if (m.body.readInt32LE(4) !== index || !(m.body.readUInt16LE(8) & NUD_PERMANENT)) continue;
       const a = parseAttrs(m.body, 12);
       const dst = a.get(NDA_DST);

@@ -1,6 +1,7 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
-import { bitsOf, Cidr, Family, formatIp, ipBytes, parseIp } from '../ipam/ip';
-import { attr, attrU32, parseAttrs } from './attr';
+import { bitsOf, Cidr, Family, formatIp, parseIp } from '../ipam/ip';
+import { parseAttrs } from './attr';
+import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWROUTE = 24;
@@ -35,16 +36,18 @@ const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 /** sizeof(struct rtmsg): the attributes start after it. */
 const RTMSG_LEN = 12;
 
-function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0, scope = RT_SCOPE_UNIVERSE): Buffer {
-  const b = Buffer.allocUnsafe(RTMSG_LEN).fill(0); // from the pool: see attr.ts
-  b.writeUInt8(afOf(family), 0);
-  b.writeUInt8(dstLen, 1);
-  b.writeUInt8(RT_TABLE_MAIN, 4);
-  b.writeUInt8(protocol, 5);
-  b.writeUInt8(scope, 6);
-  b.writeUInt8(RTN_UNICAST, 7);
-  b.writeUInt32LE(flags, 8);
-  return b;
+/** A new body that starts with struct rtmsg. */
+function rtmsg(family: Family, dstLen: number, protocol = RTPROT_BOOT, flags = 0, scope = RT_SCOPE_UNIVERSE): BodyWriter {
+  const w = bodyWriter();
+  const at = w.struct(RTMSG_LEN);
+  w.u8At(at, afOf(family));
+  w.u8At(at + 1, dstLen);
+  w.u8At(at + 4, RT_TABLE_MAIN);
+  w.u8At(at + 5, protocol);
+  w.u8At(at + 6, scope);
+  w.u8At(at + 7, RTN_UNICAST);
+  w.u32At(at + 8, flags);
+  return w;
 }
 
 export interface PeerRoute {
@@ -60,37 +63,26 @@ const routeWhat = (r: PeerRoute): string => `route ${r.destination.text} via ${r
 /** A route to another node's pods, marked as kni's (RTPROT_KNI); replaces what is there. */
 export function peerRouteAdd(r: PeerRoute): NetlinkRequest {
   const f = r.destination.family;
-  return {
-    type: RTM_NEWROUTE,
-    flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add ${routeWhat(r)}`,
-    body: Buffer.concat([
-      rtmsg(f, r.destination.prefixLength, RTPROT_KNI, r.onlink ? RTNH_F_ONLINK : 0),
-      attr(RTA_DST, ipBytes(f, r.destination.base)),
-      attr(RTA_GATEWAY, ipBytes(f, parseIp(r.gateway).value)),
-      attrU32(RTA_OIF, r.index),
-    ]),
-  };
+  const w = rtmsg(f, r.destination.prefixLength, RTPROT_KNI, r.onlink ? RTNH_F_ONLINK : 0);
+  w.ip(RTA_DST, f, r.destination.base);
+  w.ip(RTA_GATEWAY, f, parseIp(r.gateway).value);
+  w.u32(RTA_OIF, r.index);
+  return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `add ${routeWhat(r)}`, body: w.take() };
 }
 
 /** Deletes kni's route to a destination (whatever its gateway). */
 export function peerRouteDel(destination: Cidr): NetlinkRequest {
-  return {
-    type: RTM_DELROUTE,
-    flags: 0,
-    what: `delete route ${destination.text}`,
-    body: Buffer.concat([rtmsg(destination.family, destination.prefixLength, RTPROT_KNI), attr(RTA_DST, ipBytes(destination.family, destination.base))]),
-  };
+  const w = rtmsg(destination.family, destination.prefixLength, RTPROT_KNI);
+  w.ip(RTA_DST, destination.family, destination.base);
+  return { type: RTM_DELROUTE, flags: 0, what: `delete route ${destination.text}`, body: w.take() };
 }
 
 /** The default route of one family via a gateway, out of the link with that index (gatewayText: the gateway as text, when the caller has it). */
 export function defaultRouteAdd(family: Family, gateway: bigint, index: number, ifname: string, gatewayText?: string): NetlinkRequest {
-  return {
-    type: RTM_NEWROUTE,
-    flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add default route via ${gatewayText ?? formatIp(family, gateway)} dev ${ifname}`,
-    body: Buffer.concat([rtmsg(family, 0), attr(RTA_GATEWAY, ipBytes(family, gateway)), attrU32(RTA_OIF, index)]),
-  };
+  const w = rtmsg(family, 0);
+  w.ip(RTA_GATEWAY, family, gateway);
+  w.u32(RTA_OIF, index);
+  return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `add default route via ${gatewayText ?? formatIp(family, gateway)} dev ${ifname}`, body: w.take() };
 }
 
 /**
@@ -100,12 +92,10 @@ export function defaultRouteAdd(family: Family, gateway: bigint, index: number, 
  */
 export function hostRouteAdd(family: Family, address: bigint, index: number, ifname: string, addressText?: string): NetlinkRequest {
   const len = bitsOf(family);
-  return {
-    type: RTM_NEWROUTE,
-    flags: NLM_F_CREATE | NLM_F_REPLACE,
-    what: `add route ${addressText ?? formatIp(family, address)}/${len} dev ${ifname}`,
-    body: Buffer.concat([rtmsg(family, len, RTPROT_BOOT, 0, RT_SCOPE_LINK), attr(RTA_DST, ipBytes(family, address)), attrU32(RTA_OIF, index)]),
-  };
+  const w = rtmsg(family, len, RTPROT_BOOT, 0, RT_SCOPE_LINK);
+  w.ip(RTA_DST, family, address);
+  w.u32(RTA_OIF, index);
+  return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `add route ${addressText ?? formatIp(family, address)}/${len} dev ${ifname}`, body: w.take() };
 }
 
 /**
@@ -113,12 +103,9 @@ export function hostRouteAdd(family: Family, address: bigint, index: number, ifn
  * it has no route. One lookup instead of a dump of every route.
  */
 export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint, addressText?: string): number {
-  const req: NetlinkRequest = {
-    type: RTM_GETROUTE,
-    flags: 0,
-    what: `look up the route to ${addressText ?? formatIp(family, address)}`,
-    body: Buffer.concat([rtmsg(family, bitsOf(family)), attr(RTA_DST, ipBytes(family, address))]),
-  };
+  const w = rtmsg(family, bitsOf(family));
+  w.ip(RTA_DST, family, address);
+  const req: NetlinkRequest = { type: RTM_GETROUTE, flags: 0, what: `look up the route to ${addressText ?? formatIp(family, address)}`, body: w.take() };
   try {
     const msgs = sock.query(req);
     return msgs.length ? (parseAttrs(msgs[0].body, RTMSG_LEN).get(RTA_OIF)?.readUInt32LE(0) ?? 0) : 0;
@@ -130,7 +117,7 @@ export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint
 
 export function routeList(sock: NetlinkSocket, family: Family): Route[] {
   const out: Route[] = [];
-  for (const m of sock.dump(RTM_GETROUTE, rtmsg(family, 0), 'list routes')) {
+  for (const m of sock.dump(RTM_GETROUTE, rtmsg(family, 0).take(), 'list routes')) {
     const a = parseAttrs(m.body, RTMSG_LEN);
     const table = a.get(RTA_TABLE)?.readUInt32LE(0) ?? m.body.readUInt8(4);
     if (table !== RT_TABLE_MAIN) continue;

@@ -2,7 +2,7 @@
 // "match everything" filter whose mirred action redirects every frame to another device's
 // egress — the pairing Kata's tcfilter model uses between a pod's veth and a VM's tap, and
 // the way a pod's egress reaches the ifb device it is shaped on — and the TBF qdisc.
-import { attr, attrNested, attrString } from './attr';
+import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NLM_F_CREATE, NLM_F_EXCL } from './socket';
 
 const RTM_NEWQDISC = 36;
@@ -27,22 +27,21 @@ const TCA_TBF_RATE64 = 4;
 const TCA_TBF_BURST = 6;
 const TC_LINKLAYER_ETHERNET = 1;
 
-function tcmsg(index: number, handle: number, parent: number, info: number): Buffer {
-  const b = Buffer.alloc(20);
-  b.writeInt32LE(index, 4);
-  b.writeUInt32LE(handle >>> 0, 8);
-  b.writeUInt32LE(parent >>> 0, 12);
-  b.writeUInt32LE(info >>> 0, 16);
-  return b;
+/** A new body that starts with struct tcmsg. */
+function tcmsg(index: number, handle: number, parent: number, info: number): BodyWriter {
+  const w = bodyWriter();
+  const at = w.struct(20);
+  w.i32At(at + 4, index);
+  w.u32At(at + 8, handle);
+  w.u32At(at + 12, parent);
+  w.u32At(at + 16, info);
+  return w;
 }
 
 export function ingressQdiscAdd(index: number, name: string): NetlinkRequest {
-  return {
-    type: RTM_NEWQDISC,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add ingress qdisc on ${name}`,
-    body: Buffer.concat([tcmsg(index, INGRESS_HANDLE, TC_H_INGRESS, 0), attrString(TCA_KIND, 'ingress')]),
-  };
+  const w = tcmsg(index, INGRESS_HANDLE, TC_H_INGRESS, 0);
+  w.string(TCA_KIND, 'ingress');
+  return { type: RTM_NEWQDISC, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add ingress qdisc on ${name}`, body: w.take() };
 }
 
 /** Every frame arriving on `index` leaves through `target` (tc: u32 match u8 0 0 action mirred egress redirect). */
@@ -56,17 +55,20 @@ export function redirectFilterAdd(index: number, name: string, target: number, t
   mirred.writeInt32LE(TC_ACT_STOLEN, 8);
   mirred.writeInt32LE(TCA_EGRESS_REDIR, 20);
   mirred.writeUInt32LE(target, 24);
-  const action = attrNested(1, [attrString(TCA_ACT_KIND, 'mirred'), attrNested(TCA_ACT_OPTIONS, [attr(TCA_MIRRED_PARMS, mirred)])]);
-  return {
-    type: RTM_NEWTFILTER,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add redirect filter ${name} → ${targetName}`,
-    body: Buffer.concat([
-      tcmsg(index, 0, INGRESS_HANDLE, (1 << 16) | ETH_P_ALL_BE),
-      attrString(TCA_KIND, 'u32'),
-      attrNested(TCA_OPTIONS, [attr(TCA_U32_SEL, sel), attrNested(TCA_U32_ACT, [action])]),
-    ]),
-  };
+  const w = tcmsg(index, 0, INGRESS_HANDLE, (1 << 16) | ETH_P_ALL_BE);
+  w.string(TCA_KIND, 'u32');
+  const options = w.begin(TCA_OPTIONS);
+  w.bytes(TCA_U32_SEL, sel);
+  const actions = w.begin(TCA_U32_ACT);
+  const action = w.begin(1); // the first action of the list
+  w.string(TCA_ACT_KIND, 'mirred');
+  const actionOptions = w.begin(TCA_ACT_OPTIONS);
+  w.bytes(TCA_MIRRED_PARMS, mirred);
+  w.end(actionOptions);
+  w.end(action);
+  w.end(actions);
+  w.end(options);
+  return { type: RTM_NEWTFILTER, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add redirect filter ${name} → ${targetName}`, body: w.take() };
 }
 
 /**
@@ -82,16 +84,12 @@ export function tbfQdiscAdd(index: number, name: string, rate: bigint, burst: nu
   qopt.writeUInt32LE(limit, 24);
   const rate64 = Buffer.alloc(8);
   rate64.writeBigUInt64LE(rate);
-  const burstU32 = Buffer.alloc(4);
-  burstU32.writeUInt32LE(burst);
-  return {
-    type: RTM_NEWQDISC,
-    flags: NLM_F_CREATE | NLM_F_EXCL,
-    what: `add tbf qdisc on ${name}`,
-    body: Buffer.concat([
-      tcmsg(index, 0x00010000, TC_H_ROOT, 0),
-      attrString(TCA_KIND, 'tbf'),
-      attrNested(TCA_OPTIONS, [attr(TCA_TBF_PARMS, qopt), ...(rate > 0xffffffffn ? [attr(TCA_TBF_RATE64, rate64)] : []), attr(TCA_TBF_BURST, burstU32)]),
-    ]),
-  };
+  const w = tcmsg(index, 0x00010000, TC_H_ROOT, 0);
+  w.string(TCA_KIND, 'tbf');
+  const options = w.begin(TCA_OPTIONS);
+  w.bytes(TCA_TBF_PARMS, qopt);
+  if (rate > 0xffffffffn) w.bytes(TCA_TBF_RATE64, rate64);
+  w.u32(TCA_TBF_BURST, burst);
+  w.end(options);
+  return { type: RTM_NEWQDISC, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add tbf qdisc on ${name}`, body: w.take() };
 }
