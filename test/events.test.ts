@@ -40,6 +40,7 @@ describe('Watch: pod network events', () => {
     const w = watch();
     try {
       await new Promise((r) => setTimeout(r, 100)); // the stream is open
+      const before = Date.now();
       const a = await attach('ev-a');
       await attach('ev-b');
       await rt.Detach({ sandbox_id: 'ev-a' });
@@ -51,6 +52,9 @@ describe('Watch: pod network events', () => {
       assert.equal(w.events[1].interfaces.length, 1);
       assert.equal(w.events[1].interfaces[0].name, 'eth0');
       assert.deepEqual(w.events[0].pod, { name: 'ev-a', namespace: 'ev', uid: 'u-ev-a' });
+      assert.match(w.events[0].time, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+      const at = Date.parse(w.events[0].time);
+      assert.ok(at >= before && at <= Date.now(), `the attach's event is dated ${w.events[0].time}`);
       const seqs = w.events.map(seqOf);
       assert.ok(seqs.every((q, i) => i === 0 || q === seqs[i - 1] + 1));
     } finally {

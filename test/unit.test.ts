@@ -32,6 +32,13 @@ describe('ip', () => {
     }
   });
 
+  it('formats every address as the WHATWG URL parser canonicalises it (RFC 5952 for IPv6)', () => {
+    const full = (v: bigint): string => Array.from({ length: 8 }, (_, i) => ((v >> BigInt(112 - 16 * i)) & 0xffffn).toString(16)).join(':');
+    const zeroRuns = fc.array(fc.constantFrom<bigint>(0n, 0n, 0n, 1n, 0xffffn, 0xabcn), { minLength: 8, maxLength: 8 }).map((g) => g.reduce((a, x) => (a << 16n) | x, 0n));
+    fc.assert(fc.property(fc.oneof(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), zeroRuns), (v) => formatIp(6, v) === new URL(`http://[${full(v)}]/`).hostname.slice(1, -1)));
+    fc.assert(fc.property(fc.bigInt({ min: 0n, max: (1n << 32n) - 1n }), (v) => formatIp(4, v) === new URL(`http://${v}/`).hostname));
+  });
+
   it('an address formatted as allocated parses back to its value, from the parse cache as from the text', () => {
     fc.assert(
       fc.property(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), fc.boolean(), (v, v4) => {

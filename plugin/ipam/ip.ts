@@ -62,10 +62,22 @@ function parseIpText(s: string): { family: Family; value: bigint } {
   throw new Error(`not an IP address: ${JSON.stringify(s)}`);
 }
 
+/** formatIp's groups of an IPv6 address (JavaScript runs one formatIp at a time). */
+const GROUPS = new Array<number>(8).fill(0);
+
 export function formatIp(family: Family, v: bigint): string {
-  if (family === 4) return [24n, 16n, 8n, 0n].map((s) => Number((v >> s) & 0xffn)).join('.');
-  const groups: number[] = [];
-  for (let i = 7; i >= 0; i--) groups.push(Number((v >> BigInt(i * 16)) & 0xffffn));
+  // Numbers, not a bigint operation per group, and strings built in loops, not arrays: every
+  // allocation formats its addresses, cold (docs/performance.md, eleventh round).
+  if (family === 4) {
+    const n = Number(v & 0xffffffffn);
+    return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;
+  }
+  const groups = GROUPS;
+  for (let i = 0; i < 4; i++) {
+    const chunk = Number((v >> BigInt(96 - 32 * i)) & 0xffffffffn);
+    groups[2 * i] = chunk >>> 16;
+    groups[2 * i + 1] = chunk & 0xffff;
+  }
   // RFC 5952: compress the longest run (length ≥ 2) of zero groups, leftmost on ties.
   let best = -1;
   let bestLen = 1;
@@ -76,9 +88,16 @@ export function formatIp(family: Family, v: bigint): string {
     if (j - i > bestLen) { best = i; bestLen = j - i; }
     i = j;
   }
-  const hex = groups.map((g) => g.toString(16));
-  if (best < 0) return hex.join(':');
-  return `${hex.slice(0, best).join(':')}::${hex.slice(best + bestLen).join(':')}`;
+  let out = '';
+  for (let i = 0; i < 8; i++) {
+    if (i === best) {
+      out += '::';
+      i += bestLen - 1;
+      continue;
+    }
+    out += out === '' || out.endsWith(':') ? groups[i].toString(16) : `:${groups[i].toString(16)}`;
+  }
+  return out;
 }
 
 const MASK64 = (1n << 64n) - 1n;

@@ -21,7 +21,7 @@ function message(e: PodEvent): Record<string, unknown> {
     netns_path: e.netnsPath,
     interfaces: e.interfaces.map(interfaceMessage),
     message: e.message,
-    time: e.time,
+    time: new Date(e.timeMs).toISOString(),
   };
 }
 
