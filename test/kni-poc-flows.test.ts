@@ -145,10 +145,17 @@ describe('KNI POC API flows', () => {
     try {
       const c = g.kni();
       const { netns_path } = await c.CreateNetwork({});
+      // A netns an attach went into is claimed by its sandbox, and kept while the sandbox lives.
+      const claimed = await c.CreateNetwork({ name: 'gc-0', namespace: 'gc' });
+      const id = 'c'.repeat(64);
+      await c.AttachInterface({ id, name: 'gc-0', namespace: 'gc', labels: {}, annotations: {}, extradata: { netns: claimed.netns_path } });
       await new Promise((r) => setTimeout(r, 5));
-      const res = await g.rt().GarbageCollect({ live_sandbox_ids: [] });
+      const res = await g.rt().GarbageCollect({ live_sandbox_ids: [id] });
       assert.deepEqual(res.released_netns_paths, [netns_path]);
       assert.ok(!fs.existsSync(netns_path));
+      assert.ok(fs.existsSync(claimed.netns_path));
+      await c.DeleteNetwork({ id, netns_path: claimed.netns_path });
+      assert.ok(!fs.existsSync(claimed.netns_path));
     } finally {
       g.cleanup();
     }

@@ -261,7 +261,9 @@ export class NetworkRuntime {
     await this.node.ensure();
     const gate = this.extensions.gateReason();
     if (gate) throw new KniError('UNAVAILABLE', `no pods on this node yet: ${gate}`);
-    const owned = [...this.netns.values()].find((n) => n.path === ns.path);
+    // A netns kni made is pinned at <netnsDir>/<its name>: found by name, not by a walk of them all.
+    const mine = this.netns.get(path.basename(ns.path));
+    const owned = mine?.path === ns.path ? mine : undefined;
     const rec: SandboxRecord = {
       id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '', interfaces: [],
       ...(requested.ports.length ? { portMappings: requested.ports } : {}),
