@@ -110,7 +110,7 @@ describe('netlink attributes', () => {
     assert.equal(b.readUInt32LE(b.length - 4), 9);
   });
 
-  it('the requests of an attach and a detach are the bytes the kernel floor sends', () => {
+  it('the requests of an attach and a detach keep their bytes (the kernel floor mirrors them)', () => {
     // Pinned bytes: bench/kernel-floor.c mirrors these messages, and a builder's rewrite must not change them.
     for (let i = 0; i < 64; i++) Buffer.allocUnsafe(64).fill(0xff); // leave garbage in Node's pool
     const v4 = parseIp('10.128.3.7');
