@@ -95,7 +95,8 @@ export function formatIp(family: Family, v: bigint): string {
       i += bestLen - 1;
       continue;
     }
-    out += out === '' || out.endsWith(':') ? groups[i].toString(16) : `:${groups[i].toString(16)}`;
+    // A group after the first or after "::" needs no separator of its own.
+    out += i === 0 || i === best + bestLen ? groups[i].toString(16) : `:${groups[i].toString(16)}`;
   }
   return out;
 }

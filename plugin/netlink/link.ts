@@ -1,4 +1,5 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
+import type { Family } from '../ipam/ip';
 import { forEachAttr, readStringAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
@@ -128,7 +129,7 @@ export interface VxlanSpec {
   name: string;
   vni: number;
   /** The node's own underlay address (IPv4 or IPv6) and the link that carries it. */
-  local: { family: 4 | 6; bytes: Buffer };
+  local: { family: Family; value: bigint };
   underlayIndex: number;
   port: number;
   mtu: number;
@@ -158,7 +159,7 @@ export function vxlanAdd(v: VxlanSpec): NetlinkRequest {
   const data = w.begin(IFLA_INFO_DATA);
   w.u32(IFLA_VXLAN_ID, v.vni);
   w.u32(IFLA_VXLAN_LINK, v.underlayIndex);
-  w.bytes(v.local.family === 4 ? IFLA_VXLAN_LOCAL : IFLA_VXLAN_LOCAL6, v.local.bytes);
+  w.ip(v.local.family === 4 ? IFLA_VXLAN_LOCAL : IFLA_VXLAN_LOCAL6, v.local.family, v.local.value);
   w.u8(IFLA_VXLAN_LEARNING, 0);
   w.bytes(IFLA_VXLAN_PORT, port);
   w.end(data);

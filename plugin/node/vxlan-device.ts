@@ -2,7 +2,7 @@
 // peer's underlay address (vtepMac), so nothing has to be published on the Node object: the
 // FDB and neighbour entries can be written from the Node list alone.
 import crypto from 'node:crypto';
-import { Family, ipBytes, parseIp } from '../ipam/ip';
+import { Family, parseIp } from '../ipam/ip';
 import { linkByName, linkDel, linkList, linkSetAlias, vxlanAdd } from '../netlink/link';
 import { NetlinkSocket } from '../netlink/socket';
 import { VxlanConfig } from '../core/config';
@@ -41,7 +41,7 @@ export function ensureVxlanDevice(sock: NetlinkSocket, cfg: VxlanConfig, localIp
     dev = undefined;
   }
   if (!dev) {
-    sock.request(vxlanAdd({ name: cfg.device, vni: cfg.vni, port: cfg.port, mtu, mac: vtepMac(localIp), underlayIndex, local: { family: local.family, bytes: ipBytes(local.family, local.value) } }));
+    sock.request(vxlanAdd({ name: cfg.device, vni: cfg.vni, port: cfg.port, mtu, mac: vtepMac(localIp), underlayIndex, local }));
     dev = linkByName(sock, cfg.device)!;
     sock.request(linkSetAlias(dev.index, cfg.device, want));
   }
