@@ -4,6 +4,7 @@
 // two strings and a bool do not justify a protoc step in the build.
 //
 //	grpc-go-client -socket S -pods FILE [-concurrency C]
+//	grpc-go-client -probe S      (test/grpc-server.test.ts: kni's gRPC framing against grpc-go)
 //
 // FILE holds one "sandbox-id netns-path" per line. Every pod is attached, then every pod is
 // detached (netns_ending: the bench removes the netns next), C calls at a time; one JSON object
@@ -25,7 +26,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
@@ -85,7 +88,53 @@ func run(n, c int, call func(i int) error) ([]float64, float64, error) {
 	return ms, float64(time.Since(t0).Nanoseconds()) / 1e6, nil
 }
 
+// probe calls the test server's /test.Probe methods: echoes of many sizes, 100 at once on one
+// connection, and a failure whose non-ASCII message must come back as sent.
+func probe(socket string) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	echo := func(req []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		var res []byte
+		if err := conn.Invoke(ctx, "/test.Probe/Echo", &req, &res); err != nil {
+			return err
+		}
+		if string(res) != string(req) {
+			return fmt.Errorf("echo of %d bytes came back as %d different bytes", len(req), len(res))
+		}
+		return nil
+	}
+	for _, n := range []int{0, 1, 100, 16384, 70000, 2 << 20} {
+		if err := echo([]byte(strings.Repeat("k", n))); err != nil {
+			return err
+		}
+	}
+	if _, _, err := run(100, 100, func(i int) error { return echo([]byte(fmt.Sprintf("call %d", i))) }); err != nil {
+		return err
+	}
+	msg := "netns «é» 100% gone"
+	req := []byte(msg)
+	var res []byte
+	err = conn.Invoke(context.Background(), "/test.Probe/Fail", &req, &res)
+	if st, ok := status.FromError(err); !ok || st.Code() != codes.FailedPrecondition || st.Message() != msg {
+		return fmt.Errorf("Fail: want FailedPrecondition %q, got %v", msg, err)
+	}
+	return nil
+}
+
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "-probe" {
+		if err := probe(os.Args[2]); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println("ok")
+		return
+	}
 	socket := flag.String("socket", "", "kni's gRPC socket")
 	podsFile := flag.String("pods", "", `file of "sandbox-id netns-path" lines`)
 	concurrency := flag.Int("concurrency", 1, "calls at once")

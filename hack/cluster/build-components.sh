@@ -79,7 +79,7 @@ case "${1:-all}" in
   containerd) build_containerd ;;
   etcd) build_etcd ;;
   bench-client) build_bench_client ;;
-  all) build_containerd; build_etcd; build_kubernetes ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client ;;
   *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client]" >&2; exit 2 ;;
 esac
 echo "$bin"

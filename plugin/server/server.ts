@@ -1,6 +1,7 @@
 // The gRPC server on a unix socket (mode 0600): the KNI POC service and kni's own, side by side.
-// The socket is ours (a net.Server handing connections to grpc-js), so that it is bounded:
-// connections at once, time to start speaking HTTP/2, idle and endless connections.
+// The HTTP/2 and gRPC framing are kni's own (./grpc-server.ts, ./http2: why, there); the
+// services, their codecs and the clients are grpc-js's. Bounded: connections at once, time to
+// start speaking HTTP/2, idle and endless connections.
 import * as grpc from '@grpc/grpc-js';
 import fs from 'node:fs';
 import net from 'node:net';
@@ -10,7 +11,8 @@ import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
 import { guardRequests } from './request-guard';
 import { warmCodecs } from './codec-warmup';
-import { GRPC_COMMON_OPTIONS, kniService, runtimeService } from './protos';
+import { kniService, runtimeService } from './protos';
+import { GrpcServer } from './grpc-server';
 import { ClusterView, runtimeHandlers } from './runtime-service';
 
 export const GRPC_LIMITS = {
@@ -54,31 +56,23 @@ export interface KniServer {
  * agent, when kni runs in Kubernetes (GetNode reports it).
  */
 export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = [], cluster?: ClusterView): Promise<KniServer> {
-  const server = new grpc.Server({
-    ...GRPC_COMMON_OPTIONS,
-    'grpc.max_connection_idle_ms': GRPC_LIMITS.idleMs,
-    'grpc.max_connection_age_ms': GRPC_LIMITS.maxAgeMs,
-    'grpc.max_connection_age_grace_ms': GRPC_LIMITS.maxAgeGraceMs,
-  });
+  let lastProtocolLog = 0;
+  const server = new GrpcServer(
+    { ...GRPC_LIMITS, maxConcurrentStreams: 1000, maxHeaderListSize: 64 << 10 },
+    (message) => {
+      if (Date.now() - lastProtocolLog < 1000) return;
+      lastProtocolLog = Date.now();
+      log('warn', 'gRPC socket: connection closed on a protocol error', { socket: socketPath, error: message });
+    },
+  );
   const services: [grpc.ServiceDefinition, grpc.UntypedServiceImplementation][] = [
     [guardRequests(kniService().service), kniPocHandlers(rt)],
     [guardRequests(runtimeService().service), runtimeHandlers(rt, cluster)],
     ...extra.map((s): [grpc.ServiceDefinition, grpc.UntypedServiceImplementation] => [guardRequests(s.definition), s.handlers]),
   ];
   for (const [definition, handlers] of services) server.addService(definition, handlers);
-  const injector = server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
   let lastRefusalLog = 0;
-  const listener = net.createServer((sock) => {
-    // Handed to grpc-js only once the peer has spoken: after that the HTTP/2 session owns the
-    // socket and destroy() no longer reaches it. Node's HTTP/2 takes the bytes already read.
-    const handshake = setTimeout(() => sock.destroy(), GRPC_LIMITS.handshakeMs);
-    sock.on('error', () => undefined);
-    sock.once('close', () => clearTimeout(handshake));
-    sock.once('readable', () => {
-      clearTimeout(handshake);
-      injector.injectConnection(sock);
-    });
-  });
+  const listener = net.createServer((sock) => server.accept(sock));
   listener.maxConnections = GRPC_LIMITS.maxConnections;
   listener.on('drop', () => {
     if (Date.now() - lastRefusalLog < 1000) return; // a flood must not become a flood of log lines
@@ -101,7 +95,7 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
   return {
     shutdown(done) {
       listener.close();
-      server.tryShutdown(() => done());
+      server.shutdown(done);
     },
   };
 }
