@@ -139,6 +139,60 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
     }
   });
 
+  it('a client whose header table is 0 bytes gets a size update first, and its answers decode', async () => {
+    const sock = await echoHeadersServer();
+    const session = http2.connect('http://localhost', { createConnection: () => net.connect(sock), settings: { headerTableSize: 0 } });
+    try {
+      for (let i = 0; i < 3; i++) {
+        const t = await new Promise<Record<string, unknown>>((resolve, reject) => {
+          const req = session.request({ ':method': 'POST', ':path': '/x', 'x-n': String(i) });
+          req.on('trailers', resolve);
+          req.on('error', reject);
+          req.resume();
+          req.end();
+        });
+        assert.equal(t['echo-x-n'], String(i));
+      }
+    } finally {
+      session.close();
+    }
+  });
+
+  it('an idle connection is sent away (GOAWAY, then closed); an old one too, after its grace, even with a stream open', async function () {
+    this.timeout(20_000);
+    const sock = path.join(dir, 'limits.sock');
+    const srv = net.createServer((c) => new H2Connection(c, (s) => {
+      s.onEnd = () => (s.header(':path') === '/hang' ? undefined : s.respond([[':status', '200']], true));
+    }, { ...LIMITS, idleMs: 300, maxAgeMs: 1500, maxAgeGraceMs: 500 }));
+    sockets.push(srv);
+    await new Promise<void>((r) => srv.listen(sock, r));
+    const connect = () => {
+      const session = http2.connect('http://localhost', { createConnection: () => net.connect(sock) });
+      session.on('error', () => undefined);
+      const goaway = new Promise<number>((resolve) => session.on('goaway', (code) => resolve(code)));
+      const closed = new Promise<number>((resolve) => session.on('close', () => resolve(Date.now())));
+      return { session, goaway, closed };
+    };
+    const idle = connect();
+    const t0 = Date.now();
+    await new Promise<void>((resolve, reject) => {
+      const req = idle.session.request({ ':method': 'POST', ':path': '/x' });
+      req.on('response', () => resolve());
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(await idle.goaway, H2_ERROR.NO_ERROR);
+    assert.ok((await idle.closed) - t0 >= 250, 'closed before the idle time');
+    const old = connect();
+    const t1 = Date.now();
+    const hung = old.session.request({ ':method': 'POST', ':path': '/hang' });
+    hung.on('error', () => undefined);
+    hung.end();
+    assert.equal(await old.goaway, H2_ERROR.NO_ERROR);
+    const closedAt = await old.closed;
+    assert.ok(closedAt - t1 >= 1900, `closed ${closedAt - t1} ms after it opened: before its age and grace`);
+  });
+
   it('a response larger than the windows waits for WINDOW_UPDATEs and arrives whole and in order; a reset stream is dropped', async function () {
     this.timeout(30_000);
     const sock = path.join(dir, 'big.sock');
