@@ -243,10 +243,11 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
     let server: GrpcServer;
     let client: grpc.Client & Record<string, (...a: unknown[]) => unknown>;
     let shutdownStreamEnded: Promise<grpc.StatusObject> | undefined;
+    const protocolErrors: string[] = [];
 
     before(async () => {
       sock = path.join(dir, 'grpc.sock');
-      server = new GrpcServer(LIMITS);
+      server = new GrpcServer(LIMITS, (m) => protocolErrors.push(m));
       server.addService(PROBE, {
         Echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb(null, call.request),
         Fail: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb({ code: grpc.status.FAILED_PRECONDITION, details: call.request.toString() }),
@@ -348,6 +349,32 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
       clearTimeout(timer);
       assert.equal(code, 0, out);
       assert.equal(out.trim(), 'ok');
+    });
+
+    it('random frames after a valid preface (any type, flags, stream, payload; real calls among them): never a throw, and the server still answers', async function () {
+      this.timeout(60_000);
+      const echoCall = Buffer.concat([
+        frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, encodeHeaders([[':method', 'POST'], [':scheme', 'http'], [':path', '/test.Probe/Echo'], ['content-type', 'application/grpc']])),
+        frame(FRAME.DATA, FLAG.END_STREAM, 1, Buffer.from([0, 0, 0, 0, 1, 0x2a])),
+      ]);
+      const anyFrame = fc.record({
+        type: fc.integer({ min: 0, max: 12 }),
+        flags: fc.integer({ min: 0, max: 255 }),
+        stream: fc.oneof(fc.constantFrom(0, 1, 3, 5), fc.integer({ min: 0, max: 2 ** 31 - 1 })),
+        payload: fc.uint8Array({ maxLength: 64 }),
+      }).map((f) => frame(f.type, f.flags, f.stream, Buffer.from(f.payload)));
+      await fc.assert(fc.asyncProperty(fc.array(fc.oneof(anyFrame, fc.constant(echoCall)), { maxLength: 12 }), async (frames) => {
+        await new Promise<void>((resolve) => {
+          const c = net.connect(sock, () => c.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0), ...frames])));
+          c.on('data', () => undefined);
+          c.on('error', () => undefined);
+          c.on('close', () => resolve());
+          setTimeout(() => c.destroy(), 30);
+        });
+      }), { numRuns: 300 });
+      assert.ok(protocolErrors.length > 0, 'no frame sequence was refused: the generator is too tame');
+      assert.deepEqual(protocolErrors.filter((m) => m.startsWith('internal error')), []);
+      assert.equal(String(await unary('Echo', Buffer.from('still here'))), 'still here');
     });
 
     it('shutdown: a call in flight is answered, an open stream ends with UNAVAILABLE, then done', async () => {

@@ -134,7 +134,7 @@ export class H2Connection implements StreamSink {
     } catch (e) {
       if (e instanceof ConnectionError) this.fail(e.code, e.message);
       else if (e instanceof HpackError || e instanceof HuffmanError) this.fail(H2_ERROR.COMPRESSION_ERROR, e.message);
-      else this.fail(H2_ERROR.INTERNAL_ERROR, String((e as Error)?.message ?? e));
+      else this.fail(H2_ERROR.INTERNAL_ERROR, `internal error: ${String((e as Error)?.stack ?? e)}`);
     }
   }
 
