@@ -371,7 +371,7 @@ export class H2Connection implements StreamSink {
 
   private fail(code: number, message: string): void {
     this.onProtocolError(message);
-    this.goaway(code, message.slice(0, 200));
+    this.goaway(code, message.split('\n')[0].slice(0, 200)); // the stack, if any, only in the log
     this.finish();
   }
 
