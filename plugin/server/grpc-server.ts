@@ -123,10 +123,14 @@ export class GrpcServer {
    * UNAVAILABLE (their clients resume elsewhere); `done` once every connection is closed.
    */
   shutdown(done: () => void): void {
-    this.onIdle = done;
+    let called = false;
+    this.onIdle = () => {
+      if (!called) done();
+      called = true;
+    };
     for (const call of [...this.streamCalls]) call.finish({ code: grpc.status.UNAVAILABLE, details: 'kni is shutting down' });
     for (const c of this.connections) c.goaway(H2_ERROR.NO_ERROR, 'shutting down');
-    if (!this.connections.size) done();
+    if (!this.connections.size) this.onIdle();
   }
 
   private call(s: H2Stream): void {

@@ -40,6 +40,7 @@ const MAX_HEADER_BLOCK = 256 << 10;
 export class H2Connection implements StreamSink {
   private buf: Buffer = Buffer.alloc(0);
   private prefaceSeen = false;
+  private prefaceSent = false;
   private readonly streams = new Map<number, H2Stream>();
   private lastStreamId = 0;
   private readonly decoder = new HpackDecoder();
@@ -79,6 +80,7 @@ export class H2Connection implements StreamSink {
 
   /** Sent once the client has spoken: a silent connection is closed without a byte. */
   private serverPreface(): void {
+    this.prefaceSent = true;
     this.queue(frame(FRAME.SETTINGS, 0, 0, settingsPayload([
       [SETTING.MAX_CONCURRENT_STREAMS, this.limits.maxConcurrentStreams],
       [SETTING.INITIAL_WINDOW_SIZE, STREAM_WINDOW],
@@ -95,6 +97,7 @@ export class H2Connection implements StreamSink {
   /** No new streams; the connection closes once those open are done. */
   goaway(code: number, debug = ''): void {
     if (this.draining || this.ended) return;
+    if (!this.prefaceSent) return this.destroy(); // nothing may precede our SETTINGS
     this.draining = true;
     this.queue(frame(FRAME.GOAWAY, 0, 0, goawayPayload(this.lastStreamId, code, debug)));
     if (!this.streams.size || code !== H2_ERROR.NO_ERROR) this.finish();
@@ -371,6 +374,7 @@ export class H2Connection implements StreamSink {
 
   private fail(code: number, message: string): void {
     this.onProtocolError(message);
+    if (!this.prefaceSent) this.serverPreface(); // a client that got the preface wrong is told why
     this.goaway(code, message.split('\n')[0].slice(0, 200)); // the stack, if any, only in the log
     this.finish();
   }
