@@ -12,8 +12,9 @@ import { H2Stream } from './http2/stream';
 
 /** The largest request message, as grpc-js's default receive limit. */
 export const MAX_REQUEST_MESSAGE = 4 << 20;
-const ANSWER_HEADERS: HeaderList = [[':status', '200'], ['content-type', 'application/grpc']];
-const OK_TRAILERS: HeaderList = [['grpc-status', '0']];
+// Frozen: each call's are the same bytes, encoded once (hpack.ts).
+const ANSWER_HEADERS = Object.freeze([[':status', '200'], ['content-type', 'application/grpc']]) as HeaderList;
+const OK_TRAILERS = Object.freeze([['grpc-status', '0']]) as HeaderList;
 const TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
 
 type Method = grpc.MethodDefinition<unknown, unknown>;
@@ -191,7 +192,8 @@ export class GrpcServer {
 
   private unary(s: H2Stream, def: Method, handler: (...args: unknown[]) => void, request: unknown): void {
     let done = false;
-    const call = { request, cancelled: false, metadata: new grpc.Metadata(), getPeer: () => 'unix', getPath: () => def.path };
+    // kni's handlers read only the request: the metadata object is made if one asks for it.
+    const call = { request, cancelled: false, get metadata() { return new grpc.Metadata(); }, getPeer: () => 'unix', getPath: () => def.path };
     const timer = this.deadline(s, () => {
       if (done) return;
       done = true;

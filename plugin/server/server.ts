@@ -26,6 +26,10 @@ export const GRPC_LIMITS = {
    *  what bounds a connection holding a half-sent call open for ever. */
   maxAgeMs: 30 * 60_000,
   maxAgeGraceMs: 60_000,
+  /** Calls at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused. */
+  maxConcurrentStreams: 1000,
+  /** A request's headers (SETTINGS_MAX_HEADER_LIST_SIZE); past it the call is answered HTTP 431. */
+  maxHeaderListSize: 64 << 10,
 };
 
 /** A socket file nobody answers on is stale (a crashed daemon's); a live one means a second daemon. */
@@ -58,7 +62,7 @@ export interface KniServer {
 export async function serve(rt: NetworkRuntime, socketPath: string, extra: ExtraService[] = [], cluster?: ClusterView): Promise<KniServer> {
   let lastProtocolLog = 0;
   const server = new GrpcServer(
-    { ...GRPC_LIMITS, maxConcurrentStreams: 1000, maxHeaderListSize: 64 << 10 },
+    GRPC_LIMITS,
     (message) => {
       if (Date.now() - lastProtocolLog < 1000) return;
       lastProtocolLog = Date.now();

@@ -90,10 +90,6 @@ export class H2Connection implements StreamSink {
     this.queue(frame(FRAME.WINDOW_UPDATE, 0, 0, u32(CONNECTION_WINDOW - DEFAULT_WINDOW)));
   }
 
-  get openStreams(): number {
-    return this.streams.size;
-  }
-
   /** No new streams; the connection closes once those open are done. */
   goaway(code: number, debug = ''): void {
     if (this.draining || this.ended) return;
@@ -103,12 +99,14 @@ export class H2Connection implements StreamSink {
     if (!this.streams.size || code !== H2_ERROR.NO_ERROR) this.finish();
   }
 
-  destroy(): void {
+  private destroy(): void {
     this.socket.destroy();
   }
 
   private receive(d: Buffer): void {
     if (this.ended) return;
+    // What is carried over is less than one frame (16 KiB): joining it to the next read copies
+    // little, unlike the unbounded messages runtime-hooks/wire/byte-queue.ts exists for.
     this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
     try {
       if (!this.prefaceSeen) {

@@ -139,11 +139,16 @@ function writeInt(out: number[], prefixBits: number, flags: number, v: number): 
   out.push(v);
 }
 
+/** The blocks of frozen header lists (every answer's headers, the OK trailers), made once. */
+const encoded = new WeakMap<HeaderList, Buffer>();
+
 /**
  * A header block of literal fields, never indexed by the peer. A name in the static table is sent
  * by its index; `:status: 200` is the single byte of its static entry.
  */
 export function encodeHeaders(fields: HeaderList): Buffer {
+  const known = encoded.get(fields);
+  if (known) return known;
   const out: number[] = [];
   for (const [name, value] of fields) {
     if (name === ':status' && value === '200') {
@@ -159,5 +164,7 @@ export function encodeHeaders(fields: HeaderList): Buffer {
     writeInt(out, 7, 0, Buffer.byteLength(value, 'latin1'));
     for (let i = 0; i < value.length; i++) out.push(value.charCodeAt(i) & 0xff);
   }
-  return Buffer.from(out);
+  const block = Buffer.from(out);
+  if (Object.isFrozen(fields)) encoded.set(fields, block);
+  return block;
 }
