@@ -63,7 +63,8 @@ const SOCKADDR_NL = Buffer.alloc(12);
 SOCKADDR_NL.writeUInt16LE(libc.AF_NETLINK, 0);
 
 export class NetlinkSocket {
-  private readonly fd: number;
+  /** The socket's descriptor: the native wiring (plugin/pod/wire-pod.c) sends on it too. */
+  readonly fd: number;
   private seq = Math.floor(Math.random() * 0x7fffffff);
   private readonly buf = RECV;
   private closed = false;

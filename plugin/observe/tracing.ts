@@ -67,6 +67,23 @@ export function withSpan<T>(name: string, attributes: Attributes | (() => Attrib
   );
 }
 
+/**
+ * A step that ran outside JavaScript (native code that reports when it started and ended, as
+ * process.hrtime.bigint() counts): its time goes to kni_step_duration_seconds, and with tracing
+ * on it is a span of the active one with those times.
+ */
+export function recordStep(name: string, startNs: bigint, endNs: bigint, attributes: () => Attributes, failed?: Error): void {
+  stepTimer(name).observe(Number(endNs - startNs) / 1e9);
+  if (!enabled) return;
+  const epochMs = Date.now() - Number(process.hrtime.bigint()) / 1e6;
+  const span = tracer.startSpan(name, { attributes: attributes(), startTime: epochMs + Number(startNs) / 1e6 });
+  if (failed) {
+    span.recordException(failed);
+    span.setStatus({ code: SpanStatusCode.ERROR, message: failed.message });
+  }
+  span.end(epochMs + Number(endNs) / 1e6);
+}
+
 /** Runs fn and calls done or failed when it has finished: at once, or when its promise settles. */
 function settle<T>(fn: () => T, done: () => void, failed: (e: unknown) => void): T {
   let out: T;

@@ -4,13 +4,18 @@
 // pod's addresses. All over netlink from this process: no spawn, no iptables.
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
-import { linkByName, linkCreate, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
+import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
 import { neighSet } from '../netlink/neigh';
 import { defaultRouteAdd, hostRouteAdd } from '../netlink/route';
-import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { socketInNetns } from '../netns/netns';
-import { withSpan } from '../observe/tracing';
+import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
+import { homeNetnsFd, NotANetnsError } from '../netns/netns';
+import { recordStep } from '../observe/tracing';
 import { InterfaceRecord } from '../store/records';
+import { Errno } from '../sys/libc';
+import { WireResult, WireSpec, wirePodNative } from './wire-pod-native';
+
+const EINVAL = 22;
+const EEXIST = 17;
 
 /** Host veths carry "kni:<sandbox id>" as their alias: lost records are rebuilt from it. */
 export const VETH_ALIAS_PREFIX = 'kni:';
@@ -37,40 +42,69 @@ export class PodInterfaceExistsError extends Error {
 }
 
 /**
- * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns,
- * and HostVethExistsError when a stale host end with that name is in the way. bridgeIndex is
- * not used for a routed interface.
+ * Wires one interface (wire-pod.c, one native call: why, in its header). Throws NotANetnsError
+ * before any change when netnsFd is not a netns, and HostVethExistsError when a stale host end
+ * with that name is in the way. bridgeIndex is not used for a routed interface.
  */
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
-  const pod = socketInNetns(netnsFd);
-  try {
-    const { podIndex } = withSpan('veth.create', { 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }, () => {
-      const ends = createVeth(host, pod, itf.routed ? 0 : bridgeIndex, netnsFd, itf);
+  const r = wirePodNative(host.fd, homeNetnsFd(), netnsFd, wireSpec(itf, bridgeIndex, sandboxId));
+  const failure = r.errno ? wireError(r, host, bridgeIndex, netnsFd, itf, sandboxId) : undefined;
+  if (!failure || r.stage >= 2) {
+    recordStep('veth.create', r.started, r.hostDone, () => ({ 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }), r.stage < 4 ? failure : undefined);
+    if (!failure || r.stage === 4) recordStep('pod.addresses', r.hostDone, r.ended, () => ({ 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }), failure);
+  }
+  if (failure) throw failure;
+}
+
+/** What wire-pod.c is given for one interface. */
+export function wireSpec(itf: InterfaceRecord, bridgeIndex: number, sandboxId: string): WireSpec {
+  let addresses = '';
+  for (const a of itf.addresses) addresses += `${addresses ? ',' : ''}${a.address}/${a.prefixLength}>${a.gateway}`;
+  return {
+    bridgeIndex: itf.routed ? 0 : bridgeIndex, routed: Boolean(itf.routed), mtu: itf.mtu, hostVeth: itf.hostVeth, podIfName: itf.name,
+    alias: `${VETH_ALIAS_PREFIX}${sandboxId}`, hostMac: HOST_VETH_MAC, podMac: itf.mac, addresses,
+  };
+}
+
+/**
+ * The requests wire-pod.c sends, as kni's builders make them, in its three writes: the veth;
+ * the host end; the pod end (one write: the kernel runs the requests in order, so each route
+ * finds its address). They name a failed request, and the test holds the C's bytes to them.
+ */
+export function wireRequests(itf: InterfaceRecord, bridgeIndex: number, netnsFd: number, sandboxId: string, hostIndex: number, podIndex: number): NetlinkRequest[][] {
+  return [
+    [vethAdd({ name: itf.hostVeth, mac: HOST_VETH_MAC, mtu: itf.mtu, master: itf.routed ? 0 : bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } })],
+    [
+      linkSetNoLinkLocal(hostIndex, itf.hostVeth),
+      ...(itf.routed ? [] : [linkSetHairpin(hostIndex, itf.hostVeth)]),
       // The alias lets a lost record be rebuilt from the kernel alone (the kernel takes
       // IFLA_IFALIAS only on an existing link, not in the create request).
-      host.exec([
-        linkSetNoLinkLocal(ends.hostIndex, itf.hostVeth),
-        ...(itf.routed ? [] : [linkSetHairpin(ends.hostIndex, itf.hostVeth)]),
-        linkSetAlias(ends.hostIndex, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
-        linkSetUpByIndex(ends.hostIndex, itf.hostVeth),
-        ...(itf.routed ? routedHostEnd(ends.hostIndex, itf) : []),
-      ]);
-      return ends;
-    });
-    // One write: the kernel runs the requests in order, so each route finds its address.
-    withSpan('pod.addresses', () => ({ 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }), () =>
-      pod.exec([
-        linkSetNoLinkLocal(podIndex, itf.name),
-        linkSetUp('lo'),
-        linkSetUpByIndex(podIndex, itf.name),
-        ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
-        ...(itf.routed ? itf.addresses.flatMap((a) => routedGateway(podIndex, itf.name, a.gateway)) : []),
-        ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway)),
-      ]),
-    );
-  } finally {
-    pod.close();
+      linkSetAlias(hostIndex, itf.hostVeth, `${VETH_ALIAS_PREFIX}${sandboxId}`),
+      linkSetUpByIndex(hostIndex, itf.hostVeth),
+      ...(itf.routed ? routedHostEnd(hostIndex, itf) : []),
+    ],
+    [
+      linkSetNoLinkLocal(podIndex, itf.name),
+      linkSetUp('lo'),
+      linkSetUpByIndex(podIndex, itf.name),
+      ...itf.addresses.map((a) => addrAdd(podIndex, itf.name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
+      ...(itf.routed ? itf.addresses.flatMap((a) => routedGateway(podIndex, itf.name, a.gateway)) : []),
+      ...itf.addresses.map((a) => defaultRouteAdd(a.family as Family, parseIp(a.gateway).value, podIndex, itf.name, a.gateway)),
+    ],
+  ];
+}
+
+/** A failed native wiring as the error the TypeScript wiring threw. */
+function wireError(r: WireResult, host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): Error {
+  if (r.stage === 0) return new Error(`cannot wire ${itf.hostVeth}: the wiring library refused its arguments ${JSON.stringify(wireSpec(itf, bridgeIndex, sandboxId))}`);
+  if (r.stage === 1) return r.errno === EINVAL ? new NotANetnsError('not a network namespace') : new Errno('open a netlink socket in the pod netns', r.errno);
+  if (r.stage === 2 && r.errno === EEXIST && r.request === 0) {
+    if (linkByName(host, itf.hostVeth)) return new HostVethExistsError(itf.hostVeth);
+    return new PodInterfaceExistsError(itf.name);
   }
+  if (r.request < 0) return new Errno(`netlink exchange with the kernel (wiring ${itf.hostVeth})`, r.errno);
+  const req = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, r.hostIndex, r.podIndex)[r.stage - 2]?.[r.request];
+  return new NetlinkError(r.errno, req?.what ?? `wire ${itf.hostVeth} (step ${r.stage}, request ${r.request})`, r.kernelMessage);
 }
 
 /**
@@ -93,30 +127,6 @@ function routedHostEnd(hostIndex: number, itf: InterfaceRecord) {
     const ip = parseIp(a.address);
     return [hostRouteAdd(ip.family, ip.value, hostIndex, itf.hostVeth, a.address), neighSet({ family: ip.family, index: hostIndex, ip: a.address, mac: itf.mac })];
   });
-}
-
-/**
- * The veth pair, and the ifindex of each end. The kernel announces the new host end to us
- * (linkCreate), and that announcement names the pod end's ifindex in the pod netns; only an
- * older kernel, which announces nothing, costs two lookups.
- */
-function createVeth(host: NetlinkSocket, pod: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord): { hostIndex: number; podIndex: number } {
-  let created;
-  try {
-    created = linkCreate(host, vethAdd({ name: itf.hostVeth, mac: HOST_VETH_MAC, mtu: itf.mtu, master: bridgeIndex, peer: { name: itf.name, mac: itf.mac, netnsFd } }), itf.hostVeth);
-  } catch (e) {
-    if (e instanceof NetlinkError && e.code === 'EEXIST') {
-      if (linkByName(host, itf.hostVeth)) throw new HostVethExistsError(itf.hostVeth);
-      throw new PodInterfaceExistsError(itf.name);
-    }
-    throw e;
-  }
-  if (created && created.peerIndex > 0) return { hostIndex: created.index, podIndex: created.peerIndex };
-  const hostEnd = linkByName(host, itf.hostVeth);
-  if (!hostEnd) throw new Error(`veth ${itf.hostVeth} vanished right after it was created`);
-  const podEnd = linkByName(pod, itf.name);
-  if (!podEnd) throw new Error(`${itf.name} is missing in the pod netns right after it was created`);
-  return { hostIndex: hostEnd.index, podIndex: podEnd.index };
 }
 
 /**
