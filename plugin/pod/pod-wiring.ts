@@ -1,7 +1,8 @@
 // The pod side of the reference network: a veth whose pod end (eth0) sits in the pod netns
 // with one address per range and default routes via the range gateways. Its host end is a
 // hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
-// pod's addresses. All over netlink from this process: no spawn, no iptables.
+// pod's addresses. All over netlink from this process (the wiring itself in one native call,
+// wire-pod.c): no spawn, no iptables.
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
