@@ -23,13 +23,9 @@
 //     writes the three writes' messages (sequence numbers 0) to out, for the test; returns
 //     their total length, or -1.
 #define _GNU_SOURCE
+// libc
 #include <arpa/inet.h>
 #include <errno.h>
-#include <linux/if_link.h>
-#include <linux/neighbour.h>
-#include <linux/netlink.h>
-#include <linux/rtnetlink.h>
-#include <linux/veth.h>
 #include <net/if.h>
 #include <sched.h>
 #include <stdint.h>
@@ -39,13 +35,13 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+// the kernel's netlink structs and numbers (NETLINK_EXT_ACK and NETLINK_CAP_ACK: Linux 4.12+)
+#include <linux/if_link.h>
+#include <linux/neighbour.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <linux/veth.h>
 
-#ifndef NETLINK_EXT_ACK
-#define NETLINK_EXT_ACK 11
-#endif
-#ifndef NETLINK_CAP_ACK
-#define NETLINK_CAP_ACK 10
-#endif
 #define BRPORT_MODE 4
 #define ADDR_GEN_MODE 8
 #define GEN_MODE_NONE 1
