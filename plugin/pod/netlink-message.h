@@ -1,7 +1,9 @@
 // Netlink requests written into one buffer, for wire-pod.c: a request's header and fixed struct,
 // its attributes and nests (their lengths set as they grow, padding zeroed), and a write's
 // numbering (only its last request asks for an ack, as plugin/netlink/socket.ts exec does).
-// Static functions in a header: wire-pod.c is the only file that includes it.
+// Static functions in a header: wire-pod.c is the only file that includes it. bench/kernel-floor.c
+// keeps an encoder of its own on purpose: it is the reference kni is timed against, and one
+// shared with kni would hide whatever extra work kni's encoder did.
 #ifndef KNI_NETLINK_MESSAGE_H
 #define KNI_NETLINK_MESSAGE_H
 

@@ -49,8 +49,6 @@
 #define GEN_MODE_NONE 1
 #define MAX_ADDRS 8
 
-static const uint8_t HOST_MAC[6] = {0xee, 0xee, 0xee, 0xee, 0xee, 0xee};
-
 struct addr { int family, prefix; uint8_t a[16], gw[16]; };
 struct wire {
     int bridge, routed, mtu, naddrs;
@@ -154,7 +152,7 @@ static void build_pod(struct msg *m, const struct wire *w, int pidx) {
         attr_u32(m, h, IFA_FLAGS, a->family == 6 ? IFA_F_NODAD | IFA_F_PERMANENT : IFA_F_PERMANENT);
     }
     for (int i = 0; w->routed && i < w->naddrs; i++) {
-        neighbour(m, w->addrs[i].family, w->addrs[i].gw, pidx, HOST_MAC);
+        neighbour(m, w->addrs[i].family, w->addrs[i].gw, pidx, w->host_mac); // every host end's MAC is the gateway's
         host_route(m, w->addrs[i].family, w->addrs[i].gw, pidx);
     }
     for (int i = 0; i < w->naddrs; i++) {
@@ -238,10 +236,10 @@ static uint32_t next_seq = 1;
 
 /**
  * Sends one write and reads until the last request's answer: the first error wins (its
- * request index and the kernel's text in r). With echo, the new link's message named `host`
- * gives both ifindexes.
+ * request index and the kernel's text in r). A link message named `link` (a create's echo, a
+ * lookup's answer) gives its ifindex and its peer's.
  */
-static int exchange(int fd, struct msg *m, struct result *r, int stage, const char *host) {
+static int exchange(int fd, struct msg *m, struct result *r, int stage, const char *link) {
     uint32_t first = __atomic_fetch_add(&next_seq, (uint32_t)m->count, __ATOMIC_RELAXED) & 0x7fffffff;
     number(m, first);
     ssize_t sent;
@@ -258,12 +256,12 @@ static int exchange(int fd, struct msg *m, struct result *r, int stage, const ch
         for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n)) {
             uint32_t idx = (h->nlmsg_seq - first) & 0x7fffffff;
             if (idx >= (uint32_t)m->count) continue;
-            if (h->nlmsg_type == RTM_NEWLINK && host) {
+            if (h->nlmsg_type == RTM_NEWLINK && link) {
                 struct ifinfomsg *ifi = NLMSG_DATA(h);
                 int len = (int)(h->nlmsg_len - NLMSG_LENGTH(sizeof *ifi));
                 int peer = 0, named = 0;
                 for (struct rtattr *a = IFLA_RTA(ifi); RTA_OK(a, len); a = RTA_NEXT(a, len)) {
-                    if (a->rta_type == IFLA_IFNAME && !strcmp(RTA_DATA(a), host)) named = 1;
+                    if (a->rta_type == IFLA_IFNAME && !strcmp(RTA_DATA(a), link)) named = 1;
                     if (a->rta_type == IFLA_LINK) memcpy(&peer, RTA_DATA(a), 4);
                 }
                 if (named) {
