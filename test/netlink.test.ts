@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { linkByName, linkCreate, linkSetAlias, linkSetUp, vethAdd } from '../plugin/netlink/link';
 import { NetlinkError, NetlinkSocket } from '../plugin/netlink/socket';
-import { socketInNetns } from '../plugin/netns/netns';
+import { netlinkIn } from './helpers/netlink-in';
 import { RUN, sh, trySh } from './helpers/sh';
 
 describe('netlink socket (real kernel)', () => {
@@ -16,12 +16,7 @@ describe('netlink socket (real kernel)', () => {
   before(() => {
     sh('ip', ['netns', 'add', ns]);
     sh('ip', ['netns', 'add', nsB]);
-    const fd = fs.openSync(`/run/netns/${ns}`, 'r');
-    try {
-      sock = socketInNetns(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    sock = netlinkIn(`/run/netns/${ns}`);
   });
   after(() => {
     sock?.close();

@@ -3,10 +3,9 @@
 // it. host-gw where the nodes share a subnet; vxlan (chosen by auto) where a router joins two
 // subnets; stale kni routes removed; a peer removed takes its routes, FDB and neighbours along.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import { parseConfig } from '../plugin/core/config';
 import { NetlinkSocket } from '../plugin/netlink/socket';
-import { socketInNetns } from '../plugin/netns/netns';
+import { netlinkIn } from './helpers/netlink-in';
 import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
 import { inNetns, ping, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
@@ -28,9 +27,7 @@ async function kniNode(i: number, backend: string): Promise<KniNode> {
   const { netns_path } = await kni.CreateNetwork({ name: `pod${i}`, namespace: 'default' });
   const net = await d.rt().Attach({ sandbox_id: `${RUN}-pod${i}`, netns_path, pod: { name: `pod${i}`, namespace: 'default', uid: `uid-${i}` } });
   const addrs: string[] = net.interfaces[0].addresses.map((a: any) => a.address);
-  const fd = fs.openSync(d.nodeNetns, 'r');
-  const sock = socketInNetns(fd);
-  fs.closeSync(fd);
+  const sock = netlinkIn(d.nodeNetns);
   const cfg = parseConfig({ ranges: RANGES[i], backend, vxlan: { device: `${RUN}vx` } });
   return { d, sock, peers: new PeerNetwork(sock, cfg), view: { name: `node${i}`, internalIPs: [], podCidrs: RANGES[i] }, pod: { netns: netns_path, v4: addrs[0], v6: addrs[1] } };
 }

@@ -7,7 +7,8 @@ import fc from 'fast-check';
 import { formatIp } from '../plugin/ipam/ip';
 import { linkByName } from '../plugin/netlink/link';
 import { NetlinkError, NetlinkSocket } from '../plugin/netlink/socket';
-import { NotANetnsError, socketInNetns } from '../plugin/netns/netns';
+import { NotANetnsError } from '../plugin/netns/netns';
+import { netlinkIn } from './helpers/netlink-in';
 import { HostVethExistsError, PodInterfaceExistsError, wirePod, wireRequests, wireSpec } from '../plugin/pod/pod-wiring';
 import { wireRequestsNative } from '../plugin/pod/wire-pod-native';
 import type { InterfaceRecord } from '../plugin/store/records';
@@ -72,12 +73,7 @@ describe('native pod wiring', () => {
     beforeEach(() => {
       sh('ip', ['netns', 'add', node]);
       sh('ip', ['netns', 'add', pod]);
-      const fd = fs.openSync(`/run/netns/${node}`, 'r');
-      try {
-        host = socketInNetns(fd);
-      } finally {
-        fs.closeSync(fd);
-      }
+      host = netlinkIn(`/run/netns/${node}`);
       podFd = fs.openSync(`/run/netns/${pod}`, 'r');
     });
     afterEach(() => {
