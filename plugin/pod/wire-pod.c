@@ -1,6 +1,6 @@
 // One pod interface wired in one call from JavaScript (koffi): the veth, its host end's
 // settings and its pod end's addresses and routes, the requests pod-wiring.ts's wirePod sends
-// (the same bytes: test/netlink-messages.test.ts compares them with the TypeScript builders).
+// (the same bytes: test/wire-pod.test.ts compares them with the TypeScript builders).
 //
 // Why C: the kernel's part of an attach is the floor's (bench/kernel-floor.c), but the same
 // sequence driven from JavaScript, back to back, took 0.67–0.70 ms against the floor's
