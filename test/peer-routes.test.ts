@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { parseConfig } from '../plugin/core/config';
 import { NetlinkSocket } from '../plugin/netlink/socket';
-import { netlinkIn } from './helpers/netlink-in';
 import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
+import { netlinkIn } from './helpers/netlink-in';
 import { inNetns, ping, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';

@@ -8,10 +8,10 @@ import { formatIp } from '../plugin/ipam/ip';
 import { linkByName } from '../plugin/netlink/link';
 import { NetlinkError, NetlinkSocket } from '../plugin/netlink/socket';
 import { NotANetnsError } from '../plugin/netns/netns';
-import { netlinkIn } from './helpers/netlink-in';
 import { HostVethExistsError, PodInterfaceExistsError, wirePod, wireRequests, wireSpec } from '../plugin/pod/pod-wiring';
 import { wireRequestsNative } from '../plugin/pod/wire-pod-native';
 import type { InterfaceRecord } from '../plugin/store/records';
+import { netlinkIn } from './helpers/netlink-in';
 import { RUN, inNetns, sh, trySh } from './helpers/sh';
 
 const NLM_F_REQUEST = 1;
