@@ -24,6 +24,9 @@ static void *room(struct msg *m, size_t n) {
     return p;
 }
 
+/** Empties the buffer for the next write. */
+static void reset(struct msg *m) { m->len = 0, m->count = 0, m->overflow = 0; }
+
 static size_t align4(size_t n) { return (n + 3) & ~(size_t)3; }
 
 /** Starts a request (its header, then its fixed struct); the header's length is set as it grows. */

@@ -4,7 +4,7 @@ import koffi from 'koffi';
 import path from 'node:path';
 
 /** Where the library is, from dist/plugin/pod. */
-export const WIRE_LIBRARY = path.join(__dirname, '../../bin/libkni-wire.so');
+const WIRE_LIBRARY = path.join(__dirname, '../../bin/libkni-wire.so');
 
 function load(): ReturnType<typeof koffi.load> {
   try {

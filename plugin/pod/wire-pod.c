@@ -293,7 +293,8 @@ static int exchange(int fd, struct msg *m, struct result *r, int stage, const ch
 
 /** A link's ifindex by name (RTM_GETLINK), 0 if none. */
 static int link_index(int fd, const char *name, struct result *r) {
-    struct msg m = {.len = 0};
+    struct msg m;
+    reset(&m);
     struct nlmsghdr *h = ifinfo(&m, RTM_GETLINK, AF_UNSPEC, 0, 0, 0);
     attr_str(&m, h, IFLA_IFNAME, name);
     attr_u32(&m, h, IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
@@ -340,19 +341,19 @@ int kni_wire_pod(int host_fd, int home_fd, int netns_fd, int bridge, int routed,
     if (pod_fd < 0) return -1;
     struct msg m;
     int rc = -1;
-    m.len = 0, m.count = 0, m.overflow = 0;
+    reset(&m);
     build_veth(&m, &w, netns_fd);
     if (m.overflow) { fail(r, 2, E2BIG); goto out; }
     if (exchange(host_fd, &m, r, 2, w.host)) goto out;
     if (!r->host_index) r->host_index = link_index(host_fd, w.host, r);
     if (!r->pod_index) r->pod_index = link_index(pod_fd, w.pod, r); // a kernel before 6.3 announces no peer index
     if (!r->host_index || !r->pod_index) { if (!r->err) fail(r, 2, ENODEV); goto out; }
-    m.len = 0, m.count = 0;
+    reset(&m);
     build_host(&m, &w, r->host_index);
     if (m.overflow) { fail(r, 3, E2BIG); goto out; }
     if (exchange(host_fd, &m, r, 3, NULL)) goto out;
     r->t1 = now_ns();
-    m.len = 0, m.count = 0;
+    reset(&m);
     build_pod(&m, &w, r->pod_index);
     if (m.overflow) { fail(r, 4, E2BIG); goto out; }
     if (exchange(pod_fd, &m, r, 4, NULL)) goto out;
@@ -371,7 +372,7 @@ int kni_wire_build(int netns_fd, int bridge, int routed, int mtu, const char *ho
     struct msg m;
     size_t total = 0;
     for (int part = 0; part < 3; part++) {
-        m.len = 0, m.count = 0, m.overflow = 0;
+        reset(&m);
         if (part == 0) build_veth(&m, &w, netns_fd);
         if (part == 1) build_host(&m, &w, hidx);
         if (part == 2) build_pod(&m, &w, pidx);
