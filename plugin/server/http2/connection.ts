@@ -11,9 +11,11 @@ import net from 'node:net';
 import { HpackDecoder, HpackError, HeaderList, encodeHeaders } from './hpack';
 import { HuffmanError } from './huffman';
 import {
-  DEFAULT_MAX_FRAME, DEFAULT_WINDOW, FLAG, FRAME, FRAME_HEADER, H2_ERROR, MAX_WINDOW, PREFACE, SETTING,
+  DEFAULT_MAX_FRAME, DEFAULT_WINDOW, FLAG, FRAME, H2_ERROR, MAX_WINDOW, SETTING,
   ConnectionError, frame, goawayPayload, settingsPayload, u32, unpad,
 } from './frames';
+import { FrameReader } from './frame-reader';
+import { FrameWriter } from './frame-writer';
 import { H2Stream, StreamSink } from './stream';
 
 export interface H2Limits {
@@ -32,14 +34,12 @@ export interface H2Limits {
 /** What this end announces: a stream may receive 1 MiB before its first WINDOW_UPDATE. */
 const STREAM_WINDOW = 1 << 20;
 const CONNECTION_WINDOW = 16 << 20;
-/** Bytes written and not yet read by the client past which the connection is dropped. */
-const MAX_UNREAD = 64 << 20;
 /** A header block (HEADERS and its CONTINUATIONs) larger than this ends the connection. */
 const MAX_HEADER_BLOCK = 256 << 10;
 
 export class H2Connection implements StreamSink {
-  private buf: Buffer = Buffer.alloc(0);
-  private prefaceSeen = false;
+  private readonly reader: FrameReader;
+  private readonly writer: FrameWriter;
   private prefaceSent = false;
   private readonly streams = new Map<number, H2Stream>();
   private lastStreamId = 0;
@@ -53,8 +53,6 @@ export class H2Connection implements StreamSink {
   private tableSizeUpdate = false;
   private recvUnacked = 0;
   private readonly blocked = new Set<H2Stream>();
-  private out: Buffer[] = [];
-  private flushQueued = false;
   private draining = false;
   private ended = false;
   private readonly timers: { handshake?: NodeJS.Timeout; idle?: NodeJS.Timeout; age?: NodeJS.Timeout; grace?: NodeJS.Timeout } = {};
@@ -67,6 +65,11 @@ export class H2Connection implements StreamSink {
     private readonly onProtocolError: (message: string) => void = () => undefined,
   ) {
     socket.setNoDelay(true);
+    this.reader = new FrameReader(() => {
+      clearTimeout(this.timers.handshake);
+      this.serverPreface();
+    }, (type, flags, id, payload) => this.handle(type, flags, id, payload));
+    this.writer = new FrameWriter(socket);
     socket.on('data', (d: Buffer) => this.receive(d));
     socket.on('error', () => undefined);
     socket.on('close', () => this.closed());
@@ -105,33 +108,8 @@ export class H2Connection implements StreamSink {
 
   private receive(d: Buffer): void {
     if (this.ended) return;
-    // What is carried over is less than one frame (16 KiB): joining it to the next read copies
-    // little, unlike the unbounded messages runtime-hooks/wire/byte-queue.ts exists for.
-    this.buf = this.buf.length ? Buffer.concat([this.buf, d]) : d;
     try {
-      if (!this.prefaceSeen) {
-        const n = Math.min(this.buf.length, PREFACE.length);
-        if (!this.buf.subarray(0, n).equals(PREFACE.subarray(0, n))) throw new ConnectionError(H2_ERROR.PROTOCOL_ERROR, 'not an HTTP/2 client preface');
-        if (n < PREFACE.length) return;
-        this.prefaceSeen = true;
-        clearTimeout(this.timers.handshake);
-        this.serverPreface();
-        this.buf = this.buf.subarray(PREFACE.length);
-      }
-      let at = 0;
-      while (this.buf.length - at >= FRAME_HEADER && !this.ended) {
-        const b = this.buf;
-        const len = (b[at] << 16) | (b[at + 1] << 8) | b[at + 2];
-        if (len > DEFAULT_MAX_FRAME) throw new ConnectionError(H2_ERROR.FRAME_SIZE_ERROR, `frame of ${len} bytes, above ${DEFAULT_MAX_FRAME}`);
-        if (b.length - at < FRAME_HEADER + len) break;
-        const type = b[at + 3];
-        const flags = b[at + 4];
-        const id = b.readUInt32BE(at + 5) & 0x7fffffff;
-        const payload = b.subarray(at + FRAME_HEADER, at + FRAME_HEADER + len);
-        at += FRAME_HEADER + len;
-        this.handle(type, flags, id, payload);
-      }
-      this.buf = at === this.buf.length ? Buffer.alloc(0) : this.buf.subarray(at);
+      this.reader.push(d);
     } catch (e) {
       if (e instanceof ConnectionError) this.fail(e.code, e.message);
       else if (e instanceof HpackError || e instanceof HuffmanError) this.fail(H2_ERROR.COMPRESSION_ERROR, e.message);
@@ -381,35 +359,20 @@ export class H2Connection implements StreamSink {
   private finish(): void {
     if (this.ended) return;
     this.ended = true;
-    this.flush();
+    this.reader.stop();
+    this.writer.flush();
     this.socket.end();
     setTimeout(() => this.socket.destroy(), 1000).unref();
   }
 
   private queue(b: Buffer): void {
-    if (this.socket.destroyed) return;
-    this.out.push(b);
-    if (!this.flushQueued) {
-      this.flushQueued = true;
-      // Everything one turn produces (an answer's HEADERS, DATA and trailers; the acks of a
-      // read) leaves in one write.
-      queueMicrotask(() => this.flush());
-    }
-  }
-
-  private flush(): void {
-    this.flushQueued = false;
-    if (!this.out.length || this.socket.destroyed) return;
-    const chunk = this.out.length === 1 ? this.out[0] : Buffer.concat(this.out);
-    this.out = [];
-    this.socket.write(chunk);
-    // A client that opens large windows and never reads would have us buffer without end.
-    if (this.socket.writableLength > MAX_UNREAD) this.socket.destroy();
+    this.writer.queue(b);
   }
 
   private closed(): void {
     for (const t of Object.values(this.timers)) clearTimeout(t);
     this.ended = true;
+    this.reader.stop();
     for (const s of [...this.streams.values()]) this.close(s, true);
     this.onClose();
   }
