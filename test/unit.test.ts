@@ -14,6 +14,8 @@ import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
 import { log } from '../plugin/core/log';
 import { hostVethName } from '../plugin/core/runtime-types';
+import { EventLog } from '../plugin/core/events';
+import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
 import * as libc from '../plugin/sys/libc';
 
@@ -223,6 +225,29 @@ describe('names and MACs a pod is given', () => {
     assert.equal(podMac('10.1.0.5'), '0a:58:0a:01:00:05');
     assert.equal(podMac('192.168.255.16'), '0a:58:c0:a8:ff:10');
     assert.match(podMac(), /^0a:58(:[0-9a-f]{2}){4}$/);
+  });
+});
+
+describe('event log', () => {
+  it('keeps exactly the last N events through any number of wraps; older tokens are told to re-list', () => {
+    fc.assert(fc.property(fc.integer({ min: 1, max: 12 }), fc.integer({ min: 0, max: 60 }), fc.nat(70), (size, emitted, asked) => {
+      const log = new EventLog(size);
+      const rec = { id: 'sb', pod: { name: 'p', namespace: 'ns', uid: 'u' }, netnsPath: '/run/netns/x', interfaces: [] } as unknown as SandboxRecord;
+      const seen: string[] = [];
+      log.subscribe((e) => seen.push(e.token));
+      for (let i = 0; i < emitted; i++) log.emit('attached', rec, `m${i + 1}`);
+      assert.equal(seen.length, emitted);
+      const after = Math.min(asked, emitted);
+      const token = `${log.boot}-${after}`;
+      if (after + 1 < emitted - size + 1) {
+        assert.throws(() => log.since(token), (e: KniError) => e.code === 'FAILED_PRECONDITION' && e.message.includes(`keeps the last ${size}`));
+        return;
+      }
+      const got = log.since(token);
+      assert.deepEqual(got.map((e) => e.seq), Array.from({ length: emitted - after }, (_, i) => after + 1 + i));
+      assert.deepEqual(got.map((e) => e.message), got.map((e) => `m${e.seq}`));
+      assert.deepEqual(got.map((e) => e.token), seen.slice(after));
+    }), { numRuns: 500 });
   });
 });
 
