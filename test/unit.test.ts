@@ -12,7 +12,7 @@ import { formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ip
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
-import { log } from '../plugin/core/log';
+import { isoTime, log } from '../plugin/core/log';
 import { hostVethName } from '../plugin/core/runtime-types';
 import { EventLog } from '../plugin/core/events';
 import { SandboxRecord } from '../plugin/store/records';
@@ -156,6 +156,14 @@ describe('validation', () => {
 });
 
 describe('log lines', () => {
+  it('a line\'s time is what Date\'s toISOString writes, for any millisecond, second after second', () => {
+    fc.assert(fc.property(fc.integer({ min: -62_000_000_000_000, max: 8_000_000_000_000_000 }), fc.nat(2500), (start, step) => {
+      for (const ms of [start, start + step, start + 2 * step, start - step]) assert.equal(isoTime(ms), new Date(ms).toISOString());
+    }), { numRuns: 2000 });
+    assert.equal(isoTime(0), '1970-01-01T00:00:00.000Z');
+    assert.match(isoTime(), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
+  });
+
   const lines = (fn: () => void): Record<string, unknown>[] => {
     const out: string[] = [];
     const write = process.stdout.write;

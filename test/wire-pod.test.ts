@@ -56,6 +56,14 @@ describe('native pod wiring', () => {
     );
   });
 
+  it('takes a MAC only as six two-digit hex octets', () => {
+    const spec = (podMac: string) => wireSpec({ name: 'eth0', hostVeth: 'kni0123456789ab', mac: podMac, mtu: 1500, routed: true, addresses: [] }, 0, 'sb');
+    assert.ok(wireRequestsNative(0, spec('0A:58:0a:fF:00:07'), 1, 2).length > 0);
+    for (const bad of ['', '0a:58:0a:ff:00', '0a:58:0a:ff:00:07:', '0a:58:0a:ff:00:7', '0a:58:0a:ff:00:0g', '0a-58-0a-ff-00-07', ' 0a:58:0a:ff:00:07', '0x:58:0a:ff:00:07']) {
+      assert.throws(() => wireRequestsNative(0, spec(bad), 1, 2), /refused/, JSON.stringify(bad));
+    }
+  });
+
   describe('on the real kernel', () => {
     const node = `${RUN}-wn`;
     const pod = `${RUN}-wp`;

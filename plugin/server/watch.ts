@@ -4,7 +4,7 @@
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
 import { PodEvent } from '../core/events';
-import { log } from '../core/log';
+import { isoTime, log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import * as validate from '../core/validate';
 import { refusal } from './request-guard';
@@ -21,7 +21,7 @@ function message(e: PodEvent): Record<string, unknown> {
     netns_path: e.netnsPath,
     interfaces: e.interfaces.map(interfaceMessage),
     message: e.message,
-    time: new Date(e.timeMs).toISOString(),
+    time: isoTime(e.timeMs),
   };
 }
 
