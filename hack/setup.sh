@@ -10,8 +10,9 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 need=()
-# containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods
-for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl; do
+# containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods;
+# valgrind: npm run bench:instructions
+for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl valgrind; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -7,7 +7,7 @@ import { AttachRequest } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
-import { log, logMs, msSince } from './log';
+import { isoTime, log, logMs, msSince } from './log';
 import { reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
@@ -268,7 +268,7 @@ export class NetworkRuntime {
       id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '', interfaces: [],
       ...(requested.ports.length ? { portMappings: requested.ports } : {}),
       ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
-      createdAt: new Date().toISOString(),
+      createdAt: isoTime(),
     };
     const done = await attachPlanned(this, rec, planSandbox(this, rec, ifName, requested), ns);
     if (owned) owned.sandboxId = id;

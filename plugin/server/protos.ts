@@ -4,6 +4,7 @@ import * as protoLoader from '@grpc/proto-loader';
 import fs from 'node:fs';
 import path from 'node:path';
 import { indexMessageTypes } from './codec-warmup';
+import './protobuf-strings';
 
 /** The package root (where proto/ lives), from the source tree or from dist/. */
 export function packageRoot(): string {
