@@ -2,8 +2,9 @@
 // detaching pods (as containerd calls), and the instructions the daemon's main thread runs per
 // attach + detach, round after round, with the functions they go to (kni's JavaScript named
 // from V8's perf map). On this shared 2-vCPU machine whole-daemon timings move by ±30 % from
-// one run to the next; once the daemon is warm these counts move by ~2 %, so a change worth a
-// few microseconds shows (docs/performance.md, sixteenth round). The kernel's own work is not
+// one run to the next. Once the daemon is warm these totals move by 5–10 % between rounds (V8
+// still re-tiers a function now and then), and one function's count by far less: a change worth
+// a few microseconds shows (docs/performance.md, sixteenth round). The kernel's own work is not
 // counted: valgrind sees user space only. Times under valgrind are ~30× the real ones.
 import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -134,8 +135,8 @@ async function run(o: Opts, name: string, dir: string): Promise<void> {
 async function main(): Promise<void> {
   program
     .option('--cycles <n>', 'attach + detach cycles a round', '200')
-    .option('--warm <n>', 'rounds to warm up first (the event log fills after 2,500 cycles)', '14')
-    .option('--rounds <n>', 'rounds counted', '4')
+    .option('--warm <n>', 'rounds to warm up first (V8 still tiers up the attach path for ~3,000 cycles)', '20')
+    .option('--rounds <n>', 'rounds counted', '6')
     .option('--top <n>', 'functions listed', '30')
     .option('--keep <dir>', 'keep the callgrind dumps (cg.out.<round>-<thread>) and the perf map there')
     .parse();
