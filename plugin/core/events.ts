@@ -29,9 +29,10 @@ export class EventLog {
   readonly boot = crypto.randomBytes(6).toString('hex');
   private seq = 0;
   /**
-   * The last `size` events, event n at (n - 1) % size. A ring, not push and shift: once full,
-   * shift moved all 10,000 slots twice an attach (and twice a detach), with a write barrier per slot while
-   * the GC marks; callgrind counted 215,000 instructions a shift (docs/performance.md, sixteenth round).
+   * The last `size` events, event n at (n - 1) % size. A ring, not push and shift: once the
+   * log was full, each shift while the GC marked moved all 10,000 slots, with a write barrier
+   * per slot, twice an attach and twice a detach (callgrind: up to 215,000 instructions a
+   * shift; docs/performance.md, sixteenth round).
    */
   private readonly ring: PodEvent[] = [];
   private readonly listeners = new Set<(e: PodEvent) => void>();
