@@ -161,6 +161,7 @@ describe('log lines', () => {
       for (const ms of [start, start + step, start + 2 * step, start - step]) assert.equal(isoTime(ms), new Date(ms).toISOString());
     }), { numRuns: 2000 });
     assert.equal(isoTime(0), '1970-01-01T00:00:00.000Z');
+    assert.equal(isoTime(1_700_000_000_123.9), new Date(1_700_000_000_123.9).toISOString());
     assert.match(isoTime(), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
   });
 

@@ -36,7 +36,8 @@ let secondPrefix = '';
  * made once a second: V8 formats a date with snprintf, ≈ 7,000 instructions a line (callgrind,
  * docs/performance.md, sixteenth round), against a few hundred for this.
  */
-export function isoTime(ms: number = Date.now()): string {
+export function isoTime(time: number = Date.now()): string {
+  const ms = Math.floor(time); // as Date keeps it: whole milliseconds
   const second = Math.floor(ms / 1000);
   if (second !== cachedSecond) {
     cachedSecond = second;
