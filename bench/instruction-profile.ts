@@ -8,7 +8,7 @@
 // One function's count moves by a few % at most: a change worth a few microseconds shows in
 // it (docs/performance.md, sixteenth round). The kernel's own work is not counted: valgrind
 // sees user space only. Times under valgrind are ~30× the real ones.
-import { ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { program } from 'commander';
@@ -20,10 +20,8 @@ const ROOT = path.join(__dirname, '../..');
 
 interface Opts { cycles: number; warm: number; rounds: number; top: number; keep?: string }
 
-const sh = (cmd: string, args: string[]): void => {
-  const r = spawnSync(cmd, args, { encoding: 'utf8' });
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')}: ${r.stderr || r.error?.message}`);
-};
+/** Throws with the command's stderr in its message. */
+const sh = (cmd: string, args: string[]): void => void execFileSync(cmd, args, { stdio: 'pipe' });
 
 /** JIT code's address ranges and names, as V8 writes them with --perf-basic-prof. */
 function perfMap(pid: number): { start: number; end: number; name: string }[] {
@@ -78,30 +76,28 @@ async function run(o: Opts, name: string, dir: string): Promise<void> {
   const daemon = spawn('nsenter', [`--net=/run/netns/${node}`, 'valgrind', '--tool=callgrind', '--separate-threads=yes', '--smc-check=all-non-file',
     `--callgrind-out-file=${dir}/cg.out`, process.execPath, '--perf-basic-prof', path.join(ROOT, 'dist/plugin/main.js'),
     '--socket', socket, '--state-dir', path.join(dir, 'state'), '--config', path.join(dir, 'kni.json'), '--log-level', 'warn'], { stdio: ['ignore', 'ignore', fs.openSync(path.join(dir, 'valgrind.log'), 'w')] });
-  const pods = Array.from({ length: o.cycles }, (_, i) => ({ id: `${name}-sb${i}`, netns: `/run/netns/${name}-p${i}` }));
-  const cycle = async () => {
-    for (const p of pods) sh('ip', ['netns', 'add', path.basename(p.netns)]);
+  const netns = Array.from({ length: o.cycles }, (_, i) => `${name}-p${i}`);
+  const pods = netns.map((n, i) => ({ id: `${name}-sb${i}`, netns: `/run/netns/${n}` }));
+  const dropPods = () => netns.forEach((n) => spawnSync('ip', ['netns', 'del', n], { stdio: 'ignore' }));
+  /** One round: the pods' netns made as a runtime makes them, the Go client's attach + detach of each between before and after, the netns gone. */
+  const round = async (before = () => {}, after = () => {}) => {
+    netns.forEach((n) => sh('ip', ['netns', 'add', n]));
     try {
-      return await goClientAddDel(socket, pods, 1, dir);
+      before();
+      await goClientAddDel(socket, pods, 1, dir);
+      after();
     } finally {
-      for (const p of pods) spawnSync('ip', ['netns', 'del', path.basename(p.netns)]);
+      dropPods();
     }
   };
   try {
     await waitFor(socket, 180_000, daemon);
     const pid = daemon.pid!;
     process.stderr.write(`  warming up: ${o.warm} rounds of ${o.cycles} attach + detach under callgrind ...\n`);
-    for (let i = 0; i < o.warm; i++) await cycle();
+    for (let i = 0; i < o.warm; i++) await round();
     const rounds: { total: number; fns: Map<string, number> }[] = [];
     for (let i = 1; i <= o.rounds; i++) {
-      for (const p of pods) sh('ip', ['netns', 'add', path.basename(p.netns)]);
-      try {
-        sh('callgrind_control', ['--zero', String(pid)]);
-        await goClientAddDel(socket, pods, 1, dir);
-        sh('callgrind_control', [`--dump=round${i}`, String(pid)]);
-      } finally {
-        for (const p of pods) spawnSync('ip', ['netns', 'del', path.basename(p.netns)]);
-      }
+      await round(() => sh('callgrind_control', ['--zero', String(pid)]), () => sh('callgrind_control', [`--dump=round${i}`, String(pid)]));
       // --separate-threads: thread 1 is the main thread, where the event loop and all of kni's JavaScript run.
       const main = path.join(dir, `cg.out.${i}-01`);
       rounds.push(selfCosts(main, perfMap(pid)));
@@ -123,13 +119,14 @@ async function run(o: Opts, name: string, dir: string): Promise<void> {
   } finally {
     daemon.kill('SIGTERM');
     await new Promise((r) => (daemon.exitCode !== null ? r(null) : daemon.once('exit', r)));
-    if (daemon.pid && o.keep) {
+    const map = `/tmp/perf-${daemon.pid}.map`;
+    if (o.keep) {
       fs.mkdirSync(o.keep, { recursive: true });
       for (const f of fs.readdirSync(dir).filter((f) => f.startsWith('cg.out.'))) fs.copyFileSync(path.join(dir, f), path.join(o.keep, f));
-      fs.copyFileSync(`/tmp/perf-${daemon.pid}.map`, path.join(o.keep, 'perf.map'));
+      if (fs.existsSync(map)) fs.copyFileSync(map, path.join(o.keep, 'perf.map'));
     }
-    if (daemon.pid) fs.rmSync(`/tmp/perf-${daemon.pid}.map`, { force: true });
-    for (const p of pods) spawnSync('ip', ['netns', 'del', path.basename(p.netns)], { stdio: 'ignore' });
+    fs.rmSync(map, { force: true });
+    dropPods();
     spawnSync('umount', ['-l', path.join(dir, 'pods')], { stdio: 'ignore' });
   }
 }
