@@ -158,6 +158,81 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
     }
   });
 
+  it('a PING is acked at once on an idle connection; with a call open, its ack leaves with the answer, ahead of it, or alone when the answer is slow', async () => {
+    const sock = path.join(dir, 'ping.sock');
+    let release: (() => void) | undefined;
+    // The server's socket writes: each wakes the client once.
+    const writes: Buffer[] = [];
+    const srv = net.createServer((c) => new H2Connection(Object.assign(c, {
+      write: (chunk: Buffer) => {
+        writes.push(Buffer.from(chunk));
+        return net.Socket.prototype.write.call(c, chunk);
+      },
+    }), (s) => {
+      s.onEnd = () => {
+        const answer = () => {
+          s.respond([[':status', '200']]);
+          s.write(Buffer.from('ok'));
+          s.end([['x-done', 'yes']]);
+        };
+        if (s.header(':path') === '/held') release = answer;
+        else setImmediate(answer);
+      };
+    }, LIMITS));
+    sockets.push(srv);
+    await new Promise<void>((r) => srv.listen(sock, r));
+    const got: { type: number; flags: number; id: number; payload: Buffer }[] = [];
+    const waiting: { test: (f: (typeof got)[number]) => boolean; resolve: (f: (typeof got)[number]) => void }[] = [];
+    const next = (test: (f: (typeof got)[number]) => boolean) => new Promise<(typeof got)[number]>((resolve) => {
+      const f = got.find(test);
+      if (f) resolve(f);
+      else waiting.push({ test, resolve });
+    });
+    const c = net.connect(sock);
+    try {
+      let buf = Buffer.alloc(0);
+      c.on('data', (d: Buffer) => {
+        buf = Buffer.concat([buf, d]);
+        while (buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
+          const len = buf.readUIntBE(0, 3);
+          const f = { type: buf[3], flags: buf[4], id: buf.readUInt32BE(5) & 0x7fffffff, payload: buf.subarray(9, 9 + len) };
+          buf = buf.subarray(9 + len);
+          got.push(f);
+          for (const w of waiting.filter((x) => x.test(f))) {
+            waiting.splice(waiting.indexOf(w), 1);
+            w.resolve(f);
+          }
+        }
+      });
+      const ping = (data: string) => frame(FRAME.PING, 0, 0, Buffer.from(data));
+      const ackBytes = (data: string) => frame(FRAME.PING, FLAG.ACK, 0, Buffer.from(data));
+      const ackOf = (data: string) => (f: (typeof got)[number]) => f.type === FRAME.PING && (f.flags & FLAG.ACK) !== 0 && f.payload.toString() === data;
+      const request = (id: number, p: string) => frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, id, encodeHeaders([[':method', 'POST'], [':scheme', 'http'], [':authority', 'x'], [':path', p]]));
+      const answerOf = (id: number) => (f: (typeof got)[number]) => f.type === FRAME.HEADERS && f.id === id && (f.flags & FLAG.END_STREAM) === 0;
+
+      c.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0), ping('idle....')]));
+      await next(ackOf('idle....'));
+
+      // As grpc-go sends it: the ping for the last answer, then the next request, in one write.
+      c.write(Buffer.concat([ping('withcall'), request(1, '/x')]));
+      await Promise.all([next(ackOf('withcall')), next(answerOf(1))]);
+      const carrier = writes.find((w) => w.includes(ackBytes('withcall')));
+      assert.ok(carrier, 'no write carried the ack');
+      assert.ok(carrier.subarray(0, 17).equals(ackBytes('withcall')), 'the ack did not lead its write');
+      assert.equal(carrier[17 + 3], FRAME.HEADERS, "the answer's HEADERS did not follow the ack in its write");
+      assert.equal(carrier.readUInt32BE(17 + 5), 1);
+
+      c.write(Buffer.concat([ping('slowcall'), request(3, '/held')]));
+      await next(ackOf('slowcall'));
+      assert.ok(release, 'the held call was not started');
+      assert.ok(!got.some(answerOf(3)), 'the held call was answered');
+      release();
+      await next((f) => f.type === FRAME.HEADERS && f.id === 3 && (f.flags & FLAG.END_STREAM) !== 0);
+    } finally {
+      c.destroy();
+    }
+  });
+
   it('an idle connection is sent away (GOAWAY, then closed); an old one too, after its grace, even with a stream open', async function () {
     this.timeout(20_000);
     const sock = path.join(dir, 'limits.sock');
