@@ -40,8 +40,8 @@ const CONNECTION_WINDOW = 16 << 20;
  * it woke the client in the middle of the call for 17 bytes. Riding with the answer, a Go
  * client's Attach: its overhead over the attach 22 µs lower (lower in 33 of 40 rounds), the
  * attach 16 µs (docs/performance.md, seventeenth round). A slower answer releases the ack after
- * this; keepalive and BDP pings
- * are timed in seconds and in whole round trips, which a few ms do not disturb.
+ * this; keepalive and BDP pings are timed in seconds and in whole round trips, which a few ms
+ * do not disturb.
  */
 const PING_ACK_HOLD_MS = 5;
 /** A header block (HEADERS and its CONTINUATIONs) larger than this ends the connection. */
