@@ -4,7 +4,7 @@
 import path from 'node:path';
 import type { Client } from '../plugin/client/clients';
 import { packageRoot } from '../plugin/server/protos';
-import { POC_PATH, REFERENCE_SUFFIX } from './bench-report';
+import { GRPC_PATH, POC_PATH, REFERENCE_SUFFIX } from './bench-report';
 import { CNI_BIN, execPlugin } from './cni-exec';
 
 const SHIM = path.join(packageRoot(), 'dist/bin/kni-cni');
@@ -34,7 +34,7 @@ export function benchPaths(o: { rt: Client; kni: Client; cniSocket: string; dir:
   });
   return [
     {
-      name: 'kni gRPC',
+      name: GRPC_PATH,
       add: async (id, netns) => void (await o.rt.Attach({ sandbox_id: id, netns_path: netns })),
       // As a runtime stopping the sandbox: the bench removes the netns right after.
       del: async (id) => void (await o.rt.Detach({ sandbox_id: id, netns_ending: true })),

@@ -11,6 +11,8 @@ export interface BenchRow { path: string; concurrency: number; add: Stats; del: 
 /** The reference plugins' row: "<bridge or ptp> + host-local + loopback (exec)". */
 export const REFERENCE_SUFFIX = ' + host-local + loopback (exec)';
 /** The kubelet fork's KNI POC flow, where kni makes the pod's netns (bench-paths.ts). */
+/** kni's gRPC API from a grpc-js client. */
+export const GRPC_PATH = 'kni gRPC';
 export const POC_PATH = 'kni POC API (kni makes the netns)';
 
 export interface BenchResults {
@@ -41,13 +43,13 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
     const x = ref(r.concurrency);
     lines.push(`| ${r.path} | ${r.concurrency} | ${f2(r.add.p50)} / ${f2(r.add.p90)} / ${f2(r.add.p99)} | ${f2(r.del.p50)} / ${f2(r.del.p90)} / ${f2(r.del.p99)} | ${r.add.opsPerSecond.toFixed(0)} | ${(x.add.p50 / r.add.p50).toFixed(1)}× / ${(x.add.p99 / r.add.p99).toFixed(1)}× | ${(x.del.p50 / r.del.p50).toFixed(1)}× / ${(x.del.p99 / r.del.p99).toFixed(1)}× |`);
   }
-  const inD = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!.inDaemonAdd!;
+  const inD = rows.find((r) => r.concurrency === 1 && r.path === GRPC_PATH)!.inDaemonAdd!;
   const go1 = rows.find((r) => r.concurrency === 1 && r.path === GO_PATH)!;
   const go16 = rows.find((r) => r.concurrency === 16 && r.path === GO_PATH)!;
   lines.push(`\nIn-daemon attach (from the daemon's own log, sequential): p50 ${f2(inD.p50)} / p90 ${f2(inD.p90)} / p99 ${f2(inD.p99)} ms.\n`);
   lines.push(`A fresh daemon's first ${fresh.grpc.n} attaches (the first pods on a node, or after kni restarts; the cells above are of a warm daemon): gRPC p50 ${f2(fresh.grpc.p50)} / slowest ${f2(fresh.grpc.p99)} ms, in-daemon p50 ${f2(fresh.inDaemon.p50)} ms.\n`);
-  const grpc1 = rows.find((r) => r.concurrency === 1 && r.path === 'kni gRPC')!;
-  const grpc16 = rows.find((r) => r.concurrency === 16 && r.path === 'kni gRPC')!;
+  const grpc1 = rows.find((r) => r.concurrency === 1 && r.path === GRPC_PATH)!;
+  const grpc16 = rows.find((r) => r.concurrency === 16 && r.path === GRPC_PATH)!;
   lines.push(`### kni ÷ kernel floor (bench/kernel-floor.c: the same netlink messages in C, podLink ${podLink}, same N, sequential)\n`);
   lines.push('| | kni p50 / p99 (ms) | floor p50 / p99 (ms) | kni ÷ floor, p50 |\n|---|---|---|---|');
   lines.push(`| attach, in-daemon | ${f2(inD.p50)} / ${f2(inD.p99)} | ${f2(floor.attach.p50)} / ${f2(floor.attach.p99)} | ${(inD.p50 / floor.attach.p50).toFixed(2)}× |`);
