@@ -10,9 +10,9 @@ export interface BenchRow { path: string; concurrency: number; add: Stats; del: 
 
 /** The reference plugins' row: "<bridge or ptp> + host-local + loopback (exec)". */
 export const REFERENCE_SUFFIX = ' + host-local + loopback (exec)';
-/** The kubelet fork's KNI POC flow, where kni makes the pod's netns (bench-paths.ts). */
 /** kni's gRPC API from a grpc-js client. */
 export const GRPC_PATH = 'kni gRPC';
+/** The kubelet fork's KNI POC flow, where kni makes the pod's netns (bench-paths.ts). */
 export const POC_PATH = 'kni POC API (kni makes the netns)';
 
 export interface BenchResults {
