@@ -20,6 +20,22 @@ import { GO_CLIENT } from '../bench/go-client';
 const LIMITS: H2Limits = { handshakeMs: 2000, idleMs: 60_000, maxAgeMs: 600_000, maxAgeGraceMs: 1000, maxConcurrentStreams: 100, maxHeaderListSize: 16 << 10 };
 const hex = (s: string) => Buffer.from(s.replace(/\s/g, ''), 'hex');
 
+interface Frame { type: number; flags: number; id: number; payload: Buffer }
+
+/** Hands on each whole frame a raw client's socket receives from the server. */
+function onFrames(c: net.Socket, handle: (f: Frame) => void): void {
+  let buf = Buffer.alloc(0);
+  c.on('data', (d: Buffer) => {
+    buf = Buffer.concat([buf, d]);
+    while (buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
+      const len = buf.readUIntBE(0, 3);
+      const f = { type: buf[3], flags: buf[4], id: buf.readUInt32BE(5) & 0x7fffffff, payload: buf.subarray(9, 9 + len) };
+      buf = buf.subarray(9 + len);
+      handle(f);
+    }
+  });
+}
+
 const pass = (b: Buffer) => b;
 const method = (name: string, responseStream = false): grpc.MethodDefinition<Buffer, Buffer> => ({
   path: `/test.Probe/${name}`, requestStream: false, responseStream, requestSerialize: pass, requestDeserialize: pass, responseSerialize: pass, responseDeserialize: pass,
@@ -106,17 +122,10 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
     const sock = await echoHeadersServer();
     return new Promise((resolve, reject) => {
       const c = net.connect(sock, () => c.write(bytes));
-      let got = Buffer.alloc(0);
-      c.on('data', (d: Buffer) => {
-        got = Buffer.concat([got, d]);
-        for (let at = 0; at + 9 <= got.length;) {
-          const len = got.readUIntBE(at, 3);
-          if (got[at + 3] === FRAME.GOAWAY && at + 9 + len <= got.length) {
-            c.destroy();
-            return resolve({ code: got.readUInt32BE(at + 13), debug: got.toString('latin1', at + 17, at + 9 + len) });
-          }
-          at += 9 + len;
-        }
+      onFrames(c, (f) => {
+        if (f.type !== FRAME.GOAWAY) return;
+        c.destroy();
+        resolve({ code: f.payload.readUInt32BE(4), debug: f.payload.toString('latin1', 8) });
       });
       c.on('error', reject);
       c.on('close', () => reject(new Error('closed without GOAWAY')));
@@ -181,34 +190,27 @@ describe('gRPC server: HTTP/2 against real clients and hand-written bytes', () =
     }, LIMITS));
     sockets.push(srv);
     await new Promise<void>((r) => srv.listen(sock, r));
-    const got: { type: number; flags: number; id: number; payload: Buffer }[] = [];
-    const waiting: { test: (f: (typeof got)[number]) => boolean; resolve: (f: (typeof got)[number]) => void }[] = [];
-    const next = (test: (f: (typeof got)[number]) => boolean) => new Promise<(typeof got)[number]>((resolve) => {
+    const got: Frame[] = [];
+    const waiting: { test: (f: Frame) => boolean; resolve: (f: Frame) => void }[] = [];
+    const next = (test: (f: Frame) => boolean) => new Promise<Frame>((resolve) => {
       const f = got.find(test);
       if (f) resolve(f);
       else waiting.push({ test, resolve });
     });
     const c = net.connect(sock);
     try {
-      let buf = Buffer.alloc(0);
-      c.on('data', (d: Buffer) => {
-        buf = Buffer.concat([buf, d]);
-        while (buf.length >= 9 && buf.length >= 9 + buf.readUIntBE(0, 3)) {
-          const len = buf.readUIntBE(0, 3);
-          const f = { type: buf[3], flags: buf[4], id: buf.readUInt32BE(5) & 0x7fffffff, payload: buf.subarray(9, 9 + len) };
-          buf = buf.subarray(9 + len);
-          got.push(f);
-          for (const w of waiting.filter((x) => x.test(f))) {
-            waiting.splice(waiting.indexOf(w), 1);
-            w.resolve(f);
-          }
+      onFrames(c, (f) => {
+        got.push(f);
+        for (const w of waiting.filter((x) => x.test(f))) {
+          waiting.splice(waiting.indexOf(w), 1);
+          w.resolve(f);
         }
       });
       const ping = (data: string) => frame(FRAME.PING, 0, 0, Buffer.from(data));
       const ackBytes = (data: string) => frame(FRAME.PING, FLAG.ACK, 0, Buffer.from(data));
-      const ackOf = (data: string) => (f: (typeof got)[number]) => f.type === FRAME.PING && (f.flags & FLAG.ACK) !== 0 && f.payload.toString() === data;
+      const ackOf = (data: string) => (f: Frame) => f.type === FRAME.PING && (f.flags & FLAG.ACK) !== 0 && f.payload.toString() === data;
       const request = (id: number, p: string) => frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, id, encodeHeaders([[':method', 'POST'], [':scheme', 'http'], [':authority', 'x'], [':path', p]]));
-      const answerOf = (id: number) => (f: (typeof got)[number]) => f.type === FRAME.HEADERS && f.id === id && (f.flags & FLAG.END_STREAM) === 0;
+      const answerOf = (id: number) => (f: Frame) => f.type === FRAME.HEADERS && f.id === id && (f.flags & FLAG.END_STREAM) === 0;
 
       c.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0), ping('idle....')]));
       await next(ackOf('idle....'));
