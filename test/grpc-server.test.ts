@@ -4,7 +4,6 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import { spawn } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
@@ -13,7 +12,7 @@ import { GrpcServer, percentEncode } from '../plugin/server/grpc-server';
 import { FLAG, FRAME, PREFACE, frame } from '../plugin/server/http2/frames';
 import { encodeHeaders } from '../plugin/server/http2/hpack';
 import { GO_CLIENT } from '../bench/go-client';
-import { H2_TEST_LIMITS as LIMITS } from './helpers/h2-test-limits';
+import { H2_TEST_LIMITS as LIMITS, socketDir } from './helpers/h2-test-server';
 
 const pass = (b: Buffer) => b;
 const method = (name: string, responseStream = false): grpc.MethodDefinition<Buffer, Buffer> => ({
@@ -22,12 +21,7 @@ const method = (name: string, responseStream = false): grpc.MethodDefinition<Buf
 const PROBE: grpc.ServiceDefinition = { Echo: method('Echo'), Fail: method('Fail'), Slow: method('Slow'), Stream: method('Stream', true) };
 
 describe('gRPC server: calls', () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kni-grpc-'));
-  const sockets: net.Server[] = [];
-  after(() => {
-    sockets.forEach((s) => s.close());
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  const { dir, servers: sockets } = socketDir('kni-grpc-');
 
   let sock: string;
   let server: GrpcServer;

@@ -2,17 +2,15 @@
 // the connection against Node's HTTP/2 client (nghttp2: Huffman strings, a dynamic table) and
 // against bytes written by hand where a client would never go wrong.
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import http2 from 'node:http2';
 import net from 'node:net';
-import os from 'node:os';
 import path from 'node:path';
 import fc from 'fast-check';
 import { H2Connection } from '../plugin/server/http2/connection';
 import { FLAG, FRAME, H2_ERROR, PREFACE, frame } from '../plugin/server/http2/frames';
 import { HpackDecoder, encodeHeaders } from '../plugin/server/http2/hpack';
 import { huffmanDecode } from '../plugin/server/http2/huffman';
-import { H2_TEST_LIMITS as LIMITS } from './helpers/h2-test-limits';
+import { H2_TEST_LIMITS as LIMITS, socketDir } from './helpers/h2-test-server';
 
 const hex = (s: string) => Buffer.from(s.replace(/\s/g, ''), 'hex');
 
@@ -65,12 +63,7 @@ describe('HTTP/2: HPACK', () => {
 });
 
 describe('HTTP/2: the connection, against a real client and hand-written bytes', () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'kni-h2-'));
-  const sockets: net.Server[] = [];
-  after(() => {
-    sockets.forEach((s) => s.close());
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
+  const { dir, servers: sockets } = socketDir('kni-h2-');
 
   /** A server answering each request with its request headers echoed as trailers. */
   async function echoHeadersServer(): Promise<string> {
