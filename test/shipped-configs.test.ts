@@ -9,12 +9,17 @@ import { loadConfig, parseConfig } from '../plugin/core/config';
 import { parseCidr } from '../plugin/ipam/ip';
 import { packageRoot } from '../plugin/server/protos';
 
+const KIND_CONFIG = path.join(packageRoot(), 'kind-config');
+const text = (f: string): string => fs.readFileSync(path.join(KIND_CONFIG, f), 'utf8');
+/** Every document of a multi-document YAML file in kind-config/. */
+const documents = (f: string): any[] => YAML.parseAllDocuments(text(f)).map((d) => d.toJS());
+
 describe('shipped configs', () => {
   it('kind-config/kni-config.yaml and the DaemonSet ConfigMap parse with the real parser', () => {
-    const cfg = loadConfig(path.join(packageRoot(), 'kind-config/kni-config.yaml'));
+    const cfg = loadConfig(path.join(KIND_CONFIG, 'kni-config.yaml'));
     assert.equal(cfg.nri.enabled, true);
     assert.equal(cfg.cni.confDir, '/etc/cni/net.d');
-    const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), 'utf8')).map((d) => d.toJS());
+    const docs = documents('kni-daemonset.yaml');
     const cm = docs.find((d) => d.kind === 'ConfigMap');
     assert.equal(parseConfig(YAML.parse(cm.data['config.yaml'])).cri.socket, '/run/containerd/containerd.sock');
     // The DaemonSet's kni takes its ranges from its Node: the downward API names it.
@@ -34,7 +39,7 @@ describe('shipped configs', () => {
     }
   });
   it('the example extension DaemonSet and kni share the extension socket dir and kni\'s socket', () => {
-    const load = (f: string) => YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config', f), 'utf8')).map((d) => d.toJS()).find((d) => d.kind === 'DaemonSet');
+    const load = (f: string) => documents(f).find((d) => d.kind === 'DaemonSet');
     const mounts = (ds: any) => new Map<string, string>(ds.spec.template.spec.containers[0].volumeMounts.map((m: any) => [m.mountPath, ds.spec.template.spec.volumes.find((v: any) => v.name === m.name).hostPath?.path ?? '']));
     const kni = mounts(load('kni-daemonset.yaml'));
     const ext = mounts(load('mesh-redirect-daemonset.yaml'));
@@ -43,7 +48,7 @@ describe('shipped configs', () => {
     assert.ok(cmd[cmd.indexOf('--socket') + 1].startsWith('/run/kni-extensions/'));
   });
   it('kind-config/kind-cluster.yaml: several nodes, no default CNI, dual-stack pod subnet, NRI on', () => {
-    const k = YAML.parse(fs.readFileSync(path.join(packageRoot(), 'kind-config/kind-cluster.yaml'), 'utf8'));
+    const k = YAML.parse(text('kind-cluster.yaml'));
     assert.equal(k.networking.disableDefaultCNI, true);
     assert.equal(k.networking.ipFamily, 'dual');
     assert.deepEqual(k.networking.podSubnet.split(',').map((c: string) => parseCidr(c).family), [4, 6]);
@@ -51,23 +56,22 @@ describe('shipped configs', () => {
     assert.match(k.containerdConfigPatches[0], /\[plugins\."io\.containerd\.nri\.v1\.nri"\]\s*\n\s*disable = false/);
   });
   it('the Kata RuntimeClass handler is a vm in the default config and a runtime in every containerd and CRI-O snippet', () => {
-    const dir = path.join(packageRoot(), 'kind-config');
-    const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(dir, 'runtimeclass-kata.yaml'), 'utf8')).map((d) => d.toJS());
+    const docs = documents('runtimeclass-kata.yaml');
     const rc = docs.find((d) => d.kind === 'RuntimeClass');
     assert.equal(parseConfig(undefined).runtimeHandlers[rc.handler], 'vm');
     const pod = docs.find((d) => d.kind === 'Pod');
     assert.equal(pod.spec.runtimeClassName, rc.metadata.name);
     assert.equal(pod.metadata.annotations['kni.dev/runtime-handler'], rc.handler);
     for (const f of ['containerd-1.6.toml', 'containerd-1.7.toml', 'containerd-2.x.toml']) {
-      const toml = fs.readFileSync(path.join(dir, f), 'utf8');
+      const toml = text(f);
       assert.match(toml, new RegExp(`containerd\\.runtimes\\.${rc.handler}\\]\\s*\\n\\s*runtime_type = "io\\.containerd\\.kata\\.v2"`), f);
     }
     // The containerd installed here (1.6) reads the v2-format snippets itself.
     for (const f of ['containerd-1.6.toml', 'containerd-1.7.toml']) {
-      const dump = execFileSync('containerd', ['--config', path.join(dir, f), 'config', 'dump'], { encoding: 'utf8' });
+      const dump = execFileSync('containerd', ['--config', path.join(KIND_CONFIG, f), 'config', 'dump'], { encoding: 'utf8' });
       const table = dump.split(/\n\s*\[/).find((t) => t.startsWith('plugins."io.containerd.grpc.v1.cri".containerd.runtimes.kata]'));
       assert.match(table ?? '', /runtime_type = "io\.containerd\.kata\.v2"/, f);
     }
-    assert.match(fs.readFileSync(path.join(dir, 'crio/10-kni.conf'), 'utf8'), new RegExp(`\\[crio\\.runtime\\.runtimes\\.${rc.handler}\\][^[]*runtime_type = "vm"`));
+    assert.match(text('crio/10-kni.conf'), new RegExp(`\\[crio\\.runtime\\.runtimes\\.${rc.handler}\\][^[]*runtime_type = "vm"`));
   });
 });
