@@ -13,6 +13,7 @@ import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 interface SpanOut { name: string; traceId: string; spanId: string; parentSpanId: string; attributes: Record<string, unknown>; status: number }
 
@@ -35,7 +36,7 @@ describe('observability', () => {
   async function spans(): Promise<SpanOut[]> {
     fs.rmSync(spansFile, { force: true });
     d.proc!.kill('SIGUSR2');
-    for (let i = 0; i < 100 && !fs.existsSync(spansFile); i++) await new Promise((r) => setTimeout(r, 20));
+    await waitFor(() => fs.existsSync(spansFile), 20_000, () => 'no spans file after SIGUSR2');
     return JSON.parse(fs.readFileSync(spansFile, 'utf8'));
   }
 
@@ -144,7 +145,7 @@ describe('observability', () => {
     const t = await TestDaemon.start({ ranges: ['10.98.0.0/24'] }, { env: { OTEL_TRACES_EXPORTER: 'console' } });
     try {
       await t.rt().Attach({ sandbox_id: 'console', netns_path: t.makePodNetns('console') });
-      for (let i = 0; i < 100 && !/name: 'kni\.attach'/.test(t.output); i++) await new Promise((r) => setTimeout(r, 20));
+      await waitFor(() => /name: 'kni\.attach'/.test(t.output), 20_000, () => t.output.slice(-2000));
       assert.match(t.output, /"msg":"tracing on","exporter":"console"/);
       assert.match(t.output, /name: 'kni\.attach'/);
       assert.match(t.output, /name: 'veth\.create'/);

@@ -7,6 +7,7 @@ import { rejectsWith } from './helpers/expect';
 import { cni } from './helpers/cni-exec';
 import { inNetns, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 import * as grpc from '@grpc/grpc-js';
 
 const links = (netns: string) => inNetns(netns, 'ip', ['-o', 'link']).out.trim().split('\n').map((l) => l.split(':')[1].trim().split('@')[0]);
@@ -97,8 +98,7 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     // The unanswered ping left an ARP entry that would fail (and drop) the next packet: start over.
     inNetns(other, 'ip', ['neigh', 'flush', 'dev', 'eth0']);
     assert.ok(ping(other, ip), 'no echo reply from the guest');
-    for (let i = 0; i < 40 && !/icmp 1/.test(out); i++) await new Promise((r) => setTimeout(r, 50));
-    assert.match(out, /icmp 1/, 'the guest did not see the echo request');
+    await waitFor(() => /icmp 1/.test(out), 20_000, () => `the guest did not see the echo request: ${out}`);
     guest.kill('SIGKILL');
     guest = undefined;
 

@@ -20,7 +20,10 @@ process.on('SIGUSR2', () => {
     status: s.status.code,
     ms: s.duration[0] * 1e3 + s.duration[1] / 1e6,
   }));
-  fs.writeFileSync(process.env.KNI_TEST_SPANS_FILE!, JSON.stringify(spans));
+  // Whole or not at all: the test reads the file as soon as it exists.
+  const file = process.env.KNI_TEST_SPANS_FILE!;
+  fs.writeFileSync(`${file}.tmp`, JSON.stringify(spans));
+  fs.renameSync(`${file}.tmp`, file);
 });
 
 require('../../plugin/main');
