@@ -15,6 +15,7 @@ import { waitFor } from './helpers/wait';
 interface Seen {
   events: any[];
   ended?: grpc.ServiceError | null;
+  opened?: Promise<void>;
   close(): void;
 }
 
@@ -31,6 +32,7 @@ describe('Watch: pod network events', () => {
     const seen: Seen = { events: [], close: () => undefined };
     const w = watchEvents(d.socket, req, (e) => seen.events.push(e), (err) => (seen.ended = err ?? null));
     seen.close = () => w.close();
+    seen.opened = w.opened;
     return seen;
   }
   const attach = (id: string) => rt.Attach({ sandbox_id: id, netns_path: d.makePodNetns(id), pod: { name: id, namespace: 'ev', uid: `u-${id}` } });
@@ -39,7 +41,7 @@ describe('Watch: pod network events', () => {
   it('attach and detach come in order, with interfaces and addresses and increasing tokens', async () => {
     const w = watch();
     try {
-      await new Promise((r) => setTimeout(r, 100)); // the stream is open
+      await w.opened;
       const before = Date.now();
       const a = await attach('ev-a');
       await attach('ev-b');
@@ -64,7 +66,7 @@ describe('Watch: pod network events', () => {
 
   it('a watcher that reconnects with its last token gets exactly what happened meanwhile', async () => {
     const first = watch();
-    await new Promise((r) => setTimeout(r, 100));
+    await first.opened;
     await attach('ev-c');
     await waitFor(() => first.events.length === 2, 10_000, () => JSON.stringify(first.events));
     const token = first.events[1].resume_token;
@@ -85,7 +87,7 @@ describe('Watch: pod network events', () => {
     const all = watch();
     const one = watch({ sandbox_id: 'ev-p7' });
     try {
-      await new Promise((r) => setTimeout(r, 100));
+      await Promise.all([all.opened, one.opened]);
       await inParallel(16, 16, (i) => attach(`ev-p${i}`));
       await waitFor(() => all.events.length >= 32, 20_000, () => `${all.events.length} events`);
       assert.deepEqual(all.events.filter((e) => e.type === 'attached').map((e) => e.sandbox_id).sort(), Array.from({ length: 16 }, (_, i) => `ev-p${i}`).sort());
@@ -101,7 +103,7 @@ describe('Watch: pod network events', () => {
   it('reconcile repairing a pod shows as "repaired" with what it found, and restored addresses as "address_changed"', async () => {
     const w = watch({ sandbox_id: 'ev-p3' });
     try {
-      await new Promise((r) => setTimeout(r, 100));
+      await w.opened;
       const p = await rt.GetPod({ sandbox_id: 'ev-p3' });
       sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', p.interfaces[0].host_interface]);
       await rt.Reconcile({});
@@ -117,7 +119,7 @@ describe('Watch: pod network events', () => {
 
   it('knictl events --since prints what came after the token, one line per event', async () => {
     const w = watch();
-    await new Promise((r) => setTimeout(r, 100));
+    await w.opened;
     await attach('ev-k1');
     await waitFor(() => w.events.length === 2, 10_000, () => JSON.stringify(w.events));
     w.close();
@@ -138,7 +140,7 @@ describe('Watch: pod network events', () => {
     await waitFor(() => bad.ended !== undefined, 10_000, () => 'no answer');
     assert.equal(bad.ended?.code, grpc.status.INVALID_ARGUMENT);
     const w = watch();
-    await new Promise((r) => setTimeout(r, 100));
+    await w.opened;
     await attach('ev-r');
     await waitFor(() => w.events.length >= 1, 10_000, () => JSON.stringify(w.events));
     w.close();

@@ -75,7 +75,7 @@ describe('extensions: the example mesh-redirect', () => {
     const events: any[] = [];
     const w = watchEvents(d.socket, {}, (e) => events.push(e), () => undefined);
     try {
-      await new Promise((r) => setTimeout(r, 100));
+      await w.opened;
       fs.writeFileSync(failFile, 'sidecar not ready');
       await rejectsWith(attach('m-fail'), grpc.status.UNAVAILABLE, /extension mesh failed for pod mesh\/m-fail: FAILED_PRECONDITION: sidecar not ready/);
       assert.equal((await rt.ListPods({})).pods.filter((p: any) => p.sandbox_id === 'm-fail').length, 0, 'the failed attach kept the pod');

@@ -22,13 +22,22 @@ function methodsOf(ctor: grpc.ServiceClientConstructor): string[] {
 }
 
 /** Watch: calls onEvent for each event until the stream ends; returns the stream (cancel() stops it). */
-export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void } {
+/**
+ * kni's Watch stream. `opened` settles once kni has subscribed the watcher (its response
+ * headers arrive: kni sends them in the turn it subscribes) or the stream has ended: events
+ * after that are seen.
+ */
+export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void; opened: Promise<void> } {
   const Ctor = runtimeService();
   const raw = new Ctor(`unix://${socketPath}`, grpc.credentials.createInsecure());
   const stream = (raw as any).Watch(req) as grpc.ClientReadableStream<unknown>;
   stream.on('data', onEvent);
+  let open: () => void = () => undefined;
+  const opened = new Promise<void>((resolve) => (open = resolve));
+  stream.once('metadata', () => open());
   let ended = false;
   const end = (e?: grpc.ServiceError) => {
+    open();
     if (ended) return;
     ended = true;
     onEnd(e);
@@ -36,7 +45,7 @@ export function watchEvents(socketPath: string, req: { resume_token?: string; sa
   // A failed stream emits 'error'; 'end' may follow it: the first one tells.
   stream.on('error', (e: grpc.ServiceError) => end(e));
   stream.on('end', () => end());
-  return Object.assign(stream, { close: () => { stream.cancel(); raw.close(); } });
+  return Object.assign(stream, { opened, close: () => { stream.cancel(); raw.close(); } });
 }
 
 export function runtimeClient(socketPath: string): Client {
