@@ -27,6 +27,7 @@ describe('gRPC server: calls', () => {
   let server: GrpcServer;
   let client: grpc.Client & Record<string, (...a: unknown[]) => unknown>;
   let shutdownStreamEnded: Promise<grpc.StatusObject> | undefined;
+  let slowStarted: () => void = () => undefined;
   const protocolErrors: string[] = [];
 
   before(async () => {
@@ -35,7 +36,10 @@ describe('gRPC server: calls', () => {
     server.addService(PROBE, {
       Echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb(null, call.request),
       Fail: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb({ code: grpc.status.FAILED_PRECONDITION, details: call.request.toString() }),
-      Slow: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => setTimeout(() => cb(null, call.request), 300),
+      Slow: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
+        slowStarted();
+        setTimeout(() => cb(null, call.request), 300);
+      },
       Stream: (call: grpc.ServerWritableStream<Buffer, Buffer>) => {
         const n = call.request.readUInt32BE(0);
         for (let i = 0; i < n; i++) call.write(Buffer.alloc(1000, i % 256));
@@ -162,8 +166,9 @@ describe('gRPC server: calls', () => {
   });
 
   it('shutdown: a call in flight is answered, an open stream ends with UNAVAILABLE, then done', async () => {
+    const started = new Promise<void>((r) => (slowStarted = r));
     const inFlight = unary('Slow', Buffer.from('last'));
-    await new Promise((r) => setTimeout(r, 50));
+    await started; // the server has the call
     const done = new Promise<void>((r) => server.shutdown(r));
     assert.equal(String(await inFlight), 'last');
     assert.equal((await shutdownStreamEnded!).code, grpc.status.UNAVAILABLE);

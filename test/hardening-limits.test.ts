@@ -95,8 +95,8 @@ describe('hardening: limits', () => {
     try {
       await new Promise((r) => py.stdout!.once('data', r));
       const fillers = [net.connect(wedged), net.connect(wedged)];
-      fillers.forEach((f) => f.on('error', () => undefined));
-      await new Promise((r) => setTimeout(r, 200));
+      // Each one queued or refused (the backlog full) before the shim tries.
+      await Promise.all(fillers.map((f) => new Promise((r) => f.once('connect', r).on('error', r))));
       const conf = JSON.stringify({ cniVersion: '1.0.0', name: 'kni', socket: wedged });
       const slow = spawnSync(SHIM, [], { input: conf, encoding: 'utf8', env: { CNI_COMMAND: 'ADD', CNI_CONTAINERID: 'x' }, timeout: 30_000 });
       assert.equal(slow.status, 1);
