@@ -196,7 +196,7 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     // Behind kni's back: the sandbox goes away in containerd, which then restarts.
     const ctr = (...a: string[]) => c.ctr(['-n', 'k8s.io', ...a]);
     ctr('tasks', 'kill', '--signal', 'SIGKILL', doomed.id);
-    for (let i = 0; i < 50 && !ctr('tasks', 'delete', doomed.id).ok && ctr('tasks', 'ls', '-q').out.includes(doomed.id); i++) {
+    for (let i = 0; i < 200 && !ctr('tasks', 'delete', doomed.id).ok && ctr('tasks', 'ls', '-q').out.includes(doomed.id); i++) {
       await new Promise((r) => setTimeout(r, 100));
     }
     assert.ok(ctr('containers', 'delete', doomed.id).ok, 'cannot delete the doomed container');
