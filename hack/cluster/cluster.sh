@@ -292,6 +292,8 @@ kni_up() {
   if [ -n "${KNI_CLUSTER_KNI_EXTRA:-}" ]; then cat "$KNI_CLUSTER_KNI_EXTRA" >> "$CL/kni.yaml"; fi
   for w in "${WORKERS[@]}"; do start_kni "$w"; done
   for w in "${WORKERS[@]}"; do
+    # Serving, not only Ready: a node kni was killed on is still Ready while kni restarts.
+    wait_for 120 "kni serving on $w" node "$repo/dist/plugin/knictl.js" --socket "$CL/$w/root/run/kni/kni.sock" ipam
     wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
   done
   log "kni runs on every worker; nodes Ready"
