@@ -163,13 +163,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     try {
       cluster('kni-stop w1');
       cluster('kni-restart w1');
-      await waitFor(() => {
-        try {
-          return knictl('w1', 'node').ready === true;
-        } catch {
-          return false;
-        }
-      }, 30_000, () => execFileSync('tail', ['-5', `${CL}/run/kni-w1.log`], { encoding: 'utf8' }));
+      await waitFor(() => knictl('w1', 'node').ready === true, 30_000, () => execFileSync('tail', ['-5', `${CL}/run/kni-w1.log`], { encoding: 'utf8' }));
       const s = knictl('w1', 'node');
       assert.equal(s.cluster.api.connected, false, 'the API server is down, yet kni says it is connected');
       assert.equal(knictl('w1', 'pods').length, podsBefore, 'pods lost across the restart');
