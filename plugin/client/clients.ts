@@ -21,11 +21,10 @@ function methodsOf(ctor: grpc.ServiceClientConstructor): string[] {
   return Object.keys(ctor.service).filter((m) => !ctor.service[m].responseStream);
 }
 
-/** Watch: calls onEvent for each event until the stream ends; returns the stream (cancel() stops it). */
 /**
- * kni's Watch stream. `opened` settles once kni has subscribed the watcher (its response
- * headers arrive: kni sends them in the turn it subscribes) or the stream has ended: events
- * after that are seen.
+ * Watch: calls onEvent for each event until the stream ends; returns the stream (close() stops
+ * it). `opened` settles once kni has subscribed the watcher (its response headers arrive: kni
+ * sends them in the turn it subscribes) or the stream has ended: events after that are seen.
  */
 export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void; opened: Promise<void> } {
   const Ctor = runtimeService();
