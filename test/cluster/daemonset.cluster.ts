@@ -45,13 +45,8 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     const victim = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', 'spec.nodeName=kc-w1').items[0].metadata.name;
     kubectl('-n', 'kube-system', 'delete', 'pod', victim, '--wait=false');
     await waitFor(() => runningPods().length === 14, 180_000, () => kubectl('get', 'pods', '-o', 'wide'));
-    await waitFor(() => {
-      try {
-        return knictlInPod('kc-w1', 'pods').length === runningPods().filter((p: any) => p.spec.nodeName === 'kc-w1').length;
-      } catch {
-        return false; // the new kni pod is not serving yet
-      }
-    }, 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    // knictl fails until the new kni pod serves: waitFor takes that as not yet.
+    await waitFor(() => knictlInPod('kc-w1', 'pods').length === runningPods().filter((p: any) => p.spec.nodeName === 'kc-w1').length, 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
     for (const w of ['w1', 'w2']) assert.equal(kniVeths(w).length, runningPods().filter((p: any) => p.spec.nodeName === `kc-${w}`).length, `veths on kc-${w}`);
   });
 

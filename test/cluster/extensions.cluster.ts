@@ -12,14 +12,6 @@ import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictlInPod, kubectl, kubectlJson } from './cluster-helpers';
 
-/** knictl's answer, or undefined while kni's pod is not serving yet (a restart, a rollout). */
-const tryKnictl = (node: string, ...args: string[]): any => {
-  try {
-    return knictlInPod(node, ...args);
-  } catch {
-    return undefined;
-  }
-};
 const POD = (name: string) => `apiVersion: v1
 kind: Pod
 metadata: {name: ${name}}
@@ -56,7 +48,7 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
 
   it('registers with kni on every node, healthy', async () => {
     for (const node of ['kc-w1', 'kc-w2']) {
-      await waitFor(() => !!tryKnictl(node, 'extensions')?.some((x: any) => x.name === 'mesh-redirect' && x.healthy), 60_000, () => JSON.stringify(tryKnictl(node, 'extensions')));
+      await waitFor(() => knictlInPod(node, 'extensions').some((x: any) => x.name === 'mesh-redirect' && x.healthy), 60_000, () => JSON.stringify(knictlInPod(node, 'extensions')));
     }
   });
 
@@ -83,7 +75,7 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
   it('kni\'s pod replaced (a restart or an upgrade): the registration is still there', async () => {
     const old = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', 'spec.nodeName=kc-w1').items[0].metadata.name;
     kubectl('-n', 'kube-system', 'delete', 'pod', old, '--wait=true');
-    await waitFor(() => !!tryKnictl('kc-w1', 'extensions')?.some((x: any) => x.name === 'mesh-redirect'), 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    await waitFor(() => knictlInPod('kc-w1', 'extensions').some((x: any) => x.name === 'mesh-redirect'), 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
     apply(POD('after-restart'));
     await waitFor(() => phase('after-restart') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     assert.match(podNat('after-restart'), /REDIRECT/);
@@ -95,7 +87,7 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
     kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
     assert.ok(knictlInPod('kc-w1', 'extensions')[0].owner.name.startsWith('mesh-redirect-'), 'the example did not say which pod registered');
     kubectl('-n', 'kube-system', 'delete', 'daemonset', 'mesh-redirect', '--wait=true');
-    await waitFor(() => tryKnictl('kc-w1', 'extensions')?.length === 0, 90_000, () => JSON.stringify(tryKnictl('kc-w1', 'extensions')));
+    await waitFor(() => knictlInPod('kc-w1', 'extensions').length === 0, 90_000, () => JSON.stringify(knictlInPod('kc-w1', 'extensions')));
     apply(POD('unmeshed'));
     await waitFor(() => phase('unmeshed') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     assert.doesNotMatch(podNat('unmeshed'), /REDIRECT/);
