@@ -22,7 +22,12 @@ export interface Path {
 }
 
 export function benchPaths(o: { rt: Client; kni: Client; cniSocket: string; dir: string }): Path[] {
-  const cniEnv = (cmd: string, id: string, netns: string) => ({ CNI_COMMAND: cmd, CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0' });
+  // CNI_ARGS as containerd's and CRI-O's CRI pass them, the pod sandbox named (from run 41; runs
+  // 1–40 passed none, so kni-cni's DEL was the plain one that deletes the veth before answering).
+  const cniEnv = (cmd: string, id: string, netns: string) => ({
+    CNI_COMMAND: cmd, CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0',
+    CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${id};K8S_POD_INFRA_CONTAINER_ID=${id};K8S_POD_UID=uid-${id}`,
+  });
   const kniConf = JSON.stringify({ cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: o.cniSocket });
   const loConf = JSON.stringify({ cniVersion: '1.0.0', name: 'lo', type: 'loopback' });
   // bridge + host-local whatever kni's podLink, as in every earlier run: ptp, the routed
