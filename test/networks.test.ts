@@ -12,7 +12,7 @@ import * as grpc from '@grpc/grpc-js';
 import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
 import { rejectsWith } from './helpers/expect';
-import { inNetns, ping, RUN, sh } from './helpers/sh';
+import { inNetns, netnsLinks, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
@@ -31,7 +31,6 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     const p = `${d.stateDir}/cni-ipam/${network}`;
     return fs.existsSync(p) ? fs.readdirSync(p).filter((f) => /^\d/.test(f)) : [];
   };
-  const links = (netns: string) => inNetns(netns, 'ip', ['-o', 'link', 'show']).out.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0]).filter(Boolean);
   const addrOf = (netns: string, ifName: string) => inNetns(netns, 'ip', ['-o', '-4', 'addr', 'show', 'dev', ifName]).out;
 
   before(async () => {
@@ -67,7 +66,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(a.pod.interfaces[1].addresses[0].address, '10.90.0.11');
     assert.match(a.pod.interfaces[2].addresses[0].address, /^10\.91\.0\.\d+$/);
     assert.match(a.pod.interfaces[3].addresses[0].address, /^10\.92\.0\.\d+$/);
-    assert.deepEqual(links(a.netns).sort(), ['br9', 'eth0', 'lo', 'net1', 'net2']);
+    assert.deepEqual(netnsLinks(a.netns).sort(), ['br9', 'eth0', 'lo', 'net1', 'net2']);
     assert.match(addrOf(a.netns, 'net1'), /10\.90\.0\.11\/24/);
     for (const [i, what] of [[1, 'macvlan (static)'], [2, 'macvlan (host-local)'], [3, 'bridge']] as const) {
       const to = b.pod.interfaces[i].addresses[0].address;
@@ -110,7 +109,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     await rejectsWith(req('broken'), grpc.status.FAILED_PRECONDITION, /network default\/broken: its definition is invalid: .*not JSON/);
     await rejectsWith(req('bridge-net@eth0'), grpc.status.INVALID_ARGUMENT, /interface eth0 is used twice/);
     await rejectsWith(req('[{"name":"bridge-net","infiniband-guid":"x"}]'), grpc.status.INVALID_ARGUMENT, /does not support "infiniband-guid"/);
-    assert.deepEqual(links(netns), ['lo']);
+    assert.deepEqual(netnsLinks(netns), ['lo']);
     assert.equal(leases('bridge-net').length, bridgeLeases);
     assert.deepEqual((await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used), usedBefore);
     await rejectsWith(rt.GetPod({ sandbox_id: 'mn-fail' }), grpc.status.NOT_FOUND, /not attached/);
@@ -138,7 +137,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.match(knictl(d.socket, 'detach-network', 'mn-dyn', 'net1').stdout, /removed net1/);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, false);
     await rejectsWith(rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'eth0' }), grpc.status.FAILED_PRECONDITION, /default network's interface/);
-    assert.deepEqual(links(netns).sort(), ['eth0', 'lo']);
+    assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo']);
     assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-dyn' })).interfaces.map((i: any) => i.name), ['eth0']);
     await rt.Detach({ sandbox_id: 'mn-dyn' });
   });
@@ -152,7 +151,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-kill' })).interfaces.map((i: any) => i.network), ['', 'team/macvlan-hl']);
     await rt.Detach({ sandbox_id: 'mn-kill' });
     assert.equal(leases('macvlan-hl').length, before - 1);
-    assert.deepEqual(links(netns), ['lo']);
+    assert.deepEqual(netnsLinks(netns), ['lo']);
     await rt.Detach({ sandbox_id: 'mn-a' });
     assert.deepEqual(leases('macvlan-hl'), []);
     assert.deepEqual(leases('bridge-net'), []);

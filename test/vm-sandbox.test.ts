@@ -5,12 +5,11 @@ import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { cni } from './helpers/cni-exec';
-import { inNetns, ping } from './helpers/sh';
+import { inNetns, netnsLinks, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 import * as grpc from '@grpc/grpc-js';
 
-const links = (netns: string) => inNetns(netns, 'ip', ['-o', 'link']).out.trim().split('\n').map((l) => l.split(':')[1].trim().split('@')[0]);
 
 describe('VM sandboxes: Kata-compatible by default', () => {
   let d: TestDaemon;
@@ -24,7 +23,7 @@ describe('VM sandboxes: Kata-compatible by default', () => {
     const p = await d.rt().Attach({ sandbox_id: 'kata-a', netns_path: netns, runtime_handler: 'kata' });
     assert.equal(p.kind, 'vm');
     assert.equal(p.interfaces[0].vm_tap, '');
-    assert.deepEqual(links(netns).sort(), ['eth0', 'lo']);
+    assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo']);
     assert.match(inNetns(netns, 'ip', ['-d', 'link', 'show', 'eth0']).out, /veth/);
     const addrs = inNetns(netns, 'ip', ['-o', 'addr', 'show', 'dev', 'eth0']).out;
     for (const a of p.interfaces[0].addresses) assert.ok(addrs.includes(`${a.address}/${a.prefix_length}`), `${a.address} missing`);
@@ -32,7 +31,7 @@ describe('VM sandboxes: Kata-compatible by default', () => {
     assert.match(inNetns(netns, 'ip', ['-6', 'route']).out, /default via fd00:10:244::1 dev eth0/);
     assert.doesNotMatch(inNetns(netns, 'tc', ['qdisc', 'show', 'dev', 'eth0']).out, /ingress/);
     await d.rt().Detach({ sandbox_id: 'kata-a' });
-    assert.deepEqual(links(netns), ['lo']);
+    assert.deepEqual(netnsLinks(netns), ['lo']);
   });
 
   it('one decision for every entry point: handler map, or pod annotations on the CNI path', async () => {
@@ -80,7 +79,7 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     assert.match(itf.mac, /^0a:58:0a:5f:00:/);
     assert.equal(itf.addresses[0].gateway, '10.95.0.1');
     assert.ok(vm.routes.some((r: any) => r.destination === '0.0.0.0/0'));
-    assert.deepEqual(links(vmNetns).sort(), ['eth0', 'lo', 'tap0_kni']);
+    assert.deepEqual(netnsLinks(vmNetns).sort(), ['eth0', 'lo', 'tap0_kni']);
     const ip = itf.addresses[0].address;
 
     // No guest yet: the veth's ingress goes to the tap, so the pod's kernel does not answer.
@@ -103,7 +102,7 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     guest = undefined;
 
     await d.rt().Detach({ sandbox_id: 'vm-a' });
-    assert.deepEqual(links(vmNetns), ['lo'], 'tap or veth left behind');
+    assert.deepEqual(netnsLinks(vmNetns), ['lo'], 'tap or veth left behind');
     assert.equal(d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l)).length, 1);
     await d.rt().Detach({ sandbox_id: 'ct-b' });
   });
@@ -112,7 +111,7 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     const netns = d.makePodNetns('ct-c');
     const p = await d.rt().Attach({ sandbox_id: 'ct-c', netns_path: netns });
     assert.equal(p.kind, 'container');
-    assert.deepEqual(links(netns).sort(), ['eth0', 'lo']);
+    assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo']);
     await d.rt().Detach({ sandbox_id: 'ct-c' });
   });
 });

@@ -22,7 +22,8 @@ export interface AttachmentRequest {
 }
 
 /**
- * How a detach treats the kernel objects: 'now' deletes them before answering; 'netns-ending'
+ * How a detach treats the kernel objects: 'now' takes them out of the netns's way before
+ * answering (a veth's pod end set down and renamed, or deleted: pod-end-vacate.ts); 'netns-ending'
  * (the caller is tearing the netns down: a runtime stopping the sandbox) may answer first and
  * delete them moments later; 'netns-goes' (kni unpins a netns it made) leaves them to the
  * netns's teardown.

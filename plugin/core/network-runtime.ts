@@ -60,7 +60,7 @@ export class NetworkRuntime {
   readonly node = new NodeLifecycle(this);
   /** Host veths of detached pods, deleted in batches after the detach answered. */
   readonly reaper = new VethReaper();
-  /** Host veths deleted before the detach answers, those of concurrent detaches together. */
+  /** Host veths deleted before the detach answers (a pod end that could not be set aside), those of concurrent detaches together. */
   readonly vethDelete = new VethBatchDelete();
   /** Threads that make pod interfaces, so that concurrent attaches overlap. */
   readonly wiring = new WiringPool();

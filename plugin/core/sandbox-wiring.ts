@@ -11,6 +11,7 @@ import { NotANetnsError, socketInNetns } from '../netns/netns';
 import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
+import { vacatePodEnd } from '../pod/pod-end-vacate';
 import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
@@ -70,9 +71,10 @@ function shape(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns:
 
 /**
  * Deletes what wireInterface made: the tap, the ifb, then the veth (the kernel removes the pod
- * end with it): before answering (with other detaches' veths when `deleters` are given:
- * veth-batch-delete.ts), or through the reaper when the netns is ending (veth-reaper.ts), or
- * not at all when kni unpins the netns next (the teardown takes the pod side along).
+ * end with it): through the reaper when the netns is ending (veth-reaper.ts), or when the pod
+ * end could be set down and renamed first (pod-end-vacate.ts); else before answering (with
+ * other detaches' veths when `deleters` are given: veth-batch-delete.ts); or not at all when
+ * kni unpins the netns next (the teardown takes the pod side along).
  */
 export async function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode = 'now', deleters?: { reaper: VethReaper; vethDelete: VethBatchDelete }): Promise<void> {
   if (itf.tap && mode === 'now') unwireTap(rec, itf.tap);
@@ -86,8 +88,10 @@ export async function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, 
   }
   if (mode === 'netns-goes') return;
   // The netns is ending: retire the veth and answer; the kernel's slow delete comes after,
-  // batched. Otherwise the pod end must be gone when the caller gets the answer.
+  // batched. Otherwise the pod end must be out of the netns's way when the caller gets the
+  // answer: set down and renamed (pod-end-vacate.ts), or else the veth deleted.
   if (mode === 'netns-ending' && deleters) deleters.reaper.retire(itf.hostVeth, rec.id);
+  else if (deleters && withSpan('pod.vacate', {}, () => vacatePodEnd(rec, itf))) deleters.reaper.retire(itf.hostVeth, rec.id);
   else if (deleters) await deleters.vethDelete.delete(itf.hostVeth, rec.id);
   else unwirePod(itf);
 }

@@ -5,6 +5,7 @@ import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWADDR = 20;
+const RTM_DELADDR = 21;
 const RTM_GETADDR = 22;
 const IFA_ADDRESS = 1;
 const IFA_LOCAL = 2;
@@ -53,6 +54,13 @@ export function addrAdd(index: number, ifname: string, a: AddrSpec, replace = fa
     what: `add address ${a.text ?? formatIp(a.family, a.value)}/${a.prefixLength} to ${ifname}`,
     body: w.take(),
   };
+}
+
+/** Removes that address from the link with that index. */
+export function addrDel(index: number, ifname: string, a: AddrSpec): NetlinkRequest {
+  const w = ifaddrmsg(a.family, a.prefixLength, index);
+  w.ip(IFA_LOCAL, a.family, a.value);
+  return { type: RTM_DELADDR, flags: 0, what: `remove address ${a.text ?? formatIp(a.family, a.value)}/${a.prefixLength} from ${ifname}`, body: w.take() };
 }
 
 export function addrList(sock: NetlinkSocket): Address[] {

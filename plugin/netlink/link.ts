@@ -257,6 +257,17 @@ export function linkSetAlias(index: number, name: string, alias: string): Netlin
   return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: w.take() };
 }
 
+/**
+ * Takes a link out of use in one request: down (the kernel drops its routes and IPv6 addresses
+ * with that) and renamed, so that its name is free at once. By index: a request naming the link
+ * by name cannot rename it.
+ */
+export function linkSetDownRenamed(index: number, name: string, newName: string): NetlinkRequest {
+  const w = ifinfomsg(index, 0, IFF_UP);
+  w.string(IFLA_IFNAME, newName);
+  return { type: RTM_NEWLINK, flags: 0, what: `take ${name} down as ${newName}`, body: w.take() };
+}
+
 /** Moves a link (found by name) to a device group, with a new alias, in one request. */
 export function linkSetGroup(name: string, group: number, alias: string): NetlinkRequest {
   const w = ifinfomsg();

@@ -1,5 +1,7 @@
-// Host veths deleted before the detach answers (a caller that may keep the netns: a plain
-// Detach, a CNI DEL from podman, a rollback, a secondary interface removed), several at once.
+// Host veths deleted before the detach answers, several at once: a detach whose caller may keep
+// the netns (a plain Detach, a CNI DEL that names no pod sandbox, a secondary interface
+// removed) when its pod end could not be set down and renamed first (pod-end-vacate.ts: not
+// where kni left it, or an error).
 //
 // The kernel's veth delete costs ≈ 20 ms, most of it one RCU grace period, inside the send; it
 // runs on the main thread, which waits. Deleted one by one, 8 detaches at once took 8 of them,

@@ -3,7 +3,8 @@
 // Deleting a veth costs the kernel ≈ 20 ms (an RCU grace period in unregister_netdevice),
 // inside the send: on kni's main thread a detach waited for it, and 16 detaches at once
 // queued behind each other's. Now a detach only retires its veth — one request that sets the
-// alias to "kni-released:<id>" and moves the link to REAP_GROUP — and answers. A worker thread
+// alias to "kni-released:<id>" and moves the link to REAP_GROUP — and answers (a detach whose
+// caller keeps the netns first sets the pod end down and renamed: pod-end-vacate.ts). A worker thread
 // (veth-reaper-worker.ts) then deletes every retired veth with one RTM_DELLINK naming the
 // group: the kernel unregisters them together, with a single grace period, and the main thread
 // never blocks on it. The worker is only told that something waits; it answers nothing anyone

@@ -78,7 +78,8 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
         // Succeeds when the sandbox is unknown or already released (spec: DEL is idempotent).
         // A Kubernetes runtime (CRI: CNI_ARGS name the pod sandbox) calls DEL as it stops the
         // sandbox and removes the netns next; other callers (podman network disconnect) may
-        // keep the netns and add again at once, so they get the pod end gone before the answer.
+        // keep the netns and add again at once, so they get the pod end out of its way (down,
+        // renamed, no address) before the answer.
         await rt.detach(containerId, true, 'cni', parseCniArgs(env.get('CNI_ARGS') ?? '').K8S_POD_INFRA_CONTAINER_ID !== undefined);
         return ok(undefined);
       case 'CHECK': {

@@ -1,0 +1,46 @@
+// A detach whose caller keeps the netns (a plain Detach, a CNI DEL that names no pod sandbox, a
+// network removed from a running pod) must leave the netns free for an interface of the same
+// name at once. Deleting the veth does that but costs the kernel ≈ 20 ms inside the send (an
+// RCU grace period; moving the pod end to another netns costs the same). Instead, in one write,
+// the pod end is set down and renamed (the kernel drops its routes and IPv6 addresses with the
+// down) and its IPv4 addresses, which a down link keeps, are removed: ≈ 0.2–0.4 ms. Its host end
+// is then retired to the reaper like a runtime's, which deletes it (and the pod end with it)
+// after the answer: until then the netns shows a down link named kniold<ifindex>, with nothing
+// on it.
+//
+// Only the pod end kni made is touched: the recorded netns (same inode), a veth of the recorded
+// name and MAC. Anything else, and any error, leaves it to the caller's delete before answering.
+import { parseIp } from '../ipam/ip';
+import { addrDel } from '../netlink/addr';
+import { linkByName, linkSetDownRenamed } from '../netlink/link';
+import { socketInNetns } from '../netns/netns';
+import { reopenRecordedNetns } from '../netns/open-netns';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** The name a vacated pod end waits under: unique in its netns, as its ifindex is. */
+export const vacatedName = (index: number): string => `kniold${index}`;
+
+/** Whether the pod end was taken out of the netns's way (else delete the veth before answering). */
+export function vacatePodEnd(rec: Pick<SandboxRecord, 'netnsPath' | 'netnsInode'>, itf: Pick<InterfaceRecord, 'name' | 'mac' | 'addresses'>): boolean {
+  if (rec.netnsInode === undefined || !itf.mac) return false;
+  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+  if (ns.state !== 'same') return false;
+  try {
+    const sock = socketInNetns(ns.handle.fd);
+    try {
+      const link = linkByName(sock, itf.name);
+      if (!link || link.kind !== 'veth' || link.mac !== itf.mac.toLowerCase()) return false;
+      const name = vacatedName(link.index);
+      if (name.length > 15) return false;
+      const v4 = itf.addresses.filter((a) => a.family === 4);
+      sock.exec([linkSetDownRenamed(link.index, itf.name, name), ...v4.map((a) => addrDel(link.index, name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address }))]);
+      return true;
+    } finally {
+      sock.close();
+    }
+  } catch {
+    return false;
+  } finally {
+    ns.handle.close();
+  }
+}
