@@ -11,6 +11,9 @@ import path from 'node:path';
 import { Command } from 'commander';
 import { Client, kniClient, runtimeClient } from '../plugin/client/clients';
 import type { PodWiring } from '../plugin/core/config';
+import { hostVethName } from '../plugin/core/network-runtime';
+import { linkByName } from '../plugin/netlink/link';
+import { NetlinkSocket } from '../plugin/netlink/socket';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
 import { benchReport, BenchRow, GRPC_PATH } from './bench-report';
@@ -35,6 +38,15 @@ interface Opts { n: number; churnSeconds: number; scale: number[]; podLink: PodW
 /** Links in the current netns (the node's, where the host veths are). */
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
 
+/**
+ * In runs 1–41 a plain Detach answered once the kernel had deleted the pod's veth; since the
+ * nineteenth round the reaper deletes it after the answer. The alternating blocks and the scale
+ * probe wait for it here, so that their attaches meet the kernel as in the runs before.
+ */
+async function vethsGone(sock: NetlinkSocket, ids: string[]): Promise<void> {
+  for (const id of ids) for (let i = 0; i < 5000 && linkByName(sock, hostVethName(id, 'eth0')); i++) await new Promise((r) => setTimeout(r, 1));
+}
+
 class Bench {
   private daemon?: ChildProcess;
   private daemonOut = '';
@@ -43,6 +55,8 @@ class Bench {
   private socket: string;
   private cniSocket: string;
   private seq = 0;
+  /** The node netns's links, looked up without a spawn (vethsGone). */
+  private links = new NetlinkSocket();
 
   constructor(private readonly o: Opts) {
     this.podDir = path.join('/run', `${path.basename(o.dir)}-netns`);
@@ -75,6 +89,7 @@ class Bench {
 
   stop(): void {
     this.client?.close();
+    this.links.close();
     this.daemon?.kill('SIGKILL');
     if (fs.existsSync(this.podDir)) {
       for (const f of fs.readdirSync(this.podDir, { recursive: true }) as string[]) {
@@ -216,8 +231,9 @@ class Bench {
           grpc.push(performance.now() - s);
         }
         inDaemon.push(...this.inDaemonAttachMs(mark));
-        // Plain detaches: the veths are gone when they answer, the netns stay (see floorRun).
+        // Plain detaches: the netns stay (see floorRun); the floor's block starts once the veths are gone.
         for (const p of pods) await this.client.Detach({ sandbox_id: p.id });
+        await vethsGone(this.links, pods.map((p) => p.id));
         const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink);
         floorRuns.push(f.drop);
         floor.push(...f.attachMs);
@@ -251,6 +267,7 @@ class Bench {
           await this.client.Attach({ sandbox_id: p.id, netns_path: p.netns });
           ms.push(performance.now() - s);
           await this.client.Detach({ sandbox_id: p.id });
+          await vethsGone(this.links, [p.id]);
         }
         const wall = performance.now() - t0;
         // The floor keeps its veths (retired) until its group delete, and a bridge takes at most
