@@ -213,9 +213,10 @@ class Bench {
    * floor's block, so both see the same bridge): on a shared machine the two phases of a
    * comparison drift apart by 30–50 % minutes apart, and alternating cancels that drift.
    */
-  async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats }> {
+  async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats; plainDetach: Stats }> {
     const inDaemon: number[] = [];
     const grpc: number[] = [];
+    const plainDetach: number[] = [];
     const floor: number[] = [];
     const kept: { netns: string }[] = [];
     const floorRuns: (() => void)[] = [];
@@ -232,7 +233,11 @@ class Bench {
         }
         inDaemon.push(...this.inDaemonAttachMs(mark));
         // Plain detaches: the netns stay (see floorRun); the floor's block starts once the veths are gone.
-        for (const p of pods) await this.client.Detach({ sandbox_id: p.id });
+        for (const p of pods) {
+          const s = performance.now();
+          await this.client.Detach({ sandbox_id: p.id });
+          plainDetach.push(performance.now() - s);
+        }
         await vethsGone(this.links, pods.map((p) => p.id));
         const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink);
         floorRuns.push(f.drop);
@@ -243,7 +248,7 @@ class Bench {
       for (const drop of floorRuns) drop();
     }
     const wall = performance.now() - t0;
-    return { inDaemon: stats(inDaemon, wall), grpc: stats(grpc, wall), floor: stats(floor, wall) };
+    return { inDaemon: stats(inDaemon, wall), grpc: stats(grpc, wall), floor: stats(floor, wall), plainDetach: stats(plainDetach, wall) };
   }
 
   /**
