@@ -257,15 +257,18 @@ export function linkSetAlias(index: number, name: string, alias: string): Netlin
   return { type: RTM_NEWLINK, flags: 0, what: `set alias of ${name}`, body: w.take() };
 }
 
+export function linkSetDownByIndex(index: number, name: string): NetlinkRequest {
+  return { type: RTM_NEWLINK, flags: 0, what: `set ${name} down`, body: ifinfomsg(index, 0, IFF_UP).take() };
+}
+
 /**
- * Takes a link out of use in one request: down (the kernel drops its routes and IPv6 addresses
- * with that) and renamed, so that its name is free at once. By index: a request naming the link
- * by name cannot rename it.
+ * Renames a link. By index: a request that names the link by name cannot rename it. Kernels
+ * before 6.2 refuse to rename a link that is up (EBUSY).
  */
-export function linkSetDownRenamed(index: number, name: string, newName: string): NetlinkRequest {
-  const w = ifinfomsg(index, 0, IFF_UP);
+export function linkRename(index: number, name: string, newName: string): NetlinkRequest {
+  const w = ifinfomsg(index);
   w.string(IFLA_IFNAME, newName);
-  return { type: RTM_NEWLINK, flags: 0, what: `take ${name} down as ${newName}`, body: w.take() };
+  return { type: RTM_NEWLINK, flags: 0, what: `rename ${name} to ${newName}`, body: w.take() };
 }
 
 /** Moves a link (found by name) to a device group, with a new alias, in one request. */
