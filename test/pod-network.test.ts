@@ -101,7 +101,8 @@ describe('pod network (real kernel)', () => {
     await rt.Attach({ sandbox_id: 'own-ns', netns_path: netns });
     await rt.Detach({ sandbox_id: 'own-ns' });
     assert.ok(fs.existsSync(netns));
-    // A plain Detach (the netns stays, as a runtime that reconnects networks keeps it): the pod end is gone when it answers.
+    // A plain Detach (the netns stays, as a runtime that reconnects networks keeps it): no eth0
+    // when it answers (the pod end waits down and renamed until the reaper deletes the veth).
     assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
     assert.ok(!d.nodeLinks().includes(hostVethName('own-ns', 'eth0')));
   });
