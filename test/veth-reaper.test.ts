@@ -82,6 +82,17 @@ describe('detach without waiting for the kernel (veth reaper)', () => {
     for (const p of pods) assert.ok(!rawLinks().includes(hostVethName(p.id, 'eth0')));
   });
 
+  it('a plain detach and an attach of the same sandbox into the same netns at once, 5 times: each attach is wired whole', async () => {
+    const netns = d.makePodNetns('rn-again');
+    for (let i = 0; i < 5; i++) {
+      const p = await rt.Attach({ sandbox_id: 'rn-again', netns_path: netns });
+      assert.deepEqual((await rt.Check({ sandbox_id: 'rn-again' })).problems, []);
+      assert.match(inNetns(netns, 'ip', ['-o', '-4', 'addr', 'show', 'dev', 'eth0']).out, new RegExp(`${p.interfaces[0].addresses[0].address.replace(/\./g, '\\.')}/`));
+      await rt.Detach({ sandbox_id: 'rn-again' });
+    }
+    await waitFor(() => !/kniold/.test(inNetns(netns, 'ip', ['-o', 'link']).out), 20_000, () => inNetns(netns, 'ip', ['-o', 'link']).out);
+  });
+
   it('8 plain detaches whose pod ends are not where kni left them delete their veths before answering, together', async () => {
     const pods = Array.from({ length: 8 }, (_, i) => ({ id: `rm${i}`, netns: d.makePodNetns(`rm${i}`) }));
     for (const p of pods) await rt.Attach({ sandbox_id: p.id, netns_path: p.netns });
