@@ -8,7 +8,7 @@ import { DetachMode, isBuiltIn } from './network-backend';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { ifbName, removeIfb, shapePod } from '../pod/bandwidth';
 import { NotANetnsError, socketInNetns } from '../netns/netns';
-import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
+import { inRecordedNetns, NetnsHandle } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { vacatePodEnd } from '../pod/pod-end-vacate';
@@ -107,19 +107,10 @@ export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
 
 /** Deletes a vm sandbox's tap, only in the netns it was wired in; one gone took it along. */
 function unwireTap(rec: SandboxRecord, tap: string): void {
-  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-  if (ns.state !== 'same') return;
   try {
-    const pod = socketInNetns(ns.handle.fd);
-    try {
-      unwireVmTap(pod, tap);
-    } finally {
-      pod.close();
-    }
+    inRecordedNetns(rec.netnsPath, rec.netnsInode, (pod) => unwireVmTap(pod, tap));
   } catch (e) {
     if (!(e instanceof NotANetnsError)) throw e;
-  } finally {
-    ns.handle.close();
   }
 }
 

@@ -10,7 +10,8 @@
 import fs from 'node:fs';
 import * as libc from '../sys/libc';
 import { KniError, invalid } from '../core/errors';
-import { homeNetnsInode } from './netns';
+import type { NetlinkSocket } from '../netlink/socket';
+import { homeNetnsInode, socketInNetns } from './netns';
 
 const NS_GET_NSTYPE = 0xb703;
 const PROC_NETNS = /^\/proc\/[1-9][0-9]*\/(task\/[1-9][0-9]*\/)?ns\/net$/;
@@ -142,5 +143,24 @@ export function isNetnsPin(p: string): boolean {
     return true;
   } catch {
     return false;
+  }
+}
+
+/**
+ * Runs fn with a netlink socket in the netns a sandbox was wired in; undefined (fn not run)
+ * when that path is gone or names another netns now.
+ */
+export function inRecordedNetns<T>(p: string, inode: number | undefined, fn: (sock: NetlinkSocket) => T): T | undefined {
+  const ns = reopenRecordedNetns(p, inode);
+  if (ns.state !== 'same') return undefined;
+  try {
+    const sock = socketInNetns(ns.handle.fd);
+    try {
+      return fn(sock);
+    } finally {
+      sock.close();
+    }
+  } finally {
+    ns.handle.close();
   }
 }

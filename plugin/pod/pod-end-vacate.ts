@@ -14,8 +14,7 @@ import { log } from '../core/log';
 import { parseIp } from '../ipam/ip';
 import { addrDel } from '../netlink/addr';
 import { linkByName, linkRename, linkSetDownByIndex } from '../netlink/link';
-import { socketInNetns } from '../netns/netns';
-import { reopenRecordedNetns } from '../netns/open-netns';
+import { inRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** The name a vacated pod end waits under: unique in its netns, as its ifindex is. */
@@ -24,11 +23,8 @@ const vacatedName = (index: number): string => `kniold${index}`;
 /** Whether the pod end was taken out of the netns's way (else delete the veth before answering). */
 export function vacatePodEnd(rec: Pick<SandboxRecord, 'netnsPath' | 'netnsInode'>, itf: Pick<InterfaceRecord, 'name' | 'mac' | 'addresses'>): boolean {
   if (rec.netnsInode === undefined || !itf.mac) return false;
-  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-  if (ns.state !== 'same') return false;
   try {
-    const sock = socketInNetns(ns.handle.fd);
-    try {
+    const vacated = inRecordedNetns(rec.netnsPath, rec.netnsInode, (sock) => {
       const link = linkByName(sock, itf.name);
       if (!link || link.kind !== 'veth' || link.mac !== itf.mac.toLowerCase()) return false;
       const name = vacatedName(link.index);
@@ -41,13 +37,10 @@ export function vacatePodEnd(rec: Pick<SandboxRecord, 'netnsPath' | 'netnsInode'
         ...v4.map((a) => addrDel(link.index, name, { ...parseIp(a.address), prefixLength: a.prefixLength, text: a.address })),
       ]);
       return true;
-    } finally {
-      sock.close();
-    }
+    });
+    return vacated === true;
   } catch (e) {
     log('debug', 'cannot set a pod end aside; its veth is deleted before the answer', { netns: rec.netnsPath, interface: itf.name, error: (e as Error).message });
     return false;
-  } finally {
-    ns.handle.close();
   }
 }

@@ -13,18 +13,22 @@ export const inNetns = (netns: string, cmd: string, args: string[]): { ok: boole
   trySh('nsenter', [`--net=${netns}`, cmd, ...args]);
 
 /**
- * The names of a pod netns's links, once the pod ends that plain detaches set down and renamed
- * (kniold<ifindex>: plugin/pod/pod-end-vacate.ts) are gone: kni's reaper deletes them moments
- * after the answer. After 10 s one still there is listed, so a test asserting it gone fails.
+ * The link names in `ip -o link show` output from list(), once pending(output) is false: kni
+ * deletes the veths of detached pods moments after the answer (its reaper). After 10 s what is
+ * still there is listed, so a test asserting it gone fails as it should.
  */
-export function netnsLinks(netns: string): string[] {
-  let names: string[] = [];
+export function linkNamesSettled(list: () => string, pending: (out: string) => boolean): string[] {
+  let out = '';
   for (const deadline = Date.now() + 10_000; ;) {
-    names = inNetns(netns, 'ip', ['-o', 'link', 'show']).out.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0]).filter((n): n is string => Boolean(n));
-    if (!names.some((n) => /^kniold\d+$/.test(n)) || Date.now() > deadline) return names;
+    out = list();
+    if (!pending(out) || Date.now() > deadline) break;
     Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
   }
+  return out.split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0]).filter((n): n is string => Boolean(n));
 }
+
+/** A pod netns's link names, once the pod ends plain detaches set aside (kniold<ifindex>: plugin/pod/pod-end-vacate.ts) are gone. */
+export const netnsLinks = (netns: string): string[] => linkNamesSettled(() => inNetns(netns, 'ip', ['-o', 'link', 'show']).out, (out) => /^\d+: kniold\d+[@:]/m.test(out));
 
 export const ping = (fromNetns: string, address: string): boolean =>
   inNetns(fromNetns, 'ping', ['-c', '1', '-W', '2', address]).ok;

@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { Client, kniClient, runtimeClient } from '../../plugin/client/clients';
 import { packageRoot } from '../../plugin/server/protos';
-import { RUN, sh, trySh } from './sh';
+import { linkNamesSettled, RUN, sh, trySh } from './sh';
 import { waitFor } from './wait';
 
 let counter = 0;
@@ -118,20 +118,10 @@ export class TestDaemon {
   /**
    * Host-side links in the node netns (the bridge and the pods' host ends), once the veths of
    * detached pods are gone: a detach answers before the kernel's slow veth delete, which kni's
-   * reaper runs moments later (plugin/pod/veth-reaper.ts). After 10 s a retired veth still there
-   * is listed, so a test asserting it gone fails as it should.
+   * reaper runs moments later (plugin/pod/veth-reaper.ts).
    */
   nodeLinks(): string[] {
-    let out = '';
-    for (const deadline = Date.now() + 10_000; ;) {
-      out = sh('ip', ['-n', this.nodeNetnsName, '-o', 'link', 'show']);
-      if (!out.includes('alias kni-released:') || Date.now() > deadline) break;
-      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 20);
-    }
-    return out
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => l.split(':')[1].trim().split('@')[0]);
+    return linkNamesSettled(() => sh('ip', ['-n', this.nodeNetnsName, '-o', 'link', 'show']), (out) => out.includes('alias kni-released:'));
   }
 
   /**
