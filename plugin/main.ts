@@ -7,7 +7,7 @@ import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
 import { NetworkRuntime } from './core/network-runtime';
 import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
-import { startTracingFromEnv } from './observe/tracing';
+import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
 import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
@@ -109,6 +109,13 @@ async function main(): Promise<void> {
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
+  // The wiring threads load before the runtime hears the network is ready, so the node's first
+  // pods, which come together, find them (with tracing on, pods are wired on this thread).
+  rt.node.onReady(() => {
+    if (tracingEnabled()) return;
+    const started = performance.now();
+    void rt.wiring.start().then((threads) => log('info', 'wiring threads loaded', { threads, ms: Math.round(performance.now() - started) }));
+  });
   rt.node.onReady(() => {
     try {
       const files = installCni(cfg.cni, cfg.name);

@@ -1,8 +1,10 @@
 // Many sandboxes at once: 16 concurrent attaches of 200 sandboxes get 200 distinct addresses.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
 import { inParallel } from './helpers/pool';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 const pool = <T>(width: number, items: T[], fn: (item: T) => Promise<void>) => inParallel(width, items.length, (i) => fn(items[i]));
 
@@ -12,6 +14,12 @@ describe('concurrency', () => {
     d = await TestDaemon.start();
   });
   after(() => d?.cleanup());
+
+  it('the wiring threads, one per core (at most 4), are loaded once the node is ready, before any pod asks', async () => {
+    const loaded = () => d.output.split('\n').filter((l) => l.includes('"wiring threads loaded"')).map((l) => JSON.parse(l) as { threads: number });
+    await waitFor(() => loaded().length > 0, 30_000, () => d.output.slice(-2000));
+    assert.deepEqual(loaded().map((l) => l.threads), [Math.min(4, os.availableParallelism())]);
+  });
 
   it('16-way attach of 200 sandboxes: 200 distinct addresses per family, then 16-way detach leaves nothing', async () => {
     const rt = d.rt();
