@@ -15,7 +15,7 @@ describe('concurrency', () => {
   });
   after(() => d?.cleanup());
 
-  it('the wiring threads, one per core (at most 4), are loaded once the node is ready, before any pod asks', async () => {
+  it('the wiring threads, one per core (at most 4), are loaded a second after the node is ready, before any attach asks', async () => {
     const loaded = () => d.output.split('\n').filter((l) => l.includes('"wiring threads loaded"')).map((l) => JSON.parse(l) as { threads: number });
     await waitFor(() => loaded().length > 0, 30_000, () => d.output.slice(-2000));
     assert.deepEqual(loaded().map((l) => l.threads), [Math.min(4, os.availableParallelism())]);

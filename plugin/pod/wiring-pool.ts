@@ -79,16 +79,18 @@ class WiringThread {
 export class WiringPool {
   private threads: WiringThread[] = [];
   private seq = 0;
+  private closed = false;
 
   constructor(private readonly size = Math.max(1, Math.min(4, os.availableParallelism()))) {}
 
   /**
-   * Starts the threads now, ahead of the attaches that need them (the daemon calls it once the
-   * node is ready): a thread takes ≈ 0.1 s of CPU to load its modules, and the first pods of a
-   * node come together. Measured: a fresh daemon's first 16 attaches at once took 127–146 ms
-   * with the threads started by them, 23–27 ms with the threads started ahead (4 daemons each),
-   * for ≈ 23 MB more resident memory before the first pod (the threads' heaps, at their limits
-   * in sys/threads.ts). Resolves with the number of threads once they are loaded.
+   * Starts the threads now, ahead of the attaches that need them (the daemon calls it a second
+   * after the node is ready): a thread takes ≈ 0.1 s of CPU to load its modules, and the first
+   * pods of a node come together. Measured: a fresh daemon's first 16 attaches at once took
+   * 127–146 ms with the threads started by them, 23–31 ms with the threads started ahead (7
+   * daemons), for ≈ 23 MB more resident memory before the first pod (the threads' heaps, at
+   * their limits in sys/threads.ts). Resolves with the number of threads once they are loaded;
+   * after close, starts none.
    */
   async start(): Promise<number> {
     this.fill();
@@ -97,10 +99,12 @@ export class WiringPool {
   }
 
   private fill(): void {
+    if (this.closed) return;
     while (this.threads.length < this.size) this.threads.push(new WiringThread((t, why) => this.dead(t, why)));
   }
 
   private thread(): WiringThread {
+    if (this.closed) throw new Error('the wiring threads are stopped: kni is shutting down');
     this.fill();
     return this.threads.reduce((a, b) => (b.pending.size < a.pending.size ? b : a));
   }
@@ -130,6 +134,7 @@ export class WiringPool {
   }
 
   close(): void {
+    this.closed = true;
     for (const t of this.threads) {
       t.failAll('stopped');
       stopThread(t.worker);
