@@ -19,7 +19,7 @@ import { log } from '../core/log';
 import { NetlinkError } from '../netlink/socket';
 import { NotANetnsError } from '../netns/netns';
 import { Errno } from '../sys/libc';
-import { isLoadedMessage, startThread, stopThread } from '../sys/threads';
+import { isLoadedMessage, startThread, stopThread, whenLoaded } from '../sys/threads';
 import { InterfaceRecord } from '../store/records';
 import { HostVethExistsError, PodInterfaceExistsError } from './pod-wiring';
 import type { WireError, WireJob } from './wiring-worker';
@@ -46,16 +46,11 @@ interface Pending {
 class WiringThread {
   readonly worker: Worker;
   readonly pending = new Map<number, Pending>();
-  /** Settles once its modules are loaded (or it is gone). */
-  readonly loaded: Promise<void>;
 
   constructor(onDead: (t: WiringThread, why: string) => void) {
     this.worker = startThread(path.join(__dirname, 'wiring-worker.js'));
-    let loaded!: () => void;
-    this.loaded = new Promise<void>((resolve) => (loaded = resolve));
-    this.worker.once('exit', () => loaded());
     this.worker.on('message', (m: { seq: number; error?: WireError }) => {
-      if (isLoadedMessage(m)) return loaded();
+      if (isLoadedMessage(m)) return;
       const p = this.pending.get(m.seq);
       if (!p) return;
       this.pending.delete(m.seq);
@@ -94,7 +89,7 @@ export class WiringPool {
    */
   async start(): Promise<number> {
     this.fill();
-    await Promise.all(this.threads.map((t) => t.loaded));
+    await Promise.all(this.threads.map((t) => whenLoaded(t.worker)));
     return this.threads.length;
   }
 

@@ -48,9 +48,14 @@ export function threadLoaded(): void {
   parentPort?.postMessage(LOADED);
 }
 
+/** Settles once a thread's modules are loaded (or it is gone). */
+export function whenLoaded(w: Worker): Promise<void> {
+  return loading.get(w) ?? Promise.resolve();
+}
+
 /** Stops a thread once it is loaded. */
 export function stopThread(w: Worker): void {
-  void (loading.get(w) ?? Promise.resolve()).then(() => w.terminate());
+  void whenLoaded(w).then(() => w.terminate());
 }
 
 /** Resolves once no thread is still loading (before the daemon exits). */
