@@ -12,7 +12,7 @@ import { linkByName } from '../plugin/netlink/link';
 import { NetlinkSocket } from '../plugin/netlink/socket';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
-import type { BenchRow } from './bench-report';
+import { GRPC_PATH, type BenchRow, type ConcurrencyBlocks } from './bench-report';
 import { benchPaths, Path } from './bench-paths';
 import { goClientAddDel } from './go-client';
 import { floorRun } from './kernel-floor-run';
@@ -188,6 +188,43 @@ export class Bench {
     } finally {
       this.dropPods(pods);
     }
+  }
+
+  /**
+   * Attaches per second one at a time and `many` at once, in alternating blocks from each client
+   * (grpc-js and Go). The cells are minutes apart (a path's 16-at-once cell comes after every
+   * path's one-at-a-time and 8-at-once cells), and this machine's speed drifts by 30–50 % in
+   * minutes; a block pair is seconds apart, and which comes first alternates by round.
+   */
+  async concurrencyBlocks(rounds: number, perBlock: number, many: number): Promise<ConcurrencyBlocks> {
+    const grpc = this.paths().find((p) => p.name === GRPC_PATH)!;
+    const sums = { grpc: { one: [0, 0], many: [0, 0] }, go: { one: [0, 0], many: [0, 0] } };
+    for (let r = 0; r < rounds; r++) {
+      for (const client of ['grpc', 'go'] as const) {
+        for (const c of r % 2 ? [many, 1] : [1, many]) {
+          const pods = this.newPods(perBlock);
+          try {
+            let wall: number;
+            if (client === 'go') {
+              wall = (await goClientAddDel(this.socket, pods, c, this.o.dir)).attachWallMs;
+            } else {
+              wall = (await pool(pods.length, c, (i) => grpc.add(pods[i].id, pods[i].netns))).wall;
+              await pool(pods.length, c, (i) => grpc.del(pods[i].id, pods[i].netns));
+            }
+            const sum = sums[client][c === 1 ? 'one' : 'many'];
+            sum[0] += pods.length;
+            sum[1] += wall;
+          } finally {
+            this.dropPods(pods);
+          }
+          // The next block starts once the kernel has dismantled these pods' netns and veths.
+          await vethsGone(this.links, pods.map((p) => p.id));
+        }
+      }
+    }
+    const rate = ([pods, wall]: number[]) => (pods / wall) * 1000;
+    const of = (x: { one: number[]; many: number[] }) => ({ one: rate(x.one), many: rate(x.many) });
+    return { rounds, perBlock, many, grpc: of(sums.grpc), go: of(sums.go) };
   }
 
   /**

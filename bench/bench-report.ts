@@ -6,6 +6,9 @@ import type { StepMean } from './step-times';
 import type { CpuMs, Stats } from './stats';
 import { TransportRow, transportTable } from './transport-floor';
 
+/** Attaches per second one at a time and `many` at once, each client's blocks alternating. */
+export interface ConcurrencyBlocks { rounds: number; perBlock: number; many: number; grpc: { one: number; many: number }; go: { one: number; many: number } }
+
 export interface BenchRow { path: string; concurrency: number; add: Stats; del: Stats; inDaemonAdd?: Stats; daemonCpuPerAdd?: CpuMs; clientCpuPerAdd?: CpuMs; steps?: StepMean[] }
 
 /** The reference plugins' row: "<bridge or ptp> + host-local + loopback (exec)". */
@@ -22,6 +25,7 @@ export interface BenchResults {
   floor: { attach: Stats; detach: Stats; groupDeleteMs: number; attachCpuMs: CpuMs };
   /** plainDetach: the blocks' Detach calls without netns_ending (the caller keeps the netns). */
   versus: { inDaemon: Stats; grpc: Stats; floor: Stats; plainDetach: Stats };
+  concurrencyBlocks: ConcurrencyBlocks;
   scale: { pods: number; attach: Stats; inDaemon: Stats; floor: Stats; rssMb: number }[];
   churn: { seconds: number; cycles: number; cyclesPerSecond: number; rssStartMb: number; rssEndMb: number };
   transport: TransportRow[];
@@ -32,7 +36,7 @@ export interface BenchResults {
 export const f2 = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toFixed(2));
 
 export function benchReport(res: BenchResults): { text: string; targets: { target: string; value: string; met: boolean }[] } {
-  const { n, podLink, rows, floor, versus, scale, churn, transport, fresh } = res;
+  const { n, podLink, rows, floor, versus, concurrencyBlocks: blocks, scale, churn, transport, fresh } = res;
   const ref = (c: number) => rows.find((r) => r.concurrency === c && r.path.endsWith(REFERENCE_SUFFIX))!;
   const refName = ref(1).path.slice(0, -REFERENCE_SUFFIX.length);
   const lines: string[] = [];
@@ -61,6 +65,10 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
   const cpu = grpc1.daemonCpuPerAdd!;
   lines.push(`CPU per attach (mean, sequential; the daemon's all threads, from /proc): kni daemon ${f2(cpu.user)} ms user (JavaScript, V8, libuv) + ${f2(cpu.system)} ms system (the kernel: netlink, the socket, the event loop); the floor ${f2(floor.attachCpuMs.user)} user + ${f2(floor.attachCpuMs.system)} system.\n`);
   const cpuOf = (c: CpuMs) => f2(c.user + c.system);
+  const ratio = (x: { one: number; many: number }) => x.many / x.one;
+  const cellRatio = (one: BenchRow, many: BenchRow) => many.add.opsPerSecond / one.add.opsPerSecond;
+  const blocksOf = (x: { one: number; many: number }) => `${ratio(x).toFixed(2)}× (${x.many.toFixed(0)}/s against ${x.one.toFixed(0)}/s)`;
+  lines.push(`${blocks.many} at once ÷ one at a time, attaches/s in alternating blocks (${blocks.rounds} rounds of ${blocks.perBlock} pods each way, seconds apart; the cells above are minutes apart): grpc-js ${blocksOf(blocks.grpc)}, Go ${blocksOf(blocks.go)}.\n`);
   lines.push(`The client's own CPU per attach (sequential): grpc-js ${cpuOf(grpc1.clientCpuPerAdd!)} ms, grpc-go ${cpuOf(go1.clientCpuPerAdd!)} ms; at 16 at once ${cpuOf(grpc16.clientCpuPerAdd!)} and ${cpuOf(go16.clientCpuPerAdd!)} ms, on the same 2 vCPUs as the daemon.\n`);
   lines.push(`Where the in-daemon attach goes (the daemon's kni_step_duration_seconds, sequential cell, mean per attach): ${grpc1.steps!.filter((x) => x.calls === n).map((x) => `${x.step} ${f2(x.meanUs / 1000)} ms`).join(', ')}.\n`);
   lines.push(`The floor's detach is kni's when the runtime tears the netns down next: the host veth retired in one request; the ${n} retired veths were then deleted in one request of ${f2(floor.groupDeleteMs)} ms (kni's reaper thread does that after the answers).\n`);
@@ -80,8 +88,8 @@ export function benchReport(res: BenchResults): { text: string; targets: { targe
     { target: 'in-daemon attach p50 ≤ 1.5× the kernel floor (alternating blocks)', value: `${(versus.inDaemon.p50 / versus.floor.p50).toFixed(2)}× (${(inD.p50 / floor.attach.p50).toFixed(2)}× phases apart)`, met: versus.inDaemon.p50 <= 1.5 * versus.floor.p50 },
     { target: 'gRPC Attach p50 ≤ in-daemon p50 + 0.3 ms', value: `+${f2(grpc1.add.p50 - inD.p50)} ms (a no-op call over Node's HTTP/2 alone: ${f2(http2Idle)} ms after idle)`, met: grpc1.add.p50 <= inD.p50 + 0.3 },
     { target: '… the same from a Go client (grpc-go, as containerd calls)', value: `+${f2(go1.add.p50 - go1.inDaemonAdd!.p50)} ms`, met: go1.add.p50 <= go1.inDaemonAdd!.p50 + 0.3 },
-    { target: '16 at once ≥ 1.5× the attaches/s of one at a time', value: `${(grpc16.add.opsPerSecond / grpc1.add.opsPerSecond).toFixed(2)}×`, met: grpc16.add.opsPerSecond >= 1.5 * grpc1.add.opsPerSecond },
-    { target: '… the same from a Go client (less client CPU on the daemon\'s 2 vCPUs)', value: `${(go16.add.opsPerSecond / go1.add.opsPerSecond).toFixed(2)}×`, met: go16.add.opsPerSecond >= 1.5 * go1.add.opsPerSecond },
+    { target: '16 at once ≥ 1.5× the attaches/s of one at a time (alternating blocks)', value: `${ratio(blocks.grpc).toFixed(2)}× (${cellRatio(grpc1, grpc16).toFixed(2)}× cells apart)`, met: ratio(blocks.grpc) >= 1.5 },
+    { target: '… the same from a Go client (less client CPU on the daemon\'s 2 vCPUs)', value: `${ratio(blocks.go).toFixed(2)}× (${cellRatio(go1, go16).toFixed(2)}× cells apart)`, met: ratio(blocks.go) >= 1.5 },
     { target: 'DEL p50 ≤ 2 ms (netns made by the runtime)', value: `${f2(grpc1.del.p50)} ms`, met: grpc1.del.p50 <= 2 },
     { target: '… netns made by kni (the POC flow\'s DetachInterface)', value: `${f2(poc1.del.p50)} ms`, met: poc1.del.p50 <= 2 },
     { target: '… a plain Detach (the caller keeps the netns; alternating blocks)', value: `${f2(versus.plainDetach.p50)} ms`, met: versus.plainDetach.p50 <= 2 },

@@ -42,6 +42,8 @@ async function inner(o: BenchOpts): Promise<void> {
         }
       }
     }
+    process.stderr.write('  one at a time and 16 at once, alternating blocks of 150 ...\n');
+    const concurrencyBlocks = await b.concurrencyBlocks(6, 150, 16);
     process.stderr.write(`  kernel floor (C), N = ${o.n} ...\n`);
     const floor = b.floor(o.n);
     process.stderr.write('  in-daemon attach and the floor, alternating blocks of 50 ...\n');
@@ -53,13 +55,13 @@ async function inner(o: BenchOpts): Promise<void> {
     process.stderr.write('  transport floor ...\n');
     const transport = await transportFloor(400, b.kniClient());
 
-    const { text, targets } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, scale, churn, transport, fresh });
+    const { text, targets } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh });
     process.stdout.write(text);
 
     const results = path.join(ROOT, 'bench/results');
     fs.mkdirSync(results, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, scale, churn, transport, fresh, targets }, null, 2);
+    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh, targets }, null, 2);
     fs.writeFileSync(path.join(results, `${stamp}.json`), json);
     fs.writeFileSync(path.join(results, 'latest.json'), json);
     fs.writeFileSync(path.join(results, 'latency.svg'), latencyChart(rows, `kni vs CNI reference plugins, N = ${o.n} (ms per pod, log scale)`));
