@@ -42,8 +42,6 @@ async function inner(o: BenchOpts): Promise<void> {
         }
       }
     }
-    process.stderr.write('  one at a time and 16 at once, alternating blocks of 150 ...\n');
-    const concurrencyBlocks = await b.concurrencyBlocks(6, 150, 16);
     process.stderr.write(`  kernel floor (C), N = ${o.n} ...\n`);
     const floor = b.floor(o.n);
     process.stderr.write('  in-daemon attach and the floor, alternating blocks of 50 ...\n');
@@ -52,6 +50,9 @@ async function inner(o: BenchOpts): Promise<void> {
     const scale = await b.scale();
     process.stderr.write(`  churn for ${o.churnSeconds} s ...\n`);
     const churn = await b.churn();
+    // After the scale step and churn, so that their RSS follows the same history as in the runs before these blocks.
+    process.stderr.write(`  one at a time and 16 at once, alternating blocks of ${o.n} ...\n`);
+    const concurrencyBlocks = await b.concurrencyBlocks(4, o.n, 16);
     process.stderr.write('  transport floor ...\n');
     const transport = await transportFloor(400, b.kniClient());
 
