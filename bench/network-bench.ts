@@ -50,7 +50,7 @@ async function inner(o: BenchOpts): Promise<void> {
     const scale = await b.scale();
     process.stderr.write(`  churn for ${o.churnSeconds} s ...\n`);
     const churn = await b.churn();
-    // After the scale step and churn, so that their RSS follows the same history as in the runs before these blocks.
+    // After the scale step: run before it (run 50), their attaches raised the daemon's RSS it reports.
     process.stderr.write(`  one at a time and 16 at once, alternating blocks of ${o.n} ...\n`);
     const concurrencyBlocks = await b.concurrencyBlocks(4, o.n, 16);
     process.stderr.write('  transport floor ...\n');
