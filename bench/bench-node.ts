@@ -198,7 +198,8 @@ export class Bench {
    */
   async concurrencyBlocks(rounds: number, perBlock: number, many: number): Promise<ConcurrencyBlocks> {
     const grpc = this.paths().find((p) => p.name === GRPC_PATH)!;
-    const sums = { grpc: { one: [0, 0], many: [0, 0] }, go: { one: [0, 0], many: [0, 0] } };
+    // Wall ms of each client's blocks, one at a time and many at once: each holds rounds × perBlock pods.
+    const walls = { grpc: { one: 0, many: 0 }, go: { one: 0, many: 0 } };
     for (let r = 0; r < rounds; r++) {
       for (const client of ['grpc', 'go'] as const) {
         for (const c of r % 2 ? [many, 1] : [1, many]) {
@@ -211,9 +212,7 @@ export class Bench {
               wall = (await pool(pods.length, c, (i) => grpc.add(pods[i].id, pods[i].netns))).wall;
               await pool(pods.length, c, (i) => grpc.del(pods[i].id, pods[i].netns));
             }
-            const sum = sums[client][c === 1 ? 'one' : 'many'];
-            sum[0] += pods.length;
-            sum[1] += wall;
+            walls[client][c === 1 ? 'one' : 'many'] += wall;
           } finally {
             this.dropPods(pods);
           }
@@ -222,9 +221,9 @@ export class Bench {
         }
       }
     }
-    const rate = ([pods, wall]: number[]) => (pods / wall) * 1000;
-    const of = (x: { one: number[]; many: number[] }) => ({ one: rate(x.one), many: rate(x.many) });
-    return { rounds, perBlock, many, grpc: of(sums.grpc), go: of(sums.go) };
+    const rate = (wall: number) => ((rounds * perBlock) / wall) * 1000;
+    const of = (x: { one: number; many: number }) => ({ one: rate(x.one), many: rate(x.many) });
+    return { rounds, perBlock, many, grpc: of(walls.grpc), go: of(walls.go) };
   }
 
   /**
