@@ -24,8 +24,8 @@ async function inner(o: BenchOpts): Promise<void> {
   const b = new Bench(o);
   try {
     await b.startDaemon();
-    process.stderr.write('  warming the daemon up (300 attach + detach, then 1000 from the Go client; not measured) ...\n');
-    const fresh = await b.warmUp(300, 1000);
+    process.stderr.write('  warming the daemon and the clients up (2000 attach + detach from grpc-js, then 1000 from Go; not measured) ...\n');
+    const fresh = await b.warmUp(2000, 1000);
     const paths = b.paths();
     const rows: BenchRow[] = [];
     for (const concurrency of [1, 8, 16]) {
