@@ -154,9 +154,9 @@ export class Bench {
     const links = linkCount();
     const mark = this.daemonOut.length;
     const grpcMs: number[] = [];
-    // In batches of 300 netns: no more pod netns held at once than in a cell of N = 300.
-    for (let done = 0; done < n; done += 300) {
-      const pods = this.newPods(Math.min(300, n - done));
+    // In batches of a cell's N: no more pod netns held at once than in a cell.
+    for (let done = 0; done < n; done += this.o.n) {
+      const pods = this.newPods(Math.min(this.o.n, n - done));
       try {
         for (const p of pods) {
           const t = performance.now();
