@@ -110,14 +110,23 @@ export class Bench {
     for (const p of pods) removePinnedNetns(p.netns);
   }
 
+  /** n pods' netns made for `use`, and removed after it, whatever it does. */
+  async withPods<T>(n: number, use: (pods: { id: string; netns: string }[]) => Promise<T>): Promise<T> {
+    const pods = this.newPods(n);
+    try {
+      return await use(pods);
+    } finally {
+      this.dropPods(pods);
+    }
+  }
+
   paths(): Path[] {
     return benchPaths({ rt: this.client, kni: kniClient(this.socket), cniSocket: this.cniSocket, dir: this.o.dir });
   }
 
   /** N pods attached with the given concurrency, then detached the same way. */
   async addDel(p: Path, concurrency: number): Promise<Omit<BenchRow, 'path' | 'concurrency'>> {
-    const pods = this.newPods(this.o.n);
-    try {
+    return this.withPods(this.o.n, async (pods) => {
       const mark = this.daemonOut.length;
       const steps0 = await readSteps(METRICS);
       const cpu0 = cpuMs(this.daemon!.pid!);
@@ -132,9 +141,7 @@ export class Bench {
       const del = await pool(pods.length, concurrency, (i) => p.del(pods[i].id, pods[i].netns));
       if (p.after) await pool(pods.length, concurrency, (i) => p.after!(pods[i].id));
       return { add: stats(add.ms, add.wall), del: stats(del.ms, del.wall), ...(inDaemon.length ? { inDaemonAdd: stats(inDaemon, add.wall), daemonCpuPerAdd, clientCpuPerAdd, steps } : {}) };
-    } finally {
-      this.dropPods(pods);
-    }
+    });
   }
 
   /**
@@ -156,24 +163,16 @@ export class Bench {
     const grpcMs: number[] = [];
     // In batches of a cell's N: no more pod netns held at once than in a cell.
     for (let done = 0; done < n; done += this.o.n) {
-      const pods = this.newPods(Math.min(this.o.n, n - done));
-      try {
+      await this.withPods(Math.min(this.o.n, n - done), async (pods) => {
         for (const p of pods) {
           const t = performance.now();
           await this.client.Attach({ sandbox_id: p.id, netns_path: p.netns });
           if (grpcMs.length < FRESH) grpcMs.push(performance.now() - t);
           await this.client.Detach({ sandbox_id: p.id, netns_ending: true });
         }
-      } finally {
-        this.dropPods(pods);
-      }
+      });
     }
-    const goPods = this.newPods(goN);
-    try {
-      await goClientAddDel(this.socket, goPods, 1, this.o.dir);
-    } finally {
-      this.dropPods(goPods);
-    }
+    await this.withPods(goN, (pods) => goClientAddDel(this.socket, pods, 1, this.o.dir));
     // The reaper deletes the retired veths after the answers, and the kernel dismantles the
     // dropped netns in the background: both hold locks the first measured attaches would wait on.
     for (let i = 0; i < 100 && linkCount() > links; i++) await new Promise((r) => setTimeout(r, 100));
@@ -185,14 +184,11 @@ export class Bench {
 
   /** addDel through kni's gRPC API from a Go client (bench/go-client.ts). */
   async addDelGo(concurrency: number): Promise<Omit<BenchRow, 'path' | 'concurrency'>> {
-    const pods = this.newPods(this.o.n);
-    try {
+    return this.withPods(this.o.n, async (pods) => {
       const mark = this.daemonOut.length;
       const r = await goClientAddDel(this.socket, pods, concurrency, this.o.dir);
       return { add: stats(r.attachMs, r.attachWallMs), del: stats(r.detachMs, r.detachWallMs), inDaemonAdd: stats(this.inDaemonAttachMs(mark), r.attachWallMs), clientCpuPerAdd: r.clientCpuPerAttachMs };
-    } finally {
-      this.dropPods(pods);
-    }
+    });
   }
 
   /**
@@ -208,8 +204,7 @@ export class Bench {
     for (let r = 0; r < rounds; r++) {
       for (const client of ['grpc', 'go'] as const) {
         for (const c of r % 2 ? [many, 1] : [1, many]) {
-          const pods = this.newPods(perBlock);
-          try {
+          const ids = await this.withPods(perBlock, async (pods) => {
             let wall: number;
             if (client === 'go') {
               wall = (await goClientAddDel(this.socket, pods, c, this.o.dir)).attachWallMs;
@@ -218,11 +213,10 @@ export class Bench {
               await pool(pods.length, c, (i) => grpc.del(pods[i].id, pods[i].netns));
             }
             walls[client][c === 1 ? 'one' : 'many'] += wall;
-          } finally {
-            this.dropPods(pods);
-          }
+            return pods.map((p) => p.id);
+          });
           // The next block starts once the kernel has dismantled these pods' netns and veths.
-          await vethsGone(this.links, pods.map((p) => p.id));
+          await vethsGone(this.links, ids);
         }
       }
     }
@@ -332,14 +326,11 @@ export class Bench {
     let cycles = 0;
     await Promise.all(Array.from({ length: 16 }, async () => {
       while (performance.now() < end) {
-        const [p] = this.newPods(1);
-        try {
+        await this.withPods(1, async ([p]) => {
           await this.client.Attach({ sandbox_id: p.id, netns_path: p.netns });
           await this.client.Detach({ sandbox_id: p.id, netns_ending: true });
           cycles++;
-        } finally {
-          this.dropPods([p]);
-        }
+        });
       }
     }));
     return { seconds: this.o.churnSeconds, cycles, cyclesPerSecond: cycles / this.o.churnSeconds, rssStartMb, rssEndMb: rssMb(this.daemon!.pid!) };
