@@ -152,7 +152,7 @@ export class Bench {
    * their own in the daemon (grpc-go's window updates and BDP pings, its Huffman-coded
    * headers): a node's daemon serves containerd's calls all along. A fresh daemon's Go-client
    * overhead fell over its first ≈ 1,400 cycles, + 0.33–0.40 ms to + 0.23–0.24
-   * (docs/performance.md, seventeenth round); with grpc-js's warm-up only, the Go cell measured
+   * (docs/performance-rounds.md, seventeenth round); with grpc-js's warm-up only, the Go cell measured
    * the first Go calls the daemon ever served. The grpc-js cycles warm this process's client as
    * well: V8 compiles grpc-js's call path over its first ≈ 1,500 cycles, and with 300 the first
    * grpc-js cell measured a client still half cold (twenty-second round).

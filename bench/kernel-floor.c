@@ -55,7 +55,7 @@
 #define NS_GET_NSTYPE 0xb703
 #define IFLA_BRPORT_MODE_ 4
 // One queue each way on both veth ends, as kni asks (plugin/netlink/link.ts vethAdd); built
-// with -DNUM_QUEUES=0 it asks none, as kni did before (the A/B in docs/performance.md).
+// with -DNUM_QUEUES=0 it asks none, as kni did before (the A/B in docs/performance-rounds.md, ninth round).
 #ifndef NUM_QUEUES
 #define NUM_QUEUES 1
 #endif

@@ -35,7 +35,7 @@ async function inner(o: BenchOpts): Promise<void> {
         // kni's API from Go next to the same API from grpc-js, before the exec'd paths: a cell
         // right after the reference plugins' (300 pods of process execs and iptables) ran slower,
         // the Go client's overhead + 0.30–0.47 ms against + 0.22–0.31 after the grpc-js cell
-        // (docs/performance.md, seventeenth round).
+        // (docs/performance-rounds.md, seventeenth round).
         if (p.name === GRPC_PATH) {
           process.stderr.write(`  ${GO_PATH}, ${concurrency} at once, N = ${o.n} ...\n`);
           rows.push({ path: GO_PATH, concurrency, ...(await b.addDelGo(concurrency)) });

@@ -7,7 +7,7 @@
 // 0.48–0.49: ≈ 0.14 ms of JavaScript building, framing and parsing sixteen requests, the rest
 // the kernel's own part run slower between them. With this call, whole daemons alternating (a
 // Go client, 30 rounds of 200 pods): the in-daemon attach 0.740 → 0.664 ms (lower in 25 of
-// 30), the Go client's Attach 1.069 → 0.967 ms (docs/performance.md, fourteenth round).
+// 30), the Go client's Attach 1.069 → 0.967 ms (docs/performance-rounds.md, fourteenth round).
 // Every other netlink request kni makes stays in plugin/netlink/.
 //
 //   int kni_wire_pod(host_fd, home_fd, netns_fd, bridge_index, routed, mtu, host_name,

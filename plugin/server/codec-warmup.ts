@@ -1,7 +1,7 @@
 // protobufjs writes each message type's codecs (encode, decode, fromObject, toObject) the first
 // time that type is used, and compiles them: in a fresh daemon the first Attach paid that for
 // its request, its answer and every type inside them (≈ 30 % of the daemon's CPU in that call,
-// docs/performance.md, eighth round). Once the daemon serves, each method's codecs are made
+// docs/performance-rounds.md, eighth round). Once the daemon serves, each method's codecs are made
 // ahead, one method per event-loop turn, by a round trip of a sample message that holds one of
 // every nested message type, so that the first pods do not wait for them.
 import type * as grpc from '@grpc/grpc-js';

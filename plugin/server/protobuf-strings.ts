@@ -4,7 +4,7 @@
 // charCodeAt and length per character). In the daemon one copy of that loop sees every kind of
 // V8 string (literals, JSON's, concatenations, slices), so its property loads go megamorphic:
 // callgrind counted 23 calls a pod lifecycle costing 64,000 instructions, ≈ 140 a character,
-// 9 % of the main thread's work (docs/performance.md, sixteenth round). Buffer's write is one
+// 9 % of the main thread's work (docs/performance-rounds.md, sixteenth round). Buffer's write is one
 // call into Node whatever the string.
 import protobuf from 'protobufjs';
 

@@ -7,7 +7,7 @@
 // and every pod of a node that starts a few an hour, run on code V8 has not compiled yet.
 // Set once the daemon serves, not at its start: set before its modules load it made the daemon
 // ≈ 80 ms slower to start serving (all of its start-up code compiled) and 3 MB larger, for the
-// same attaches. Measured in docs/performance.md, eighth round.
+// same attaches. Measured in docs/performance-rounds.md, eighth round.
 import v8 from 'node:v8';
 
 export const BASELINE_FLAG = '--always-sparkplug';

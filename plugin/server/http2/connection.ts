@@ -5,7 +5,7 @@
 // Why not Node's http2 module: a no-op gRPC call from grpc-go, 4 ms after the last, took 0.49 ms
 // p50 against a bare node:http2 server and 0.21–0.30 ms against frames written by hand (grpc-js
 // on node:http2: 0.51–0.76 ms); Node's stream plumbing and its trailers' extra event-loop turn
-// are most of a call's transport (docs/performance.md, thirteenth round). Here an answer's
+// are most of a call's transport (docs/performance-rounds.md, thirteenth round). Here an answer's
 // HEADERS, DATA and trailers leave in one write.
 import net from 'node:net';
 import { HpackDecoder, HpackError, HeaderList, encodeHeaders } from './hpack';
@@ -39,7 +39,7 @@ const CONNECTION_WINDOW = 16 << 20;
  * reads (its BDP estimate), so the ping comes in with the client's next request; acked alone,
  * it woke the client in the middle of the call for 17 bytes. Riding with the answer, a Go
  * client's Attach: its overhead over the attach 22 µs lower (lower in 33 of 40 rounds), the
- * attach 16 µs (docs/performance.md, seventeenth round). A slower answer releases the ack after
+ * attach 16 µs (docs/performance-rounds.md, seventeenth round). A slower answer releases the ack after
  * this; keepalive and BDP pings are timed in seconds and in whole round trips, which a few ms
  * do not disturb.
  */
