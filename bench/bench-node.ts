@@ -34,7 +34,8 @@ const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encodi
 /**
  * In runs 1–41 a plain Detach answered once the kernel had deleted the pod's veth; since the
  * nineteenth round the reaper deletes it after the answer. The alternating blocks and the scale
- * probe wait for it here, so that their attaches meet the kernel as in the runs before.
+ * probe wait here until the veth is unlisted. The kernel's delete goes on for 10–20 ms after
+ * that; waiting it out too did not change the scale probe's attach (twenty-third round).
  */
 async function vethsGone(sock: NetlinkSocket, ids: string[]): Promise<void> {
   for (const id of ids) for (let i = 0; i < 5000 && linkByName(sock, hostVethName(id, 'eth0')); i++) await new Promise((r) => setTimeout(r, 1));
