@@ -265,4 +265,46 @@ describe('hostile input (fast-check)', () => {
     }), { seed: SEED, numRuns: 3000 });
     assert.deepEqual(parseNetworkSelections('a, other/b@x1 ,c', 'pods').map((s) => `${s.namespace}/${s.name}@${s.interface}`), ['pods/a@net1', 'other/b@x1', 'pods/c@net3']);
   });
+
+  it('the config parser (file, ConfigMap): any YAML or JSON (near-valid settings included) gives a config or a ConfigError naming its source, nothing else', async () => {
+    const { ConfigError, parseConfigText } = await import('../plugin/core/config');
+    const value = fc.oneof(fc.constantFrom(null, 0, -1, 1500, 70000, true, '', 'routed', 'bridge', 'auto', 'vxlan', 'host-gw', 'kni0', '10.1.0.0/16', 'fd00::/64', '10.1.0.0/33', '/run/netns', 'relative', 'kata', 'vm'), fc.string({ maxLength: 12 }), fc.integer(), fc.array(fc.oneof(fc.constantFrom('10.1.0.0/16', 'fd00::/64', '10.2.0.0/31', 'x', '/run/netns'), fc.anything()), { maxLength: 3 }), fc.dictionary(fc.constantFrom('socket', 'nodeName', 'enabled', 'timeoutMs', 'port', 'vni', 'dir', 'required', 'kata', 'confDir', 'other'), fc.anything(), { maxKeys: 3 }), fc.anything());
+    const keys = ['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'unknown'];
+    const nearValid = fc.dictionary(fc.constantFrom(...keys), value, { maxKeys: 6 });
+    const text = fc.oneof(fc.json(), nearValid.map((v) => JSON.stringify(v)), fc.string({ maxLength: 60 }), fc.constantFrom('a: [', ': :', '- 1', '{"ranges": ["10.1.0.0/16"], "podLink": "routed"}', 'null', '~'));
+    await check(fc.property(text, (t) => {
+      try {
+        const cfg = parseConfigText(t, 'fuzz.yaml');
+        assert.ok(cfg.ranges.length <= 2 && cfg.mtu >= 576 && typeof cfg.bridge === 'string');
+      } catch (e) {
+        if (!(e instanceof ConfigError)) throw e;
+        assert.ok(e.message.startsWith('fuzz.yaml: '), e.message);
+      }
+    }), { seed: SEED, numRuns: 3000 });
+  });
+
+  it('a Node\'s podCIDRs and a NetworkAttachmentDefinition\'s spec.config: anything gives ranges or a reason, a definition or its error', async () => {
+    const { podCidrsOfNode } = await import('../plugin/kube/node-ranges');
+    const { parseDefinition } = await import('../plugin/networks/network-definitions');
+    const cidr = fc.oneof(fc.constantFrom('10.244.1.0/24', 'fd00:10:244:1::/64', '10.0.0.0/31', 'fd00::/127', '10.1.0.0/16', '300.1.0.0/16', '10.1.0.0', '', 'x'), fc.string({ maxLength: 20 }));
+    const node = fc.record({ spec: fc.option(fc.record({ podCIDRs: fc.option(fc.array(cidr, { maxLength: 4 }), { nil: undefined }), podCIDR: fc.option(cidr, { nil: undefined }) }, { requiredKeys: [] }), { nil: undefined }) }, { requiredKeys: [] });
+    await check(fc.property(node, (n) => {
+      try {
+        const ranges = podCidrsOfNode(n as never);
+        assert.ok(ranges.length <= 2 && new Set(ranges.map((r) => r.family)).size === ranges.length);
+      } catch (e) {
+        assert.ok(e instanceof Error && e.constructor === Error && e.message.length > 0, String(e));
+      }
+    }), { seed: SEED, numRuns: 2000 });
+    const config = fc.oneof(fc.json(), fc.string({ maxLength: 60 }), fc.record({ cniVersion: fc.constantFrom('0.3.1', '1.0.0', 'x'), type: fc.oneof(fc.constantFrom('macvlan', 'ipvlan', '../x', ''), fc.anything()), ipam: fc.oneof(fc.record({ type: fc.constantFrom('host-local', 'static', 'dhcp'), dataDir: fc.option(fc.anything(), { nil: undefined }) }, { requiredKeys: [] }), fc.anything()), plugins: fc.option(fc.anything(), { nil: undefined }) }, { requiredKeys: [] }).map((o) => JSON.stringify(o)));
+    await check(fc.property(config, (t) => {
+      const d = parseDefinition('team', 'net', 'api', 'uid-1', t, '/var/lib/kni/cni-ipam');
+      assert.ok((d.config === undefined) !== (d.error === undefined), 'a config or an error, never both or neither');
+      if (d.error) assert.ok(d.error.length > 0);
+      for (const p of d.config?.plugins ?? []) {
+        const ipam = p.ipam as Record<string, unknown> | undefined;
+        if (ipam && typeof ipam === 'object' && ipam.type === 'host-local') assert.ok(ipam.dataDir !== undefined, 'host-local leases never land on the node\'s default dir');
+      }
+    }), { seed: SEED, numRuns: 2000 });
+  });
 });

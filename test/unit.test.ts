@@ -4,7 +4,7 @@ import crypto from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { ConfigError, parseConfig } from '../plugin/core/config';
+import { ConfigError, defaultConfig, parseConfig, parseConfigText } from '../plugin/core/config';
 import { KniError } from '../plugin/core/errors';
 import * as validate from '../plugin/core/validate';
 import fc from 'fast-check';
@@ -99,6 +99,19 @@ describe('config', () => {
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));
   }
+  it('reads a config file as written: YAML tags, unknown directives, several documents, duplicate keys and alias bombs are refused, naming the file', () => {
+    const refused: [string, RegExp][] = [
+      ['mtu: !int 1400', /^kni\.yaml: YAML kni does not read: Unresolved tag: !int at line 1/],
+      ['%TAGS x\n---\nmtu: 1400', /^kni\.yaml: YAML kni does not read: Unknown directive %TAGS/],
+      ['mtu: 1400\n---\nmtu: 9000', /^kni\.yaml: holds 2 YAML documents; a config is one$/],
+      ['mtu: 1400\nmtu: 9000', /^kni\.yaml: not valid YAML or JSON: Map keys must be unique/],
+      ['a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]', /^kni\.yaml: not valid YAML or JSON: Excessive alias count/],
+    ];
+    for (const [text, re] of refused) assert.throws(() => parseConfigText(text, 'kni.yaml'), (e: Error) => e instanceof ConfigError && re.test(e.message), text);
+    for (const empty of ['', '# nothing set\n', '~']) assert.equal(parseConfigText(empty, 'kni.yaml').mtu, defaultConfig().mtu);
+    assert.equal(parseConfigText('%YAML 1.2\n---\nmtu: 1400\n', 'kni.yaml').mtu, 1400);
+    assert.equal(parseConfigText('{"mtu": 1400}', 'kni.yaml').mtu, 1400);
+  });
   it('takes the pod ranges from the Node when a node name is set and no ranges are given (KNI_NODE_NAME fills the name)', () => {
     const saved = process.env.KNI_NODE_NAME;
     try {

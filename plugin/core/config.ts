@@ -345,12 +345,26 @@ export function loadConfig(file?: string): Config {
   return parseConfigText(text, file);
 }
 
-/** A config file's text (YAML is a superset of JSON: one parser for both). */
+/**
+ * A config file's text (YAML is a superset of JSON: one parser for both). What the YAML parser
+ * only warns of is refused too: an unknown tag (`mtu: !int 1400` reads as the string "1400")
+ * or directive would otherwise be read other than written, with the warning on stderr, outside
+ * kni's log.
+ */
 export function parseConfigText(text: string, source: string): Config {
+  const docs = YAML.parseAllDocuments(text, { logLevel: 'silent' });
+  // An empty text is no document (an EmptyStream, not an array): every setting its default.
+  const list = Array.isArray(docs) ? docs : [];
+  if (list.length > 1) throw new ConfigError(`${source}: holds ${list.length} YAML documents; a config is one`);
+  const doc = list[0];
+  if (!doc) return parseConfig(undefined, source);
+  if (doc.errors.length) throw new ConfigError(`${source}: not valid YAML or JSON: ${doc.errors[0].message}`);
+  if (doc.warnings.length) throw new ConfigError(`${source}: YAML kni does not read: ${doc.warnings[0].message}`);
   let raw: unknown;
   try {
-    raw = YAML.parse(text);
+    raw = doc.toJS();
   } catch (e) {
+    // An alias expanded past the parser's limit (a "billion laughs" config).
     throw new ConfigError(`${source}: not valid YAML or JSON: ${(e as Error).message}`);
   }
   return parseConfig(raw, source);
