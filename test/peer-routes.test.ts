@@ -105,6 +105,47 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       }
     });
 
+    it('a Node whose podCIDR would take over a route the node lives on, or that another Node claims, is refused with the reason; nothing is replaced', () => {
+      const ns = a.d.nodeNetnsName;
+      sh('ip', ['-n', ns, 'route', 'add', 'default', 'via', '192.168.61.2']);
+      sh('ip', ['-n', ns, 'route', 'add', '10.61.8.0/24', 'via', '192.168.61.2', 'proto', 'static']);
+      try {
+        const notKnis = () => inNetns(a.d.nodeNetns, 'ip', ['-4', 'route']).out.split('\n').filter((l) => !l.includes('proto 107')).join('\n');
+        const before = notKnis();
+        const at = '192.168.61.2';
+        const bad: NodeView[] = [
+          { name: 'everything', internalIPs: [at], podCidrs: ['0.0.0.0/0', '::/0'] },
+          { name: 'underlay', internalIPs: [at], podCidrs: ['192.168.61.0/25'] },
+          { name: 'twin', internalIPs: [at], podCidrs: ['10.61.2.0/24'] },
+          { name: 'admin', internalIPs: [at], podCidrs: ['10.61.8.0/24'] },
+        ];
+        const st = a.peers.sync(a.view, [a.view, b.view, ...bad]);
+        const errorOf = (node: string, dst: string) => st.find((x) => x.node === node && x.destination === dst)!;
+        for (const [node, dst, re] of [
+          ['everything', '0.0.0.0/0', /^podCIDR 0\.0\.0\.0\/0 is a default route, never a pod range$/],
+          ['everything', '::/0', /^podCIDR ::\/0 is a default route/],
+          ['underlay', '192.168.61.0/25', /^overlaps this node's own subnet 192\.168\.61\.1\/24$/],
+          ['twin', '10.61.2.0/24', /^overlaps node node1's podCIDR 10\.61\.2\.0\/24$/],
+          ['node1', '10.61.2.0/24', /^overlaps node twin's podCIDR 10\.61\.2\.0\/24$/],
+          ['admin', '10.61.8.0/24', /^a route to 10\.61\.8\.0\/24 that kni did not make is in place \(proto static\); kni does not replace it$/],
+        ] as const) {
+          const x = errorOf(node, dst);
+          assert.equal(x.state, 'failed', `${node} ${dst}`);
+          assert.match(x.error, re);
+        }
+        assert.equal(notKnis(), before, 'a route the node had was replaced or removed');
+        assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0/, 'the contested podCIDR was routed to one of its claimants');
+        // The bad Nodes gone, the peer's route comes back.
+        both(a, b);
+        assert.match(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0\/24 via 192\.168\.61\.2/);
+      } finally {
+        trySh('ip', ['-n', ns, 'route', 'del', 'default']);
+        trySh('ip', ['-n', ns, 'route', 'del', '10.61.8.0/24']);
+        both(a, b);
+      }
+      reachable(a, b);
+    });
+
     it('a peer removed: its routes go', () => {
       a.peers.sync(a.view, [a.view]);
       assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');

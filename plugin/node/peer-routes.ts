@@ -42,6 +42,20 @@ const familyOf = (ip: string): Family => parseIp(ip).family;
 /** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
 const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
 
+const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
+
+/** The main table's routes kni did not make, by canonical destination → their protocol. */
+function foreignRoutes(sock: NetlinkSocket): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const f of [4, 6] as Family[]) {
+    for (const r of routeList(sock, f)) {
+      if (r.protocol === RTPROT_KNI || !r.destination.includes('/')) continue;
+      out.set(parseCidr(r.destination).text, PROTOCOL_NAMES[r.protocol] ?? `proto ${r.protocol}`);
+    }
+  }
+  return out;
+}
+
 export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
 
@@ -70,6 +84,16 @@ export class PeerNetwork {
     const selfIps = [...self.internalIPs].sort((a, b) => familyOf(a) - familyOf(b));
     const underlay = selfIps.map((ip) => ({ ip, link: own.find((a) => a.address === ip) })).find((u) => u.link);
     const ownRanges = this.cfg.ranges;
+    // The claims that can contest another peer's (a default route is refused on its own).
+    const peerCidrs = peers.filter((p) => p.name !== self.name).flatMap((p) => p.podCidrs.flatMap((t) => {
+      try {
+        const cidr = parseCidr(t);
+        return cidr.prefixLength ? [{ node: p.name, cidr }] : [];
+      } catch {
+        return [];
+      }
+    }));
+    const foreign = foreignRoutes(this.sock);
 
     const plans: Planned[] = [];
     for (const peer of peers) {
@@ -86,9 +110,21 @@ export class PeerNetwork {
           continue;
         }
         status.destination = c.text;
-        if (ownRanges.some((o) => cidrsOverlap(o, c))) {
+        // A Node object is input: a podCIDR that would take over a route the node lives on (its
+        // default route, its own subnets, a route someone else made) or that another peer claims
+        // is refused, never installed with NLM_F_REPLACE over what is there.
+        const subnet = own.find((a) => a.family === c.family && cidrsOverlap(parseCidr(`${a.address}/${a.prefixLength}`), c));
+        const rival = peerCidrs.find((o) => o.node !== peer.name && cidrsOverlap(o.cidr, c));
+        const refusal =
+          c.prefixLength === 0 ? `podCIDR ${c.text} is a default route, never a pod range`
+          : ownRanges.some((o) => cidrsOverlap(o, c)) ? `overlaps this node's pod range`
+          : subnet ? `overlaps this node's own subnet ${subnet.address}/${subnet.prefixLength}`
+          : rival ? `overlaps node ${rival.node}'s podCIDR ${rival.cidr.text}`
+          : foreign.has(c.text) ? `a route to ${c.text} that kni did not make is in place (${foreign.get(c.text)}); kni does not replace it`
+          : '';
+        if (refusal) {
           status.state = 'failed';
-          status.error = `overlaps this node's pod range`;
+          status.error = refusal;
           continue;
         }
         const peerIp = peer.internalIPs.find((ip) => familyOf(ip) === c.family);
