@@ -105,7 +105,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       }
     });
 
-    it('a Node whose podCIDR would take over a route the node lives on, or that another Node claims, is refused with the reason; nothing is replaced', () => {
+    it('a Node whose podCIDR would take over a route the node lives on, or that another Node claims, is refused with the reason, and an InternalIP that is no address is named; nothing is replaced', () => {
       const ns = a.d.nodeNetnsName;
       sh('ip', ['-n', ns, 'route', 'add', 'default', 'via', '192.168.61.2']);
       sh('ip', ['-n', ns, 'route', 'add', '10.61.8.0/24', 'via', '192.168.61.2', 'proto', 'static']);
@@ -118,6 +118,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
           { name: 'underlay', internalIPs: [at], podCidrs: ['192.168.61.0/25'] },
           { name: 'twin', internalIPs: [at], podCidrs: ['10.61.2.0/24'] },
           { name: 'admin', internalIPs: [at], podCidrs: ['10.61.8.0/24'] },
+          { name: 'named', internalIPs: ['node-x.example'], podCidrs: ['10.61.7.0/24'] },
         ];
         const st = a.peers.sync(a.view, [a.view, b.view, ...bad]);
         const errorOf = (node: string, dst: string) => st.find((x) => x.node === node && x.destination === dst)!;
@@ -133,6 +134,9 @@ describe('routes to other nodes\' pods (real kernel)', () => {
           assert.equal(x.state, 'failed', `${node} ${dst}`);
           assert.match(x.error, re);
         }
+        const named = errorOf('named', '10.61.7.0/24');
+        assert.equal(named.state, 'unreachable');
+        assert.match(named.error, /no IPv4 InternalIP to reach over vxlan \("node-x\.example" is not an IP address\)$/);
         assert.equal(notKnis(), before, 'a route the node had was replaced or removed');
         assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0/, 'the contested podCIDR was routed to one of its claimants');
         // The bad Nodes gone, the peer's route comes back.

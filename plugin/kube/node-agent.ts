@@ -165,8 +165,9 @@ export class NodeAgent {
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
       const status = this.peers.sync(nodeView(self), views);
-      const peerCidrs: Cidr[] = [];
-      for (const v of views) if (v.name !== this.nodeName) for (const t of v.podCidrs) try { peerCidrs.push(parseCidr(t)); } catch { /* reported by the route */ }
+      // Traffic to other nodes' pods keeps its source address; a podCIDR refused as a route (a
+      // default route, say) must not switch masquerading off for what it covers either.
+      const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
       await this.rt.node.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
       this.report(views.length - 1, status);
     } catch (e) {

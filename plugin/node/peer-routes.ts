@@ -37,7 +37,20 @@ interface Planned {
   vtep?: { ip: string; mac: string };
 }
 
-const familyOf = (ip: string): Family => parseIp(ip).family;
+/** An address's family; 0 for text that is not an IP address (a Node's status is input too). */
+const familyOf = (ip: string): Family | 0 => {
+  try {
+    return parseIp(ip).family;
+  } catch {
+    return 0;
+  }
+};
+
+/** The InternalIPs of a Node that are not IP addresses, for a route's error. */
+const notIps = (v: NodeView): string => {
+  const bad = v.internalIPs.filter((ip) => !familyOf(ip));
+  return bad.length ? ` (${bad.map((b) => JSON.stringify(b)).join(', ')} ${bad.length > 1 ? 'are' : 'is'} not an IP address)` : '';
+};
 
 /** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
 const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
@@ -131,7 +144,7 @@ export class PeerNetwork {
         const direct = peerIp ? connectedIndex(peerIp) : undefined;
         if (backend === 'host-gw' || (backend === 'auto' && direct !== undefined)) {
           if (peerIp === undefined || direct === undefined) {
-            status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP`;
+            status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP${notIps(peer)}`;
             continue;
           }
           Object.assign(status, { backend: 'host-gw', via: peerIp });
@@ -144,7 +157,7 @@ export class PeerNetwork {
         }
         const peerUnderlay = peer.internalIPs.find((ip) => familyOf(ip) === underlay.link!.family);
         if (!peerUnderlay) {
-          status.error = `the node has no IPv${underlay.link!.family} InternalIP to reach over vxlan`;
+          status.error = `the node has no IPv${underlay.link!.family} InternalIP to reach over vxlan${notIps(peer)}`;
           continue;
         }
         Object.assign(status, { backend: 'vxlan', via: gatewayOf(c), device: this.cfg.vxlan.device });

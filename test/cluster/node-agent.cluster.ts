@@ -157,6 +157,31 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     assert.doesNotMatch(fdb(), /10\.240\.0\.50/);
   });
 
+  it('a bogus Node (a default route for a podCIDR, an InternalIP that is no address) gets no route and is reported with its reason; masquerading and the other peer\'s routes stay as they were', async () => {
+    const masq = () => execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' });
+    const before = masq();
+    const unavailable = () => condition(node('kc-w1'), 'NetworkUnavailable');
+    apply(`apiVersion: v1
+kind: Node
+metadata: {name: kc-bogus}
+spec: {podCIDRs: ["0.0.0.0/0", "fd00:99::/64"], podCIDR: "0.0.0.0/0", taints: [{key: example.com/not-real, effect: NoSchedule}]}
+status: {addresses: [{type: InternalIP, address: not-an-ip}]}
+`);
+    try {
+      await waitFor(() => /kc-bogus/.test(unavailable()?.message ?? ''), 30_000, () => JSON.stringify(unavailable()));
+      const bogus = peerRoutes('w1').filter((r: any) => r.node === 'kc-bogus');
+      assert.deepEqual(bogus.map((r: any) => [r.destination, r.state]), [['0.0.0.0/0', 'failed'], ['fd00:99::/64', 'unreachable']]);
+      assert.match(bogus[0].error, /^podCIDR 0\.0\.0\.0\/0 is a default route, never a pod range$/);
+      assert.match(bogus[1].error, /\("not-an-ip" is not an IP address\)$/);
+      assert.match(unavailable().message, /kc-bogus 0\.0\.0\.0\/0 \(podCIDR 0\.0\.0\.0\/0 is a default route/);
+      assert.equal(masq(), before, 'a refused podCIDR changed what is masqueraded');
+      assert.ok(peerRoutes('w1').filter((r: any) => r.node === 'kc-w2').every((r: any) => r.state === 'installed'));
+    } finally {
+      kubectl('delete', 'node', 'kc-bogus');
+    }
+    await waitFor(() => unavailable()?.status === 'False', 30_000, () => JSON.stringify(unavailable()));
+  });
+
   it('API server away: pods keep talking across nodes; kni restarted meanwhile comes back from its state and wires a sandbox made through CRI; when the API returns it catches up', async () => {
     const podsBefore = knictl('w1', 'pods').length;
     cluster('apiserver-stop');
