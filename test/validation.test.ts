@@ -172,6 +172,23 @@ describe('validation', () => {
     assert.ok(!fs.existsSync(`${d.dir}/x.sock`));
   });
 
+  it('refuses at once a state dir or socket dir it cannot make (under /proc, below a dangling symlink), naming it', () => {
+    fs.symlinkSync(`${d.dir}/nowhere`, `${d.dir}/dangling`);
+    // Its own CNI socket: the running daemon's would stop this one first, as a second daemon.
+    fs.writeFileSync(`${d.dir}/z.json`, JSON.stringify({ cni: { socket: `${d.dir}/z-cni.sock` } }));
+    for (const [flag, at, re] of [
+      ['--state-dir', '/proc/kni-state', /ENOENT: no such file or directory, mkdir '\/proc\/kni-state'/],
+      ['--state-dir', `${d.dir}/dangling/state`, /dangling is a symlink whose target is missing/],
+      ['--socket', `${d.dir}/dangling/kni.sock`, /dangling is a symlink whose target is missing/],
+    ] as const) {
+      const args = flag === '--socket' ? ['--socket', at, '--state-dir', `${d.dir}/z`] : ['--socket', `${d.dir}/z.sock`, '--state-dir', at];
+      // Node's own recursive mkdir never returns on these paths: the timeout is the test.
+      const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', `${d.dir}/z.json`, ...args], { encoding: 'utf8', timeout: 30_000 });
+      assert.equal(r.status, 1, `${flag} ${at}: ${r.signal ?? ''} ${r.stderr}`);
+      assert.match(r.stderr, re);
+    }
+  });
+
   it('refuses a second daemon on a live socket', () => {
     const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, '--socket', d.socket, '--state-dir', `${d.dir}/y`], { encoding: 'utf8' });
     assert.equal(r.status, 1);

@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { NetworkConfList } from './conflist';
+import { makeDir } from '../sys/make-dir';
 
 export interface CachedAttachment {
   kind: 'cniCacheV1';
@@ -30,7 +31,7 @@ export class CniResultCache {
   }
 
   put(a: CachedAttachment): void {
-    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    makeDir(this.dir, 0o700);
     const f = this.file(a.network, a.containerId, a.ifName);
     fs.writeFileSync(`${f}.tmp`, JSON.stringify(a));
     fs.renameSync(`${f}.tmp`, f);

@@ -10,6 +10,7 @@ import { log } from '../core/log';
 import { extensionCalls, extensionSeconds } from '../observe/metrics';
 import { extensionService, GRPC_COMMON_OPTIONS } from '../server/protos';
 import { SandboxRecord } from '../store/records';
+import { makeDir } from '../sys/make-dir';
 
 export type ExtensionEvent = 'attached' | 'detached';
 
@@ -140,7 +141,7 @@ export class ExtensionRegistry {
       throw new KniError('FAILED_PRECONDITION', `extension ${reg.name} at ${reg.socket} did not pass its Check: ${(e as Error).message}`);
     }
     l.healthy = true;
-    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+    makeDir(this.dir, 0o700);
     const f = path.join(this.dir, `${reg.name}.json`);
     fs.writeFileSync(`${f}.tmp`, JSON.stringify(reg));
     fs.renameSync(`${f}.tmp`, f);

@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { Cidr, parseCidr } from '../ipam/ip';
+import { makeDir } from '../sys/make-dir';
 
 const FILE = 'node-pod-ranges.json';
 
@@ -40,7 +41,7 @@ export function readRangesFile(stateDir: string): Cidr[] | undefined {
 
 /** Atomic: a crash leaves the old file or the new one. */
 export function writeRangesFile(stateDir: string, ranges: Cidr[], node: string): void {
-  fs.mkdirSync(stateDir, { recursive: true });
+  makeDir(stateDir, 0o700);
   const tmp = path.join(stateDir, `${FILE}.tmp`);
   fs.writeFileSync(tmp, JSON.stringify({ node, ranges: ranges.map((c) => c.text), adoptedAt: new Date().toISOString() }));
   fs.renameSync(tmp, path.join(stateDir, FILE));

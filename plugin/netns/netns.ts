@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as libc from '../sys/libc';
 import { NetlinkSocket } from '../netlink/socket';
+import { makeDir } from '../sys/make-dir';
 
 /** The daemon's own (node) netns, opened once at start. */
 let homeFd = -1;
@@ -63,7 +64,7 @@ export const socketInNetns = (fd: number): NetlinkSocket => inNetns(fd, () => ne
  * made here appear in every mount namespace, the runtime's included.
  */
 export function ensureNetnsDir(dir: string): void {
-  fs.mkdirSync(dir, { recursive: true, mode: 0o755 });
+  makeDir(dir, 0o755);
   try {
     libc.mount('', dir, 'none', libc.MS_SHARED | libc.MS_REC);
   } catch (e) {

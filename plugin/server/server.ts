@@ -14,6 +14,7 @@ import { warmCodecs } from './codec-warmup';
 import { kniService, runtimeService } from './protos';
 import { GrpcServer } from './grpc-server';
 import { ClusterView, runtimeHandlers } from './runtime-service';
+import { makeDir } from '../sys/make-dir';
 
 export const GRPC_LIMITS = {
   /** Connections at once; each holds a file descriptor (the hard limit here is 20 000). */
@@ -34,7 +35,7 @@ export const GRPC_LIMITS = {
 
 /** A socket file nobody answers on is stale (a crashed daemon's); a live one means a second daemon. */
 export async function clearStaleSocket(socketPath: string): Promise<void> {
-  fs.mkdirSync(path.dirname(socketPath), { recursive: true, mode: 0o755 });
+  makeDir(path.dirname(socketPath), 0o755);
   if (!fs.existsSync(socketPath)) return;
   const live = await new Promise<boolean>((resolve) => {
     const c = net.connect(socketPath);

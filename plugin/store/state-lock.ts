@@ -5,11 +5,12 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import * as libc from '../sys/libc';
+import { makeDir } from '../sys/make-dir';
 
 export class StateDirInUseError extends Error {}
 
 export function lockStateDir(dir: string): void {
-  fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+  makeDir(dir, 0o700);
   const file = path.join(dir, 'lock');
   const fd = fs.openSync(file, fs.constants.O_RDWR | fs.constants.O_CREAT, 0o600);
   try {

@@ -4,6 +4,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
+import { makeDir } from '../../plugin/sys/make-dir';
 
 export function conflist(cfg: CniConfig, networkName: string): Record<string, unknown> {
   return {
@@ -34,13 +35,13 @@ export function shimBinary(): string {
 export function installCni(cfg: CniConfig, networkName: string): string[] {
   const written: string[] = [];
   if (cfg.binDir) {
-    fs.mkdirSync(cfg.binDir, { recursive: true });
+    makeDir(cfg.binDir);
     const target = path.join(cfg.binDir, 'kni-cni');
     atomicWrite(target, fs.readFileSync(shimBinary()), 0o755);
     written.push(target);
   }
   if (cfg.confDir) {
-    fs.mkdirSync(cfg.confDir, { recursive: true });
+    makeDir(cfg.confDir);
     const target = path.join(cfg.confDir, cfg.confName);
     atomicWrite(target, `${JSON.stringify(conflist(cfg, networkName), null, 2)}\n`, 0o644);
     written.push(target);
