@@ -2,9 +2,11 @@
 // kni-runtime: the network runtime daemon.
 import { Command } from 'commander';
 import net from 'node:net';
+import path from 'node:path';
 import { Config, ConfigError, loadConfig } from './core/config';
 import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
+import { socketPathProblem } from './core/validate';
 import { NetworkRuntime } from './core/network-runtime';
 import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
 import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
@@ -57,8 +59,17 @@ async function main(): Promise<void> {
     .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
     .parse();
   const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; metricsAddr?: string; printConfig?: boolean; uninstall?: boolean }>();
-  setLogLevel(opts.logLevel);
-  if (opts.metricsAddr) parseMetricsAddr(opts.metricsAddr); // a typo fails before anything starts
+  // A flag's typo fails before anything starts, with its reason and no stack.
+  const flagProblem =
+    socketPathProblem(opts.socket, '--socket') ||
+    (path.isAbsolute(opts.stateDir) ? '' : `--state-dir ${JSON.stringify(opts.stateDir)} must be an absolute path`);
+  if (flagProblem) throw new ConfigError(flagProblem);
+  try {
+    setLogLevel(opts.logLevel);
+    if (opts.metricsAddr) parseMetricsAddr(opts.metricsAddr);
+  } catch (e) {
+    throw new ConfigError((e as Error).message);
+  }
   const cfg = loadConfig(opts.config);
   if (cfg.logLevel) setLogLevel(cfg.logLevel);
   if (opts.printConfig) {

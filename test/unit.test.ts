@@ -95,6 +95,9 @@ describe('config', () => {
     ['configMap', { kubernetes: { configMap: 'no-namespace' } }, /"namespace\/name"/],
     ['kubeconfig', { kubernetes: { kubeconfig: 'relative' } }, /kubernetes\.kubeconfig must be an absolute path/],
     ['log level', { logLevel: 'loud' }, /logLevel must be one of/],
+    ['CNI socket past sun_path, in bytes', { cni: { socket: `/run/${'é'.repeat(52)}.sock` } }, /cni\.socket is 114 bytes long; a unix socket path holds at most 107/],
+    ['relative NRI socket', { nri: { socket: 'nri.sock' } }, /nri\.socket "nri\.sock" must be an absolute path/],
+    ['CRI socket past sun_path', { cri: { socket: `/run/${'c'.repeat(110)}` } }, /cri\.socket is 115 bytes long/],
   ];
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));

@@ -189,6 +189,19 @@ describe('validation', () => {
     }
   });
 
+  it('refuses a relative or overlong --socket and a relative --state-dir, before anything starts', () => {
+    for (const [args, re] of [
+      [['--socket', 'kni.sock'], /^kni-runtime: --socket "kni\.sock" must be an absolute path$/m],
+      [['--socket', `/run/${'s'.repeat(110)}.sock`], /^kni-runtime: --socket is 120 bytes long; a unix socket path holds at most 107$/m],
+      [['--state-dir', 'state'], /^kni-runtime: --state-dir "state" must be an absolute path$/m],
+    ] as const) {
+      const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, '--socket', `${d.dir}/w.sock`, '--state-dir', `${d.dir}/w`, ...args], { encoding: 'utf8', timeout: 30_000 });
+      assert.equal(r.status, 1, r.stderr);
+      assert.match(r.stderr, re);
+      assert.doesNotMatch(r.stderr, /\n\s+at /, 'a stack trace for a typo');
+    }
+  });
+
   it('refuses a second daemon on a live socket', () => {
     const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, '--socket', d.socket, '--state-dir', `${d.dir}/y`], { encoding: 'utf8' });
     assert.equal(r.status, 1);

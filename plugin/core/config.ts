@@ -4,7 +4,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Cidr, cidrsOverlap, parseCidr } from '../ipam/ip';
-import { interfaceName } from './validate';
+import { interfaceName, socketPathProblem } from './validate';
 import { parseClusterSettings } from './config-cluster';
 
 export interface CniConfig {
@@ -263,8 +263,8 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else if (k === 'confName') {
           if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.conflist$/.test(c[k] as string)) problems.push(`cni.confName ${JSON.stringify(c[k])} must be a plain file name ending in .conflist`);
           else cfg.cni.confName = c[k] as string;
-        } else if (c[k] !== '' && !path.isAbsolute(c[k] as string)) problems.push(`cni.${k} must be an absolute path`);
-        else if (k === 'socket' && (c[k] as string).length > 107) problems.push('cni.socket is longer than a unix socket path may be (107 bytes)');
+        } else if (k === 'socket' && c[k] !== '' && socketPathProblem(c[k], 'cni.socket')) problems.push(socketPathProblem(c[k], 'cni.socket'));
+        else if (c[k] !== '' && !path.isAbsolute(c[k] as string)) problems.push(`cni.${k} must be an absolute path`);
         else (cfg.cni as unknown as Record<string, string>)[k] = c[k] === '' ? '' : path.normalize(c[k] as string);
       }
       if (!cfg.cni.socket) problems.push('cni.socket must not be empty');
@@ -276,8 +276,9 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     else {
       for (const k of Object.keys(c)) if (k !== 'socket' && k !== 'reconcileSeconds') problems.push(`unknown setting "cri.${k}"`);
       if (c.socket !== undefined) {
-        if (typeof c.socket !== 'string' || (c.socket !== '' && !path.isAbsolute(c.socket))) problems.push('cri.socket must be an absolute path');
-        else cfg.cri.socket = c.socket;
+        const problem = c.socket === '' ? '' : socketPathProblem(c.socket, 'cri.socket');
+        if (problem) problems.push(problem);
+        else cfg.cri.socket = c.socket as string;
       }
       if (c.reconcileSeconds !== undefined) {
         if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 1) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 1');
@@ -295,8 +296,9 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else cfg.nri.enabled = n.enabled;
       }
       if (n.socket !== undefined) {
-        if (typeof n.socket !== 'string' || !path.isAbsolute(n.socket) || n.socket.length > 107) problems.push('nri.socket must be an absolute path of at most 107 bytes');
-        else cfg.nri.socket = n.socket;
+        const problem = socketPathProblem(n.socket, 'nri.socket');
+        if (problem) problems.push(problem);
+        else cfg.nri.socket = n.socket as string;
       }
       if (n.pluginName !== undefined) {
         if (typeof n.pluginName !== 'string' || !/^[a-z0-9][a-z0-9._-]{0,62}$/.test(n.pluginName)) problems.push('nri.pluginName must be a short lower-case name');

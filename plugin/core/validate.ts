@@ -66,6 +66,22 @@ export function stringMap(m: unknown, field: string): Record<string, string> {
  * The form of a netns path a caller hands us: absolute and normalised. Where it leads (the
  * allowed roots, a netns, not the node's) is checked on the opened file (netns/open-netns.ts).
  */
+/** The kernel's sun_path holds 108 bytes, the last a NUL. */
+export const MAX_SOCKET_PATH_BYTES = 107;
+
+/**
+ * What is wrong with a unix socket path, or '' when nothing is. A longer path is not refused by
+ * Node: libuv cuts it to what sun_path holds, so a daemon would serve, and a client connect, at
+ * a path nobody named (measured here with a 124-byte path: a socket file of 103 bytes appeared).
+ */
+export function socketPathProblem(p: unknown, what: string): string {
+  if (typeof p !== 'string') return `${what} must be a string`;
+  if (p.includes('\0')) return `${what} is not a valid path`;
+  if (!path.isAbsolute(p)) return `${what} ${JSON.stringify(p)} must be an absolute path`;
+  const n = Buffer.byteLength(p);
+  return n > MAX_SOCKET_PATH_BYTES ? `${what} is ${n} bytes long; a unix socket path holds at most ${MAX_SOCKET_PATH_BYTES}` : '';
+}
+
 export function netnsPath(p: unknown, field = 'netns path'): string {
   if (typeof p !== 'string' || p.length === 0) throw invalid(`${field} is empty`);
   if (p.length > 4096 || p.includes('\0')) throw invalid(`${field} is not a valid path`);

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { KniError, invalid } from '../core/errors';
 import { log } from '../core/log';
+import { socketPathProblem } from '../core/validate';
 import { extensionCalls, extensionSeconds } from '../observe/metrics';
 import { extensionService, GRPC_COMMON_OPTIONS } from '../server/protos';
 import { SandboxRecord } from '../store/records';
@@ -54,7 +55,8 @@ export function extensionName(name: unknown): string {
 export function validateRegistration(r: Record<string, unknown>): Registration {
   const name = extensionName(r.name);
   const socket = r.socket;
-  if (typeof socket !== 'string' || !path.isAbsolute(socket) || socket.length > 107 || socket.includes('\0')) throw invalid('extension socket must be an absolute unix socket path of at most 107 bytes');
+  const problem = socketPathProblem(socket, 'extension socket');
+  if (problem) throw invalid(problem);
   const order = Number(r.order ?? 0);
   if (!Number.isInteger(order) || order < -1000000 || order > 1000000) throw invalid('extension order must be a whole number from -1000000 to 1000000');
   const events = (Array.isArray(r.events) && r.events.length ? r.events : ['attached', 'detached']) as string[];
@@ -67,7 +69,7 @@ export function validateRegistration(r: Record<string, unknown>): Registration {
   const owner = { namespace: String(o.namespace ?? ''), name: String(o.name ?? ''), uid: String(o.uid ?? '').toLowerCase() };
   for (const [k, v] of Object.entries(owner)) if (v && !/^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(v)) throw invalid(`extension owner ${k} ${JSON.stringify(v.slice(0, 64))} is not a Kubernetes name`);
   if ((owner.namespace === '') !== (owner.name === '')) throw invalid('extension owner needs both namespace and name');
-  return { name, socket, order, events: [...new Set(events)] as ExtensionEvent[], timeoutMs, failurePolicy: policy, registeredAt: typeof r.registeredAt === 'string' ? r.registeredAt : new Date().toISOString(), owner };
+  return { name, socket: socket as string, order, events: [...new Set(events)] as ExtensionEvent[], timeoutMs, failurePolicy: policy, registeredAt: typeof r.registeredAt === 'string' ? r.registeredAt : new Date().toISOString(), owner };
 }
 
 export class ExtensionRegistry {
