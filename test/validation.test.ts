@@ -202,6 +202,14 @@ describe('validation', () => {
     }
   });
 
+  it('refuses a kubeconfig that does not parse, naming the file', () => {
+    fs.writeFileSync(`${d.dir}/kc`, 'clusters: [\n');
+    fs.writeFileSync(`${d.dir}/kc.json`, JSON.stringify({ kubernetes: { nodeName: 'n1', kubeconfig: `${d.dir}/kc` }, cni: { socket: `${d.dir}/kc-cni.sock` } }));
+    const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', `${d.dir}/kc.json`, '--socket', `${d.dir}/kc.sock`, '--state-dir', `${d.dir}/kc-state`], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, new RegExp(`^kni-runtime: kubernetes\\.nodeName is n1 but kubeconfig ${d.dir}/kc cannot be read: `, 'm'));
+  });
+
   it('refuses a second daemon on a live socket', () => {
     const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', d.configFile, '--socket', d.socket, '--state-dir', `${d.dir}/y`], { encoding: 'utf8' });
     assert.equal(r.status, 1);

@@ -17,8 +17,14 @@ export function connectKube(kubeconfig: string): KubeApi {
   const k8s = require('@kubernetes/client-node') as typeof K8s;
   const kc = new k8s.KubeConfig();
   const file = kubeconfig || process.env.KUBECONFIG || '';
-  if (file) kc.loadFromFile(file);
-  else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
+  if (file) {
+    try {
+      kc.loadFromFile(file);
+    } catch (e) {
+      // The parser's message alone ("unexpected end of the stream …") names no file.
+      throw new Error(`kubeconfig ${file} cannot be read: ${(e as Error).message.split('\n')[0]}`);
+    }
+  } else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
   else throw new Error('no Kubernetes credentials: not in a pod (KUBERNETES_SERVICE_HOST unset) and no kubeconfig (kubernetes.kubeconfig or KUBECONFIG)');
   if (!kc.getCurrentCluster()) throw new Error(`kubeconfig ${file}: no current cluster`);
   return { k8s, kc, core: kc.makeApiClient(k8s.CoreV1Api), source: file || 'in-cluster service account' };
