@@ -99,6 +99,14 @@ async function main(): Promise<void> {
     if (cfg.rangesFromNode) cfg.ranges = readRangesFile(opts.stateDir) ?? [];
   }
   const rt = new NetworkRuntime(cfg, opts.stateDir);
+  // Before the node network is set up: an address in use stops the start with nothing touched.
+  // Ready (GET /readyz) once the sockets below are served too, not only the node network.
+  let serving = false;
+  const metrics = opts.metricsAddr
+    ? await serveMetrics(opts.metricsAddr, () => (serving ? rt.node.status() : { ready: false, reason: 'starting: its sockets are not served yet' })).catch((e: Error) => {
+        throw new ConfigError(`--metrics-addr ${opts.metricsAddr}: ${e.message}`);
+      })
+    : undefined;
   if (cfg.rangesFromNode && !cfg.ranges.length) rt.node.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
   await rt.start();
   const agent = api ? new NodeAgent(rt, cfg, opts.stateDir, api) : undefined;
@@ -110,7 +118,6 @@ async function main(): Promise<void> {
   const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
   podNetworks?.start();
   registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });
-  const metrics = opts.metricsAddr ? await serveMetrics(opts.metricsAddr) : undefined;
   if (cfg.cri.socket) {
     // Before serving: no attach can be in flight, so the runtime's list is complete.
     await reconcileWithCri(rt, cfg.cri.socket, 0);
@@ -140,6 +147,7 @@ async function main(): Promise<void> {
       log('error', 'cannot install the CNI config', { error: (e as Error).message });
     }
   });
+  serving = true;
   log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
   compileBaselineFromNowOn();
 

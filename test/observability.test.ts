@@ -1,6 +1,7 @@
 // What an operator sees of a running daemon: spans (in-memory exporter), Prometheus metrics,
 // and one JSON log line per attach / detach outcome.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -11,7 +12,7 @@ import { tracingEnabled, tracingRequested, withSpan } from '../plugin/observe/tr
 import { packageRoot } from '../plugin/server/protos';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
-import { inNetns } from './helpers/sh';
+import { inNetns, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -110,7 +111,30 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_detach_duration_seconds_count{entry_point="gc"}'), 1);
     assert.equal(sample(m, 'kni_detach_duration_seconds_count{entry_point="kni"}'), 1);
     assert.equal(sample(m, 'kni_pods_attached'), 0);
-    assert.match(scrape('/other'), /only GET \/metrics[\s\S]*\n404$/);
+    assert.match(scrape('/other'), /^served here: GET \/metrics, \/livez, \/readyz\n\n404$/);
+  });
+
+  it('answers a kubelet\'s probes on the metrics address: /livez, and /readyz with the reason while the node cannot take pods', () => {
+    assert.equal(scrape('/livez'), 'ok\n\n200');
+    assert.equal(scrape('/readyz'), 'ready\n\n200');
+    const bridge = 'kni0';
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', bridge, 'down']);
+    try {
+      assert.equal(scrape('/readyz'), `not ready: bridge ${bridge} is down\n\n503`);
+      assert.equal(scrape('/livez'), 'ok\n\n200');
+    } finally {
+      sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', bridge, 'up']);
+    }
+    assert.equal(scrape('/readyz'), 'ready\n\n200');
+  });
+
+  it('a metrics address in use stops a start before the node network is touched, naming the flag', () => {
+    // This node netns's 127.0.0.1:9273 is the running daemon's.
+    fs.writeFileSync(`${d.dir}/busy.json`, JSON.stringify({ bridge: 'knibusy0', cni: { socket: `${d.dir}/busy-cni.sock` } }));
+    const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', `${d.dir}/busy.json`, '--socket', `${d.dir}/busy.sock`, '--state-dir', `${d.dir}/busy`, '--metrics-addr', '127.0.0.1:9273'], { encoding: 'utf8', timeout: 30_000 });
+    assert.equal(r.status, 1, r.stderr);
+    assert.match(r.stderr, /^kni-runtime: --metrics-addr 127\.0\.0\.1:9273: listen EADDRINUSE/m);
+    assert.ok(!inNetns(d.nodeNetns, 'ip', ['link', 'show', 'knibusy0']).ok, 'the bridge was made before the metrics address was found taken');
   });
 
   it('logs one JSON line per attach and detach outcome, with sandbox, pod, entry point and duration', () => {

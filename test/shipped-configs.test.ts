@@ -27,6 +27,13 @@ describe('shipped configs', () => {
     const env = ds.spec.template.spec.containers[0].env;
     assert.deepEqual(env.find((e: any) => e.name === 'KNI_NODE_NAME').valueFrom, { fieldRef: { fieldPath: 'spec.nodeName' } });
     assert.equal(ds.spec.template.spec.serviceAccountName, 'kni');
+    // The probes ask the metrics address kni is started with.
+    const c0 = ds.spec.template.spec.containers[0];
+    const metricsAddr: string = c0.command[c0.command.indexOf('--metrics-addr') + 1];
+    for (const [probe, p] of [['readinessProbe', '/readyz'], ['livenessProbe', '/livez']]) {
+      assert.equal(`${c0[probe].httpGet.host}:${c0[probe].httpGet.port}`, metricsAddr, probe);
+      assert.equal(c0[probe].httpGet.path, p);
+    }
     const saved = process.env.KNI_NODE_NAME;
     process.env.KNI_NODE_NAME = 'some-node';
     try {

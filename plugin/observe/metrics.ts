@@ -206,15 +206,24 @@ export function parseMetricsAddr(addr: string): { host: string; port: number } {
 }
 
 /** Serves GET /metrics; the process metrics (RSS, CPU, event loop lag) come with it. */
-export async function serveMetrics(addr: string): Promise<http.Server> {
+/**
+ * Prometheus metrics on GET /metrics, and the probes a kubelet asks on the same address: GET
+ * /livez (200 while the event loop answers) and GET /readyz (200 once kni serves and the node
+ * can take pods, 503 with the reason until then).
+ */
+export async function serveMetrics(addr: string, readiness: () => { ready: boolean; reason: string }): Promise<http.Server> {
   const { host, port } = parseMetricsAddr(addr);
   prom.collectDefaultMetrics({ register: registry, prefix: 'kni_' });
   const server = http.createServer((req, res) => {
-    if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('only GET /metrics is served here\n');
-      return;
+    const route = req.method === 'GET' ? (req.url ?? '').split('?')[0] : '';
+    const text = (code: number, body: string): void => void res.writeHead(code, { 'content-type': 'text/plain' }).end(body);
+    if (route === '/livez') return text(200, 'ok\n');
+    if (route === '/readyz') {
+      const r = readiness();
+      return r.ready ? text(200, 'ready\n') : text(503, `not ready: ${r.reason}\n`);
     }
-    registry.metrics().then(
+    if (route !== '/metrics') return text(404, 'served here: GET /metrics, /livez, /readyz\n');
+    void registry.metrics().then(
       (body) => res.writeHead(200, { 'content-type': registry.contentType }).end(body),
       (e) => res.writeHead(500).end(String(e)),
     );

@@ -1,6 +1,7 @@
 // kni deployed as users deploy it: the DaemonSet of kind-config/kni-daemonset.yaml, from the
 // image hack/build-image.sh builds here, loaded onto the nodes without a registry.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB } from './cluster-helpers';
@@ -25,6 +26,9 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     assert.deepEqual(pods.map((p: any) => p.spec.nodeName).sort(), ['kc-w1', 'kc-w2']);
     for (const p of pods) assert.equal(p.status.phase, 'Running');
     await waitFor(nodesReady, 60_000, () => kubectl('get', 'nodes'));
+    // Its readiness probe (GET /readyz on the node's loopback) passed: a rollout waits for it.
+    await waitFor(() => kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni').items.every((p: any) => ready(p)?.status === 'True'), 60_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    assert.equal(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/readyz'], { encoding: 'utf8' }), 'ready\n');
     const logs = kubectl('-n', 'kube-system', 'logs', pods[0].metadata.name).split('\n').filter(Boolean).map((l) => JSON.parse(l));
     assert.ok(logs.some((l) => l.msg === 'serving'));
     assert.ok(logs.some((l) => l.msg === 'registered with the runtime over NRI'), 'no NRI registration with containerd 2.x');
