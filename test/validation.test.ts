@@ -1,14 +1,15 @@
 // Bad input gets a precise gRPC error and the daemon keeps serving with its state intact.
 import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { Client } from '../plugin/client/clients';
+import { Client, runtimeClient } from '../plugin/client/clients';
 import { packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
-import { RUN } from './helpers/sh';
+import { RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 const S = grpc.status;
 
@@ -208,6 +209,31 @@ describe('validation', () => {
     const r = spawnSync('nsenter', [`--net=${d.nodeNetns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', `${d.dir}/kc.json`, '--socket', `${d.dir}/kc.sock`, '--state-dir', `${d.dir}/kc-state`], { encoding: 'utf8', timeout: 30_000 });
     assert.equal(r.status, 1, r.stderr);
     assert.match(r.stderr, new RegExp(`^kni-runtime: kubernetes\\.nodeName is n1 but kubeconfig ${d.dir}/kc cannot be read: `, 'm'));
+  });
+
+  it('a dual-stack config on a node with IPv6 turned off: not ready, saying what to change', async () => {
+    const ns = `${RUN}-noipv6`;
+    const dir = fs.mkdtempSync(`/tmp/${RUN}-noipv6-`);
+    sh('ip', ['netns', 'add', ns]);
+    let daemon: ChildProcess | undefined;
+    let client: Client | undefined;
+    try {
+      sh('ip', ['netns', 'exec', ns, 'sysctl', '-qw', 'net.ipv6.conf.all.disable_ipv6=1', 'net.ipv6.conf.default.disable_ipv6=1']);
+      fs.writeFileSync(`${dir}/c.json`, JSON.stringify({ ranges: ['10.77.0.0/24', 'fd00:77::/64'], netnsDir: `${dir}/pods`, cni: { socket: `${dir}/cni.sock` } }));
+      daemon = spawn('nsenter', [`--net=/run/netns/${ns}`, process.execPath, path.join(packageRoot(), 'dist/plugin/main.js'), '--config', `${dir}/c.json`, '--socket', `${dir}/kni.sock`, '--state-dir', `${dir}/state`], { stdio: 'ignore' });
+      await waitFor(() => fs.existsSync(`${dir}/kni.sock`), 20_000, () => 'the daemon never served');
+      client = runtimeClient(`${dir}/kni.sock`);
+      const node = await client.GetNode();
+      assert.equal(node.ready, false);
+      assert.match(node.networks[0].reason, /add address fd00:77::1\/64 to kni0: EACCES.*; this node has IPv6 turned off \(net\.ipv6\.conf\.\*\.disable_ipv6\): list only an IPv4 range in ranges, or turn IPv6 on$/);
+    } finally {
+      client?.close();
+      daemon?.kill('SIGKILL');
+      if (daemon) await new Promise((r) => daemon!.once('exit', r));
+      trySh('umount', [`${dir}/pods`]);
+      trySh('ip', ['netns', 'del', ns]);
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses a second daemon on a live socket', () => {

@@ -7,7 +7,7 @@ import { Ipam } from '../ipam/ipam';
 import { Cidr, ipBytes } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
-import { NetlinkSocket } from '../netlink/socket';
+import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { removeMasquerade, syncMasquerade } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
@@ -31,7 +31,15 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     sock.request(bridgeSetMulticastSnooping(cfg.bridge, cfg.bridgeMulticastSnooping));
     if (!(br.flags & IFF_UP)) sock.request(linkSetUp(cfg.bridge));
   }
-  sock.exec(ipam.gateways().map((g) => addrAdd(br!.index, cfg.bridge, { family: g.family, value: g.address, prefixLength: g.prefixLength }, true)));
+  try {
+    sock.exec(ipam.gateways().map((g) => addrAdd(br!.index, cfg.bridge, { family: g.family, value: g.address, prefixLength: g.prefixLength }, true)));
+  } catch (e) {
+    // A node booted with IPv6 off (disable_ipv6) and a dual-stack config: say what to change.
+    if (e instanceof NetlinkError && e.code === 'EACCES' && cfg.ranges.some((c) => c.family === 6)) {
+      throw new KniError('FAILED_PRECONDITION', `${e.message}; this node has IPv6 turned off (net.ipv6.conf.*.disable_ipv6): list only an IPv4 range in ranges, or turn IPv6 on`);
+    }
+    throw e;
+  }
   fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
   if (cfg.ranges.some((c) => c.family === 6)) fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
   if (cfg.masquerade) await syncMasquerade(cfg.ranges, [...cfg.ranges, ...peerCidrs]);
