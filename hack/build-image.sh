@@ -4,7 +4,7 @@
 # It loads with `ctr -n k8s.io images import OUT.tar` or `kind load image-archive OUT.tar`.
 # The root filesystem is assembled from this machine (Debian 12): the node binary and the
 # shared libraries it links, the compiled daemon (dist/plugin, dist/runtime-hooks), proto/,
-# production node_modules, kni-cni, the pod wiring library (libkni-wire.so), iptables (nft backend) with its extensions and libraries
+# production node_modules, kni-cni, the pod wiring library (libkni-wire.so), iptables (both backends) with its extensions and libraries
 # (masquerade and host-port rules), and Debian's CNI reference plugins (/usr/lib/cni). Containerfile builds the
 # equivalent image where a container engine exists; test/image.test.ts checks this one.
 set -euo pipefail
@@ -42,12 +42,13 @@ with_libs() {
 
 with_libs "$(command -v node)"
 mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
-xt=$(readlink -f /usr/sbin/iptables)
-case "$xt" in *xtables-nft-multi) ;; *) xt=/usr/sbin/xtables-nft-multi ;; esac
-with_libs "$xt" /usr/lib/x86_64-linux-gnu/xtables/*.so
+# Both iptables backends: kni writes its rules with the one the node's kubelet uses
+# (plugin/node/iptables.ts), as kube-proxy's image does.
+with_libs /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/lib/x86_64-linux-gnu/xtables/*.so
 # nsenter: the example extension (hack/examples/mesh-redirect.ts) enters pod netns with it.
 with_libs /usr/bin/nsenter
-for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
+for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore iptables-nft-save ip6tables-nft-save iptables-nft-restore ip6tables-nft-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
+for t in iptables-legacy ip6tables-legacy iptables-legacy-save ip6tables-legacy-save iptables-legacy-restore ip6tables-legacy-restore; do ln -sf xtables-legacy-multi "$root/usr/sbin/$t"; done
 cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
 # Debian's CNI reference plugins (static Go binaries), for defaultNetwork.cni conflists.
 mkdir -p "$root/usr/lib/cni" && cp -L /usr/lib/cni/* "$root/usr/lib/cni/"

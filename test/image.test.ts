@@ -35,6 +35,11 @@ describe('kni image', function () {
     assert.equal(JSON.parse(cfg.stdout).bridge, 'kni0');
     assert.match(execFileSync('chroot', [root, '/usr/sbin/iptables', '--version'], { encoding: 'utf8' }), /nf_tables/);
     assert.match(execFileSync('chroot', [root, '/usr/sbin/ip6tables', '--version'], { encoding: 'utf8' }), /nf_tables/);
+    // Both backends, each with its save and restore: kni writes with the node's (plugin/node/iptables.ts).
+    for (const b of ['nft', 'legacy']) {
+      for (const t of ['iptables', 'ip6tables']) for (const v of ['', '-save', '-restore']) assert.ok(fs.existsSync(`${root}/usr/sbin/${t}-${b}${v}`), `${t}-${b}${v} missing`);
+      assert.match(execFileSync('chroot', [root, `/usr/sbin/iptables-${b}`, '--version'], { encoding: 'utf8' }), b === 'nft' ? /nf_tables/ : /legacy/);
+    }
     const shim = spawnSync('chroot', [root, '/app/dist/bin/kni-cni'], { encoding: 'utf8', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
     assert.match(shim.stdout, /"supportedVersions"/);
     // The pod wiring library loads with the image's own C library.

@@ -4,20 +4,64 @@
 // other agents use. execFile, never a shell.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { log } from '../core/log';
 import { Family } from '../ipam/ip';
 
 const run = promisify(execFile);
-
-export const iptablesTool = (f: Family): string => (f === 4 ? 'iptables' : 'ip6tables');
 const stderrOf = (e: unknown): string => ((e as { stderr?: string }).stderr ?? String(e)).trim();
+
+/** '' the node's own `iptables`; else the suffix of the backend's commands (iptables-nft, …). */
+type Backend = '' | '-nft' | '-legacy';
+let chosen: Promise<Backend> | undefined;
+
+/**
+ * Where both backends' commands exist (kni's image ships both, as Debian's iptables package
+ * does), rules written with the other backend than the kubelet's and kube-proxy's would sit in
+ * tables those never list. So kni picks as kube-proxy's iptables-wrapper does: the backend
+ * holding the kubelet's hint chains (KUBE-IPTABLES-HINT, KUBE-KUBELET-CANARY in mangle), else
+ * the one holding more rules, else nft. KNI_IPTABLES_MODE=nft|legacy decides instead.
+ */
+async function pickBackend(): Promise<Backend> {
+  const forced = process.env.KNI_IPTABLES_MODE;
+  if (forced === 'nft' || forced === 'legacy') return `-${forced}`;
+  const save = async (b: Backend, tool: string, table?: string): Promise<string | undefined> => {
+    try {
+      return (await run(`${tool}${b}-save`, table ? ['-t', table] : [])).stdout;
+    } catch (e) {
+      return (e as NodeJS.ErrnoException).code === 'ENOENT' ? undefined : '';
+    }
+  };
+  const [nftMangle, legacyMangle] = await Promise.all([save('-nft', 'iptables', 'mangle'), save('-legacy', 'iptables', 'mangle')]);
+  if (nftMangle === undefined || legacyMangle === undefined) return '';
+  const hint = /^:(KUBE-IPTABLES-HINT|KUBE-KUBELET-CANARY) /m;
+  let pick: Backend;
+  let why: string;
+  if (hint.test(nftMangle)) [pick, why] = ['-nft', "the kubelet's hint chain is in nft"];
+  else if (hint.test(legacyMangle)) [pick, why] = ['-legacy', "the kubelet's hint chain is in legacy"];
+  else {
+    const rules = async (b: Backend) => (await Promise.all(['iptables', 'ip6tables'].map((t) => save(b, t)))).join('').split('\n').filter((l) => l.startsWith('-A ')).length;
+    const [nft, legacy] = await Promise.all([rules('-nft'), rules('-legacy')]);
+    const n = (k: number) => `${k} rule${k === 1 ? '' : 's'}`;
+    [pick, why] = legacy > nft ? ['-legacy', `legacy holds ${n(legacy)}, nft ${nft}`] : ['-nft', `nft holds ${n(nft)}, legacy ${legacy}`];
+  }
+  log('info', 'iptables backend chosen', { backend: pick.slice(1), why });
+  return pick;
+}
+
+/** The command for a family, on the backend the node uses (chosen at the first call). */
+export async function iptablesTool(f: Family): Promise<string> {
+  chosen ??= pickBackend();
+  return `${f === 4 ? 'iptables' : 'ip6tables'}${await chosen}`;
+}
 
 /** Whether a rule is in a nat chain (exit status 1, or 2 for a missing target chain: no). */
 export async function natRuleExists(f: Family, chain: string, rule: string[]): Promise<boolean> {
+  const tool = await iptablesTool(f);
   try {
-    await run(iptablesTool(f), ['-w', '5', '-t', 'nat', '-C', chain, ...rule]);
+    await run(tool, ['-w', '5', '-t', 'nat', '-C', chain, ...rule]);
     return true;
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`${iptablesTool(f)} is not installed`);
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`${tool} is not installed`);
     return false;
   }
 }
@@ -25,15 +69,16 @@ export async function natRuleExists(f: Family, chain: string, rule: string[]): P
 /** Appends a rule to a nat chain unless it is there already. */
 export async function ensureNatRule(f: Family, chain: string, rule: string[]): Promise<void> {
   if (await natRuleExists(f, chain, rule)) return;
+  const tool = await iptablesTool(f);
   try {
-    await run(iptablesTool(f), ['-w', '5', '-t', 'nat', '-A', chain, ...rule]);
+    await run(tool, ['-w', '5', '-t', 'nat', '-A', chain, ...rule]);
   } catch (e) {
-    throw new Error(`${iptablesTool(f)} could not add a rule to ${chain}: ${stderrOf(e)}`);
+    throw new Error(`${tool} could not add a rule to ${chain}: ${stderrOf(e)}`);
   }
 }
 
 export async function deleteNatRule(f: Family, chain: string, rule: string[]): Promise<void> {
-  await run(iptablesTool(f), ['-w', '5', '-t', 'nat', '-D', chain, ...rule]).catch(() => undefined);
+  await run(await iptablesTool(f), ['-w', '5', '-t', 'nat', '-D', chain, ...rule]).catch(() => undefined);
 }
 
 /**
@@ -45,12 +90,14 @@ export async function restoreNatChains(f: Family, chains: Record<string, string[
   for (const name of Object.keys(chains)) lines.push(`:${name} - [0:0]`);
   for (const [name, rules] of Object.entries(chains)) for (const r of rules) lines.push(['-A', name, ...r.map((a) => (/[\s"']/.test(a) ? `"${a.replace(/"/g, '\\"')}"` : a))].join(' '));
   lines.push('COMMIT', '');
+  const tool = await iptablesTool(f);
+  const restore = `${tool}-restore`; // iptables-nft-restore, iptables-legacy-restore, or the node's
   try {
     await new Promise<void>((resolve, reject) => {
-      const child = execFile(`${iptablesTool(f)}-restore`, ['-w', '5', '--noflush'], (err, _out, stderr) => (err ? reject(Object.assign(err, { stderr })) : resolve()));
+      const child = execFile(restore, ['-w', '5', '--noflush'], (err, _out, stderr) => (err ? reject(Object.assign(err, { stderr })) : resolve()));
       child.stdin?.end(lines.join('\n'));
     });
   } catch (e) {
-    throw new Error(`${iptablesTool(f)}-restore could not write ${Object.keys(chains).join(', ')}: ${stderrOf(e)}`);
+    throw new Error(`${restore} could not write ${Object.keys(chains).join(', ')}: ${stderrOf(e)}`);
   }
 }

@@ -18,6 +18,8 @@ export interface LaunchOptions {
   env?: Record<string, string>;
   /** A script to run instead of dist/plugin/main.js (it must end up running main). */
   script?: string;
+  /** Runs once the node netns exists, before the daemon starts (its name is passed). */
+  beforeLaunch?: (nodeNetnsName: string) => void;
 }
 
 export class TestDaemon {
@@ -53,6 +55,7 @@ export class TestDaemon {
   static async start(config: Record<string, unknown> = {}, launchOptions: LaunchOptions = {}): Promise<TestDaemon> {
     const d = new TestDaemon(config, launchOptions);
     try {
+      launchOptions.beforeLaunch?.(d.nodeNetnsName);
       await d.launch();
     } catch (e) {
       d.cleanup();
