@@ -12,7 +12,7 @@ import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe
 import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
-import { installCni, uninstallCni } from '../runtime-hooks/cni/cni-install';
+import { installCni, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
@@ -143,6 +143,8 @@ async function main(): Promise<void> {
     try {
       const files = installCni(cfg.cni, cfg.name);
       if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });
+      const other = shadowingConf(cfg.cni);
+      if (other) log('warn', `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
     } catch (e) {
       log('error', 'cannot install the CNI config', { error: (e as Error).message });
     }

@@ -7,6 +7,7 @@ import { packageRoot } from '../plugin/server/protos';
 import { cni } from './helpers/cni-exec';
 import { inNetns, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
 
 describe('CNI shim (kni-cni)', () => {
   let d: TestDaemon;
@@ -197,7 +198,15 @@ describe('CNI shim (kni-cni)', () => {
       await g.stop();
       const cfg = JSON.parse(fs.readFileSync(g.configFile, 'utf8'));
       fs.writeFileSync(g.configFile, JSON.stringify({ ...cfg, cni: { ...cfg.cni, confDir, binDir } }));
+      // Another plugin's config that a runtime would take first (name order).
+      fs.mkdirSync(confDir);
+      fs.writeFileSync(`${confDir}/05-other.conflist`, '{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}');
       await g.launch();
+      await waitFor(() => g.output.includes('sorts before'), 10_000, () => g.output.slice(-2000));
+      const warn = g.output.split('\n').filter((l) => l.includes('sorts before')).map((l) => JSON.parse(l))[0];
+      assert.equal(warn.level, 'warn');
+      assert.equal(warn.file, `${confDir}/05-other.conflist`);
+      assert.match(warn.msg, /a CNI-calling runtime takes the first config in .*, so pods get that network, not kni's/);
       const list = JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8'));
       assert.equal(list.name, 'kni');
       assert.equal(list.plugins[0].type, 'kni-cni');

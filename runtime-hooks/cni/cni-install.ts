@@ -49,6 +49,23 @@ export function installCni(cfg: CniConfig, networkName: string): string[] {
   return written;
 }
 
+/**
+ * The network config a CNI-calling runtime takes instead of kni's, if any: containerd and
+ * CRI-O (through libcni) load the first of confDir's *.conf, *.conflist and *.json in name
+ * order, so another plugin's file sorting first gives pods that plugin's network, silently.
+ */
+export function shadowingConf(cfg: CniConfig): string | undefined {
+  if (!cfg.confDir) return undefined;
+  let names: string[];
+  try {
+    names = fs.readdirSync(cfg.confDir);
+  } catch {
+    return undefined;
+  }
+  const first = names.filter((n) => /\.(conf|conflist|json)$/.test(n)).sort()[0];
+  return first !== undefined && first !== cfg.confName ? path.join(cfg.confDir, first) : undefined;
+}
+
 export function uninstallCni(cfg: CniConfig): string[] {
   const removed: string[] = [];
   for (const f of [cfg.confDir && path.join(cfg.confDir, cfg.confName), cfg.binDir && path.join(cfg.binDir, 'kni-cni')]) {
