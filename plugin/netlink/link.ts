@@ -340,6 +340,18 @@ export function linkByName(sock: NetlinkSocket, name: string): Link | undefined 
   }
 }
 
+export function linkByIndex(sock: NetlinkSocket, index: number): Link | undefined {
+  const w = ifinfomsg(index);
+  noCounters(w);
+  try {
+    const msgs = sock.query({ type: RTM_GETLINK, flags: 0, what: `get link ${index}`, body: w.take() });
+    return msgs.length ? parseLink(msgs[0].body) : undefined;
+  } catch (e) {
+    if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
+    throw e;
+  }
+}
+
 /**
  * Makes a link and returns it as the kernel announces it to the requester (NLM_F_ECHO, Linux
  * 6.3 and later): a lookup saved. Undefined from an older kernel, which announces nothing.

@@ -18,6 +18,8 @@ const RTPROT_BOOT = 3;
  * "proto 107"): at start every such route no peer wants any more is found and removed.
  */
 export const RTPROT_KNI = 107;
+/** A route learned from a router advertisement. */
+export const RTPROT_RA = 9;
 const RTNH_F_ONLINK = 4;
 const RT_SCOPE_UNIVERSE = 0;
 const RT_SCOPE_LINK = 253;

@@ -3,10 +3,12 @@
 import fs from 'node:fs';
 import { Config } from '../core/config';
 import { KniError } from '../core/errors';
+import { log } from '../core/log';
 import { Ipam } from '../ipam/ipam';
 import { Cidr, ipBytes } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
-import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByName, linkSetUp } from '../netlink/link';
+import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByIndex, linkByName, linkSetUp } from '../netlink/link';
+import { routeList, RTPROT_RA } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { removeMasquerade, syncMasquerade } from './masquerade';
 
@@ -41,8 +43,33 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     throw e;
   }
   fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
-  if (cfg.ranges.some((c) => c.family === 6)) fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
+  if (cfg.ranges.some((c) => c.family === 6)) {
+    keepRouterAdvertisements(sock);
+    fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
+  }
   if (cfg.masquerade) await syncMasquerade(cfg.ranges, [...cfg.ranges, ...peerCidrs]);
   else await removeMasquerade(cfg.ranges);
   return br.index;
+}
+
+/**
+ * With IPv6 forwarding on, a link whose accept_ra is 1 stops taking router advertisements: a
+ * node whose IPv6 default route comes from one (proto ra: SLAAC, some clouds) would lose it when
+ * its lifetime ends. On each link holding such a route, accept_ra 1 becomes 2 (taken even when
+ * forwarding: Documentation/networking/ip-sysctl.rst).
+ */
+function keepRouterAdvertisements(sock: NetlinkSocket): void {
+  const links = new Set(routeList(sock, 6).filter((r) => r.destination === 'default' && r.protocol === RTPROT_RA && r.index).map((r) => r.index));
+  for (const index of links) {
+    const name = linkByIndex(sock, index)?.name;
+    if (!name) continue;
+    const file = `/proc/sys/net/ipv6/conf/${name}/accept_ra`;
+    try {
+      if (fs.readFileSync(file, 'utf8').trim() !== '1') continue;
+      fs.writeFileSync(file, '2');
+      log('info', `accept_ra of ${name} set to 2: its IPv6 default route comes from router advertisements, which IPv6 forwarding would stop it taking`, { link: name });
+    } catch (e) {
+      log('warn', `cannot keep ${name} taking router advertisements with IPv6 forwarding on; its IPv6 default route may expire`, { link: name, error: (e as Error).message });
+    }
+  }
 }
