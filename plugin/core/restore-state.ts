@@ -1,6 +1,7 @@
 // Start-up: the records of the state dir brought back — pins that exist, addresses reserved
 // again, attaches and detaches a crash interrupted rolled back — then what the kernel still
 // holds and no readable record describes rebuilt (recovery.ts).
+import fs from 'node:fs';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { rebuildFromKernel } from './recovery';
@@ -68,7 +69,28 @@ function choosePodLink(rt: NetworkRuntime): void {
   rt.podLink = rt.cfg.podLink !== 'auto' ? rt.cfg.podLink : bridged.length ? 'bridge' : 'routed';
   const other = rt.podLink === 'routed' ? bridged : itfs.filter((i) => i.routed);
   log('info', `new pods are wired ${rt.podLink === 'routed' ? 'routed' : 'on the bridge'}`, { podLink: rt.cfg.podLink, ...(rt.cfg.podLink === 'auto' && bridged.length ? { reason: `${bridged.length} pod interface(s) on the bridge already` } : {}) });
+  if (rt.podLink === 'bridge') warnWithoutBridgeNetfilter(rt);
   if (other.length) {
     log('warn', `${other.length} pod interface(s) were wired ${rt.podLink === 'routed' ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)`, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
+  }
+}
+
+/**
+ * Pods on one bridge answer each other over the bridge, below the node's iptables: a Service
+ * between two of them is DNATed on the way out, but its answer skips the reverse NAT unless
+ * bridged traffic is passed to iptables (br_netfilter, bridge-nf-call-iptables=1, which kubeadm
+ * checks for). Routed pods always go through the node's routing and need none of it.
+ */
+function warnWithoutBridgeNetfilter(rt: NetworkRuntime): void {
+  for (const [family, key] of [[4, 'bridge-nf-call-iptables'], [6, 'bridge-nf-call-ip6tables']] as const) {
+    if (!rt.cfg.ranges.some((c) => c.family === family)) continue;
+    let value = 'missing (br_netfilter not loaded)';
+    try {
+      value = fs.readFileSync(`/proc/sys/net/bridge/${key}`, 'utf8').trim();
+    } catch {
+      // no br_netfilter
+    }
+    if (value === '1') continue;
+    log('warn', `pods are wired on the bridge but net.bridge.${key} is ${value}: a Service between two pods of this node gets no answer; load br_netfilter and set it to 1, or wire pods routed (podLink routed)`, { sysctl: `net.bridge.${key}` });
   }
 }
