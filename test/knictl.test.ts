@@ -85,7 +85,7 @@ describe('kni-runtime flags and environment', () => {
       const ok = spawnSync(process.execPath, [main, '--config', `${dir}/ok.yaml`, '--print-config'], { encoding: 'utf8' });
       assert.equal(ok.status, 0, ok.stderr);
       const cfg = JSON.parse(ok.stdout);
-      assert.deepEqual([cfg.bridge, cfg.ranges, cfg.reconcileSeconds, cfg.mtu], ['kni9', ['10.99.0.0/24'], 5, 1500]);
+      assert.deepEqual([cfg.bridge, cfg.ranges, cfg.reconcileSeconds, cfg.mtu], ['kni9', ['10.99.0.0/24'], 5, 'auto']);
       fs.writeFileSync(`${dir}/bad.yaml`, 'mtu: 10\nreconcileSeconds: 0\nbogus: 1\n');
       const bad = spawnSync(process.execPath, [main, '--config', `${dir}/bad.yaml`, '--print-config'], { encoding: 'utf8' });
       assert.equal(bad.status, 1);

@@ -69,7 +69,7 @@ describe('config', () => {
   it('has the embedded default', () => {
     const c = parseConfig(undefined);
     assert.equal(c.bridge, 'kni0');
-    assert.equal(c.mtu, 1500);
+    assert.equal(c.mtu, 0, 'mtu auto: found at node setup');
     assert.deepEqual(c.ranges.map((r) => r.text), ['10.244.0.0/24', 'fd00:10:244::/64']);
     assert.equal(c.netnsDir, '/run/netns');
     assert.equal(c.netnsPoolSize, 4);
@@ -80,7 +80,8 @@ describe('config', () => {
     ['two IPv4 ranges', { ranges: ['10.0.0.0/24', '10.1.0.0/24'] }, /at most one per family/],
     ['too small', { ranges: ['10.0.0.0/31'] }, /too small/],
     ['no ranges', { ranges: [] }, /one or two CIDRs/],
-    ['MTU', { mtu: 70000 }, /mtu 70000/],
+    ['MTU', { mtu: 70000 }, /mtu 70000 is not "auto" or an integer from 576 to 65535/],
+    ['MTU as text', { mtu: '1500' }, /mtu "1500" is not "auto"/],
     ['IPv6 MTU', { mtu: 1000 }, /1280/],
     ['bridge name', { bridge: 'this-name-is-too-long' }, /at most 15/],
     ['pod link', { podLink: 'ptp' }, /podLink "ptp" is not "auto", "bridge" or "routed"/],

@@ -37,7 +37,7 @@ export class BuiltInBackend implements NetworkBackend {
     }
     itf.hostVeth = hostVethName(rec.id, itf.name);
     itf.mac = req.mac ?? podMac(addresses.find((a) => a.family === 4)?.address);
-    itf.mtu = this.rt.cfg.mtu;
+    itf.mtu = this.rt.node.mtu;
     if (this.rt.podLink === 'routed') {
       // The pod holds each address alone: everything else, its own range included, is through the gateway.
       itf.routed = true;

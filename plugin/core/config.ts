@@ -93,6 +93,7 @@ export interface Config {
    * unless the node already has pods on the bridge when kni starts.
    */
   podLink: PodLink;
+  /** The pods' MTU; 0 ("auto"): that of the link holding the node's default route (node-mtu.ts). */
   mtu: number;
   ranges: Cidr[];
   /** True when ranges come from the Node's spec.podCIDRs (kubernetes.nodeName set, no ranges given). */
@@ -140,7 +141,7 @@ export const defaultConfig = (): Config => ({
   bridge: 'kni0',
   bridgeMulticastSnooping: false,
   podLink: 'auto',
-  mtu: 1500,
+  mtu: 0,
   ranges: [parseCidr('10.244.0.0/24'), parseCidr('fd00:10:244::/64')],
   rangesFromNode: false,
   logLevel: '',
@@ -189,8 +190,8 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
       problems.push((e as Error).message);
     }
   }
-  if (r.mtu !== undefined) {
-    if (!Number.isInteger(r.mtu) || (r.mtu as number) < 576 || (r.mtu as number) > 65535) problems.push(`mtu ${JSON.stringify(r.mtu)} is not an integer from 576 to 65535`);
+  if (r.mtu !== undefined && r.mtu !== 'auto') {
+    if (!Number.isInteger(r.mtu) || (r.mtu as number) < 576 || (r.mtu as number) > 65535) problems.push(`mtu ${JSON.stringify(r.mtu)} is not "auto" or an integer from 576 to 65535`);
     else cfg.mtu = r.mtu as number;
   }
   if (r.ranges !== undefined) {
@@ -213,7 +214,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
       cfg.ranges = ranges;
     }
   }
-  if (cfg.ranges.some((c) => c.family === 6) && cfg.mtu < 1280) problems.push(`mtu ${cfg.mtu} is below 1280, the IPv6 minimum`);
+  if (cfg.ranges.some((c) => c.family === 6) && cfg.mtu && cfg.mtu < 1280) problems.push(`mtu ${cfg.mtu} is below 1280, the IPv6 minimum`);
   for (const key of ['netnsDir'] as const) {
     if (r[key] !== undefined) {
       if (typeof r[key] !== 'string' || !path.isAbsolute(r[key] as string)) problems.push(`${key} must be an absolute path`);

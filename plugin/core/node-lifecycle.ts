@@ -8,11 +8,14 @@ import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeMasquerade, syncMasquerade } from '../node/masquerade';
+import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { setupNodeNetwork } from '../node/node-network';
 import { syncHostPorts } from '../node/host-ports';
 
 export class NodeLifecycle {
   bridgeIndex = 0;
+  /** The MTU of the built-in network's pods (the config's, or found at setup: node-mtu.ts). */
+  mtu = FALLBACK_MTU;
   private ready = false;
   private reason = 'node network not set up yet';
   /** Other nodes' pod CIDRs (from the node agent): pod traffic to them is not masqueraded. */
@@ -24,6 +27,7 @@ export class NodeLifecycle {
   private announced = false;
 
   private hostPortWrites: Promise<void> = Promise.resolve();
+  private mtuLogged = false;
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
   constructor(private readonly rt: NetworkRuntime) {}
@@ -85,7 +89,11 @@ export class NodeLifecycle {
         return;
       }
       if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
-      this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs);
+      const found = podMtu(this.rt.host, this.rt.cfg);
+      if (found.mtu !== this.mtu || !this.mtuLogged) log('info', `pods get MTU ${found.mtu}, from ${found.from}`, { mtu: found.mtu });
+      this.mtuLogged = true;
+      this.mtu = found.mtu;
+      this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs, this.mtu);
       await this.syncHostPorts();
       this.ready = true;
       this.reason = '';
@@ -188,7 +196,7 @@ export class NodeLifecycle {
       reason,
       bridge: this.rt.cfg.bridge,
       podLink: this.rt.podLink,
-      mtu: this.rt.cfg.mtu,
+      mtu: this.mtu,
       ranges: this.rt.cfg.ranges.map((c) => c.text),
       gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
     };

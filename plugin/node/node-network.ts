@@ -19,14 +19,14 @@ export function bridgeMac(ipam: Ipam): string {
   return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
 }
 
-/** `peerCidrs`: the other nodes' pod CIDRs, which pod traffic reaches unmasqueraded. */
-export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam, peerCidrs: Cidr[]): Promise<number> {
+/** `peerCidrs`: the other nodes' pod CIDRs, which pod traffic reaches unmasqueraded; `mtu`: the pods'. */
+export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam, peerCidrs: Cidr[], mtu: number): Promise<number> {
   let br = linkByName(sock, cfg.bridge);
   if (br && br.kind !== 'bridge') {
     throw new KniError('FAILED_PRECONDITION', `${cfg.bridge} exists and is a ${br.kind || 'non-bridge'} link, not a bridge`);
   }
   if (!br) {
-    sock.request(bridgeAdd(cfg.bridge, cfg.mtu, bridgeMac(ipam), cfg.bridgeMulticastSnooping));
+    sock.request(bridgeAdd(cfg.bridge, mtu, bridgeMac(ipam), cfg.bridgeMulticastSnooping));
     br = linkByName(sock, cfg.bridge)!;
   } else {
     // A bridge made by an earlier kni, or by hand: the setting is the config's.
