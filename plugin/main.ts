@@ -144,7 +144,7 @@ async function main(): Promise<void> {
       const files = installCni(cfg.cni, cfg.name);
       if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });
       const other = shadowingConf(cfg.cni);
-      if (other) log('warn', `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
+      rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
     } catch (e) {
       log('error', 'cannot install the CNI config', { error: (e as Error).message });
     }

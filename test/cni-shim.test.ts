@@ -207,6 +207,10 @@ describe('CNI shim (kni-cni)', () => {
       assert.equal(warn.level, 'warn');
       assert.equal(warn.file, `${confDir}/05-other.conflist`);
       assert.match(warn.msg, /a CNI-calling runtime takes the first config in .*, so pods get that network, not kni's/);
+      // One place to look: GetNode and knictl node carry it too.
+      assert.deepEqual((await g.rt().GetNode()).warnings, [warn.msg]);
+      const shown = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', g.socket, 'node'], { encoding: 'utf8' });
+      assert.ok(shown.stdout.includes(`warnings:\n- ${warn.msg}\n`), shown.stdout);
       const list = JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8'));
       assert.equal(list.name, 'kni');
       assert.equal(list.plugins[0].type, 'kni-cni');

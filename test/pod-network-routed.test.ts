@@ -131,12 +131,14 @@ describe('routed pods (real kernel)', () => {
       assert.match(autoLog(), /new pods are wired on the bridge.*1 pod interface\(s\) on the bridge already/);
       assert.match(autoLog(), /pods are wired on the bridge but net\.bridge\.bridge-nf-call-iptables is 0: a Service between two pods of this node gets no answer/);
       assert.doesNotMatch(autoLog(), /bridge-nf-call-ip6tables is/);
+      assert.deepEqual((await rt.GetNode({})).warnings.map((w: string) => w.split(':')[0]), ['pods are wired on the bridge but net.bridge.bridge-nf-call-iptables is 0']);
       assert.equal((await rt.GetNode({})).networks[0].pod_link, 'bridge', 'GetNode does not show "auto" resolved');
       kept = await newPod('rt-kept');
       assert.ok(master(kept), '"auto" put a new pod off the bridge of a node with bridged pods');
       const routedLog = await setPodLink('routed');
       assert.match(routedLog(), /2 pod interface\(s\) were wired on the bridge before podLink became \\"routed\\"/);
       assert.doesNotMatch(routedLog(), /bridge-nf-call/, 'routed pods need no br_netfilter');
+      assert.deepEqual((await rt.GetNode({})).warnings, [routedLog().split('\n').map((l) => (l.startsWith('{') ? JSON.parse(l) : {})).find((l) => /were wired on the bridge before podLink/.test(l.msg ?? ''))?.msg], 'GetNode shows the mixed-pods warning, and br_netfilter no more');
       routed = await newPod('rt-new');
       assert.ok(master(bridged) && !master(routed));
       for (const p of [bridged, routed]) {

@@ -28,6 +28,7 @@ export class NodeLifecycle {
 
   private hostPortWrites: Promise<void> = Promise.resolve();
   private mtuLogged = false;
+  private readonly warnings = new Map<string, string>();
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
   constructor(private readonly rt: NetworkRuntime) {}
@@ -49,6 +50,20 @@ export class NodeLifecycle {
     });
     this.hostPortWrites = next.catch(() => undefined);
     return next;
+  }
+
+  /**
+   * Something on the node that works against the pods' networking and is not kni's to change:
+   * logged once when it appears or changes, and shown by GetNode (knictl node) until cleared
+   * (no text) by the check that found it.
+   */
+  warn(key: string, text?: string, fields: Record<string, unknown> = {}): void {
+    if (!text) {
+      this.warnings.delete(key);
+      return;
+    }
+    if (this.warnings.get(key) !== text) log('warn', text, fields);
+    this.warnings.set(key, text);
   }
 
   /** Whether setup succeeded last time (status() also looks at the bridge). */
@@ -199,6 +214,7 @@ export class NodeLifecycle {
       mtu: this.mtu,
       ranges: this.rt.cfg.ranges.map((c) => c.text),
       gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
+      warnings: [...this.warnings.values()],
     };
   }
 }

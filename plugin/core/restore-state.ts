@@ -69,10 +69,8 @@ function choosePodLink(rt: NetworkRuntime): void {
   rt.podLink = rt.cfg.podLink !== 'auto' ? rt.cfg.podLink : bridged.length ? 'bridge' : 'routed';
   const other = rt.podLink === 'routed' ? bridged : itfs.filter((i) => i.routed);
   log('info', `new pods are wired ${rt.podLink === 'routed' ? 'routed' : 'on the bridge'}`, { podLink: rt.cfg.podLink, ...(rt.cfg.podLink === 'auto' && bridged.length ? { reason: `${bridged.length} pod interface(s) on the bridge already` } : {}) });
-  if (rt.podLink === 'bridge') warnWithoutBridgeNetfilter(rt);
-  if (other.length) {
-    log('warn', `${other.length} pod interface(s) were wired ${rt.podLink === 'routed' ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)`, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
-  }
+  warnWithoutBridgeNetfilter(rt);
+  rt.node.warn('pod-link-mixed', other.length ? `${other.length} pod interface(s) were wired ${rt.podLink === 'routed' ? 'on the bridge' : 'routed'} before podLink became "${rt.cfg.podLink}": on this node they cannot reach pods wired from now on until they are recreated (drain the node)` : undefined, { podLink: rt.cfg.podLink, interfaces: other.map((i) => i.hostVeth) });
 }
 
 /**
@@ -83,14 +81,13 @@ function choosePodLink(rt: NetworkRuntime): void {
  */
 function warnWithoutBridgeNetfilter(rt: NetworkRuntime): void {
   for (const [family, key] of [[4, 'bridge-nf-call-iptables'], [6, 'bridge-nf-call-ip6tables']] as const) {
-    if (!rt.cfg.ranges.some((c) => c.family === family)) continue;
     let value = 'missing (br_netfilter not loaded)';
     try {
       value = fs.readFileSync(`/proc/sys/net/bridge/${key}`, 'utf8').trim();
     } catch {
       // no br_netfilter
     }
-    if (value === '1') continue;
-    log('warn', `pods are wired on the bridge but net.bridge.${key} is ${value}: a Service between two pods of this node gets no answer; load br_netfilter and set it to 1, or wire pods routed (podLink routed)`, { sysctl: `net.bridge.${key}` });
+    const off = rt.podLink === 'bridge' && rt.cfg.ranges.some((c) => c.family === family) && value !== '1';
+    rt.node.warn(key, off ? `pods are wired on the bridge but net.bridge.${key} is ${value}: a Service between two pods of this node gets no answer; load br_netfilter and set it to 1, or wire pods routed (podLink routed)` : undefined, { sysctl: `net.bridge.${key}` });
   }
 }

@@ -40,6 +40,8 @@ export interface NodeStatus {
   mtu: number;
   ranges: string[];
   gateways: string[];
+  /** node-lifecycle.ts warn(): what on the node works against the pods' networking. */
+  warnings: string[];
 }
 
 /** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */

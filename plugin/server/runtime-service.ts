@@ -115,7 +115,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.node.status();
-      return { ready: s.ready, networks: [{ ...s, pod_link: s.podLink }], ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
+      return { ready: s.ready, networks: [{ ...s, pod_link: s.podLink }], warnings: s.warnings, ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
     }),
     GetIPAMStatus: u('GetIPAMStatus', () => {
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
