@@ -3,7 +3,7 @@
 // FDB and neighbour entries can be written from the Node list alone.
 import crypto from 'node:crypto';
 import { Family, parseIp } from '../ipam/ip';
-import { linkByName, linkDel, linkList, linkSetAlias, vxlanAdd } from '../netlink/link';
+import { linkByIndex, linkByName, linkDel, linkSetAlias, vxlanAdd } from '../netlink/link';
 import { NetlinkSocket } from '../netlink/socket';
 import { VxlanConfig } from '../core/config';
 
@@ -30,7 +30,7 @@ export interface VxlanDevice {
  */
 export function ensureVxlanDevice(sock: NetlinkSocket, cfg: VxlanConfig, localIp: string, underlayIndex: number): VxlanDevice {
   const local = parseIp(localIp);
-  const underlay = linkList(sock).find((l) => l.index === underlayIndex);
+  const underlay = linkByIndex(sock, underlayIndex);
   if (!underlay) throw new Error(`the underlay link (index ${underlayIndex}) of ${localIp} is gone`);
   const mtu = underlay.mtu - vxlanOverhead(local.family);
   const want = `kni:vxlan vni=${cfg.vni} port=${cfg.port} local=${localIp} link=${underlay.name} mtu=${mtu}`;
