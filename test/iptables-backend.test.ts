@@ -16,6 +16,7 @@ describe('the iptables backend kni writes with (real kernel, both backends)', ()
     { name: 'no hint, more rules in legacy: legacy', before: (ns) => sh('ip', ['netns', 'exec', ns, 'iptables-legacy', '-t', 'filter', '-A', 'INPUT', '-s', '192.0.2.1', '-j', 'ACCEPT']), want: 'legacy', why: /legacy holds 1 rule, nft 0/ },
     { name: 'nothing anywhere: nft', want: 'nft', why: /nft holds 0 rules, legacy 0/ },
     { name: 'KNI_IPTABLES_MODE=legacy over an nft hint', before: hint('nft'), env: { KNI_IPTABLES_MODE: 'legacy' }, want: 'legacy', why: /^$/ },
+    { name: 'KNI_IPTABLES_MODE with a typo: a warning, and the node\'s backend found as if unset', before: hint('legacy'), env: { KNI_IPTABLES_MODE: 'legcy' }, want: 'legacy', why: /hint chain is in legacy/ },
   ];
   for (const c of cases) {
     it(c.name, async () => {
@@ -27,7 +28,9 @@ describe('the iptables backend kni writes with (real kernel, both backends)', ()
           assert.doesNotMatch(masq(d, `${t}-${other}`), /KNI-MASQ/, `${t}-${other} has kni's rules too`);
         }
         const lines = chosen(d);
-        if (c.env) assert.equal(lines.length, 0, 'chosen by the environment: nothing to log');
+        const typo = c.env?.KNI_IPTABLES_MODE === 'legcy';
+        if (typo) assert.match(d.output, /KNI_IPTABLES_MODE \\"legcy\\" is not nft or legacy: kni finds the node's backend itself/);
+        if (c.env && !typo) assert.equal(lines.length, 0, 'chosen by the environment: nothing to log');
         else {
           assert.equal(lines.length, 1);
           assert.equal(lines[0].backend, c.want);

@@ -24,6 +24,7 @@ let chosen: Promise<Backend> | undefined;
 async function pickBackend(): Promise<Backend> {
   const forced = process.env.KNI_IPTABLES_MODE;
   if (forced === 'nft' || forced === 'legacy') return `-${forced}`;
+  if (forced) log('warn', `KNI_IPTABLES_MODE ${JSON.stringify(forced)} is not nft or legacy: kni finds the node's backend itself`);
   const save = async (b: Backend, tool: string, table?: string): Promise<string | undefined> => {
     try {
       return (await run(`${tool}${b}-save`, table ? ['-t', table] : [])).stdout;
