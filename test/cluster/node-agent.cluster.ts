@@ -285,7 +285,7 @@ spec:
     const events = () => kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'involvedObject.name=kni-config').items;
     try {
       edit(`${original}\nmtu: 12\n`);
-      await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /mtu 12 is not an integer from 576/.test(e.message)), 30_000, () => JSON.stringify(events()));
+      await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /mtu 12 is not "auto" or an integer from 576/.test(e.message)), 30_000, () => JSON.stringify(events()));
       edit(`${original}\nbridge: other0\n`);
       await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /bridge cannot change while kni runs/.test(e.message)), 30_000, () => JSON.stringify(events()));
       assert.equal(knictl('w1', 'node').networks[0].bridge, 'kni0');
