@@ -139,12 +139,18 @@ async function main(): Promise<void> {
       void rt.wiring.start().then((threads) => threads && log('info', 'wiring threads loaded', { threads, ms: Math.round(performance.now() - started) }));
     }, 1000).unref();
   });
+  // Another plugin's config may come (or go) after kni's: looked at again as often as reconcile runs.
+  let confOrderTimer: NodeJS.Timeout | undefined;
+  const checkConfOrder = () => {
+    const other = shadowingConf(cfg.cni);
+    rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
+  };
   rt.node.onReady(() => {
     try {
       const files = installCni(cfg.cni, cfg.name);
       if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });
-      const other = shadowingConf(cfg.cni);
-      rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
+      checkConfOrder();
+      confOrderTimer ??= cfg.cni.confDir ? setInterval(checkConfOrder, cfg.reconcileSeconds * 1000).unref() : undefined;
     } catch (e) {
       log('error', 'cannot install the CNI config', { error: (e as Error).message });
     }

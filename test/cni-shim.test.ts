@@ -197,7 +197,7 @@ describe('CNI shim (kni-cni)', () => {
     try {
       await g.stop();
       const cfg = JSON.parse(fs.readFileSync(g.configFile, 'utf8'));
-      fs.writeFileSync(g.configFile, JSON.stringify({ ...cfg, cni: { ...cfg.cni, confDir, binDir } }));
+      fs.writeFileSync(g.configFile, JSON.stringify({ ...cfg, reconcileSeconds: 1, cni: { ...cfg.cni, confDir, binDir } }));
       // Another plugin's config that a runtime would take first (name order).
       fs.mkdirSync(confDir);
       fs.writeFileSync(`${confDir}/05-other.conflist`, '{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}');
@@ -211,6 +211,12 @@ describe('CNI shim (kni-cni)', () => {
       assert.deepEqual((await g.rt().GetNode()).warnings, [warn.msg]);
       const shown = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', g.socket, 'node'], { encoding: 'utf8' });
       assert.ok(shown.stdout.includes(`warnings:\n- ${warn.msg}\n`), shown.stdout);
+      // Looked at again as often as reconcile runs (1 s here): gone, the warning goes; a config
+      // added later is found.
+      fs.rmSync(`${confDir}/05-other.conflist`);
+      await waitFor(async () => (await g.rt().GetNode()).warnings.length === 0, 10_000, () => 'the warning stayed after the file went');
+      fs.writeFileSync(`${confDir}/00-late.conf`, '{"cniVersion":"1.0.0","name":"late","type":"bridge"}');
+      await waitFor(async () => (await g.rt().GetNode()).warnings.some((w: string) => w.startsWith(`${confDir}/00-late.conf sorts before 10-kni.conflist`)), 10_000, () => 'a config added later was not found');
       const list = JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8'));
       assert.equal(list.name, 'kni');
       assert.equal(list.plugins[0].type, 'kni-cni');
