@@ -264,9 +264,12 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
         else if (k === 'confName') {
           if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.conflist$/.test(c[k] as string)) problems.push(`cni.confName ${JSON.stringify(c[k])} must be a plain file name ending in .conflist`);
           else cfg.cni.confName = c[k] as string;
-        } else if (k === 'socket' && c[k] !== '' && socketPathProblem(c[k], 'cni.socket')) problems.push(socketPathProblem(c[k], 'cni.socket'));
-        else if (c[k] !== '' && !path.isAbsolute(c[k] as string)) problems.push(`cni.${k} must be an absolute path`);
-        else (cfg.cni as unknown as Record<string, string>)[k] = c[k] === '' ? '' : path.normalize(c[k] as string);
+        } else {
+          const v = c[k] as string;
+          const problem = v === '' ? '' : k === 'socket' ? socketPathProblem(v, 'cni.socket') : path.isAbsolute(v) ? '' : `cni.${k} must be an absolute path`;
+          if (problem) problems.push(problem);
+          else (cfg.cni as unknown as Record<string, string>)[k] = v === '' ? '' : path.normalize(v);
+        }
       }
       if (!cfg.cni.socket) problems.push('cni.socket must not be empty');
     }

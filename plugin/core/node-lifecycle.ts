@@ -14,8 +14,8 @@ import { syncHostPorts } from '../node/host-ports';
 
 export class NodeLifecycle {
   bridgeIndex = 0;
-  /** The MTU of the built-in network's pods (the config's, or found at setup: node-mtu.ts). */
-  mtu = FALLBACK_MTU;
+  /** The built-in network's pods' MTU and where it came from, found at setup (node-mtu.ts). */
+  private found?: { mtu: number; from: string };
   private ready = false;
   private reason = 'node network not set up yet';
   /** Other nodes' pod CIDRs (from the node agent): pod traffic to them is not masqueraded. */
@@ -27,7 +27,6 @@ export class NodeLifecycle {
   private announced = false;
 
   private hostPortWrites: Promise<void> = Promise.resolve();
-  private mtuLogged = false;
   private readonly warnings = new Map<string, string>();
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
@@ -50,6 +49,11 @@ export class NodeLifecycle {
     });
     this.hostPortWrites = next.catch(() => undefined);
     return next;
+  }
+
+  /** The MTU of the built-in network's pods: the config's, or the one found at setup. */
+  get mtu(): number {
+    return this.found?.mtu ?? FALLBACK_MTU;
   }
 
   /**
@@ -105,9 +109,8 @@ export class NodeLifecycle {
       }
       if (!this.rt.cfg.ranges.length) throw new KniError('FAILED_PRECONDITION', this.noRangesReason);
       const found = podMtu(this.rt.host, this.rt.cfg);
-      if (found.mtu !== this.mtu || !this.mtuLogged) log('info', `pods get MTU ${found.mtu}, from ${found.from}`, { mtu: found.mtu });
-      this.mtuLogged = true;
-      this.mtu = found.mtu;
+      if (found.mtu !== this.found?.mtu) log('info', `pods get MTU ${found.mtu}, from ${found.from}`, { mtu: found.mtu });
+      this.found = found;
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs, this.mtu);
       await this.syncHostPorts();
       this.ready = true;

@@ -326,13 +326,11 @@ export function parseLink(body: Buffer): Link {
 /** Asked of every link lookup: no counters in the answer (a veth's are summed over every CPU and queue on each ask). */
 const noCounters = (w: BodyWriter): void => w.u32(IFLA_EXT_MASK, RTEXT_FILTER_SKIP_STATS);
 
-export function linkByName(sock: NetlinkSocket, name: string): Link | undefined {
-  const w = ifinfomsg();
-  w.string(IFLA_IFNAME, name);
+/** One link asked for by name or index; undefined when there is none. */
+function getLink(sock: NetlinkSocket, w: BodyWriter, what: string): Link | undefined {
   noCounters(w);
-  const req: NetlinkRequest = { type: RTM_GETLINK, flags: 0, what: `get link ${name}`, body: w.take() };
   try {
-    const msgs = sock.query(req);
+    const msgs = sock.query({ type: RTM_GETLINK, flags: 0, what: `get link ${what}`, body: w.take() });
     return msgs.length ? parseLink(msgs[0].body) : undefined;
   } catch (e) {
     if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
@@ -340,16 +338,14 @@ export function linkByName(sock: NetlinkSocket, name: string): Link | undefined 
   }
 }
 
+export function linkByName(sock: NetlinkSocket, name: string): Link | undefined {
+  const w = ifinfomsg();
+  w.string(IFLA_IFNAME, name);
+  return getLink(sock, w, name);
+}
+
 export function linkByIndex(sock: NetlinkSocket, index: number): Link | undefined {
-  const w = ifinfomsg(index);
-  noCounters(w);
-  try {
-    const msgs = sock.query({ type: RTM_GETLINK, flags: 0, what: `get link ${index}`, body: w.take() });
-    return msgs.length ? parseLink(msgs[0].body) : undefined;
-  } catch (e) {
-    if (e instanceof NetlinkError && e.code === 'ENODEV') return undefined;
-    throw e;
-  }
+  return getLink(sock, ifinfomsg(index), String(index));
 }
 
 /**

@@ -9,7 +9,7 @@ import { Cidr, cidrContains, cidrsOverlap, Family, formatIp, parseCidr, parseIp 
 import { addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
 import { neighDel, neighList, Neighbour, neighSet } from '../netlink/neigh';
-import { PeerRoute, peerRouteAdd, peerRouteDel, routeList, RTPROT_KNI } from '../netlink/route';
+import { PeerRoute, peerRouteAdd, peerRouteDel, Route, routeList, RTPROT_KNI } from '../netlink/route';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureVxlanDevice, removeVxlanDevice, vtepMac } from './vxlan-device';
 
@@ -57,14 +57,15 @@ const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
 
-/** The main table's routes kni did not make, by canonical destination → their protocol. */
-function foreignRoutes(sock: NetlinkSocket): Map<string, string> {
+/** The main table's routes of both families (one dump a sync: ≈ 2 per pod on a routed node). */
+const mainRoutes = (sock: NetlinkSocket): Route[] => ([4, 6] as Family[]).flatMap((f) => routeList(sock, f));
+
+/** The routes kni did not make, by canonical destination → their protocol. */
+function foreignRoutes(routes: Route[]): Map<string, string> {
   const out = new Map<string, string>();
-  for (const f of [4, 6] as Family[]) {
-    for (const r of routeList(sock, f)) {
-      if (r.protocol === RTPROT_KNI || !r.destination.includes('/')) continue;
-      out.set(parseCidr(r.destination).text, PROTOCOL_NAMES[r.protocol] ?? `proto ${r.protocol}`);
-    }
+  for (const r of routes) {
+    if (r.protocol === RTPROT_KNI || !r.destination.includes('/')) continue;
+    out.set(parseCidr(r.destination).text, PROTOCOL_NAMES[r.protocol] ?? `proto ${r.protocol}`);
   }
   return out;
 }
@@ -106,7 +107,9 @@ export class PeerNetwork {
         return [];
       }
     }));
-    const foreign = foreignRoutes(this.sock);
+    // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
+    const routes = mainRoutes(this.sock);
+    const foreign = foreignRoutes(routes);
 
     const plans: Planned[] = [];
     for (const peer of peers) {
@@ -188,7 +191,7 @@ export class PeerNetwork {
         Object.assign(p.status, { state: 'failed', error: (e as Error).message });
       }
     }
-    this.removeStale(new Set(plans.filter((p) => p.status.state === 'installed').map((p) => p.status.destination)));
+    this.removeStale(new Set(plans.filter((p) => p.status.state === 'installed').map((p) => p.status.destination)), routes);
     this.last = plans.map((p) => p.status);
     return this.last;
   }
@@ -220,23 +223,21 @@ export class PeerNetwork {
     }
   }
 
-  /** Every RTPROT_KNI route whose destination no peer wants now. */
-  private removeStale(keep: Set<string>): void {
-    for (const f of [4, 6] as Family[]) {
-      for (const r of routeList(this.sock, f)) {
-        if (r.protocol !== RTPROT_KNI || keep.has(r.destination)) continue;
-        try {
-          this.sock.request(peerRouteDel(parseCidr(r.destination)));
-        } catch {
-          // gone already
-        }
+  /** Every RTPROT_KNI route (of `routes`, the main table's) whose destination no peer wants now. */
+  private removeStale(keep: Set<string>, routes: Route[]): void {
+    for (const r of routes) {
+      if (r.protocol !== RTPROT_KNI || keep.has(r.destination)) continue;
+      try {
+        this.sock.request(peerRouteDel(parseCidr(r.destination)));
+      } catch {
+        // gone already
       }
     }
   }
 
   /** Everything kni made for peers (kni removed from the node). */
   teardown(): void {
-    this.removeStale(new Set());
+    this.removeStale(new Set(), mainRoutes(this.sock));
     removeVxlanDevice(this.sock, this.cfg.vxlan.device);
     this.last = [];
   }
