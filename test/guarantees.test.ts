@@ -13,32 +13,40 @@ describe('guarantees', () => {
   let d: TestDaemon;
   let rt: Client;
   before(async () => {
-    d = await TestDaemon.start(
-      { ranges: ['10.67.0.0/24', 'fd00:67::/64'], reconcileSeconds: 1, unclaimedNetnsGraceSeconds: 1 },
-      { script: path.join(packageRoot(), 'dist/test/helpers/spawn-reporting-daemon.js') },
-    );
+    d = await TestDaemon.start({ ranges: ['10.67.0.0/24', 'fd00:67::/64'], reconcileSeconds: 1, unclaimedNetnsGraceSeconds: 1 });
     rt = d.rt();
   });
   after(() => d?.cleanup());
 
-  it('no process is spawned on the attach/detach path (gRPC, KNI POC, CNI), checked at run time', async () => {
-    assert.match(d.output, /"msg":"TEST spawn","fn":"execFile","command":"iptables"/, 'the spawn reporter did not see node setup: it proves nothing');
-    const from = d.output.length;
-    const kni = d.kni();
-    for (let i = 0; i < 10; i++) {
-      const netns = d.makePodNetns(`nospawn${i}`);
-      await rt.Attach({ sandbox_id: `ns-g${i}`, netns_path: netns });
-      await rt.Detach({ sandbox_id: `ns-g${i}` });
-      const made = (await kni.CreateNetwork({ name: `p${i}`, namespace: 'x' })).netns_path;
-      await kni.AttachInterface({ id: `ns-k${i}`, name: `p${i}`, namespace: 'x', isolation: { path: made } });
-      await kni.DetachInterface({ id: `ns-k${i}` });
-      await kni.DeleteNetwork({ id: `ns-k${i}`, netns_path: made });
-      const conf = { cniVersion: '1.0.0', name: 'kni', socket: d.cniSocket };
-      assert.equal(cni('ADD', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
-      assert.equal(cni('DEL', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
-    }
-    assert.match(d.output.slice(from), /"msg":"attach"/);
-    assert.doesNotMatch(d.output.slice(from), /TEST spawn/);
+  // Its own daemon: reconcile looks at the masquerade rules with iptables, and must not run in
+  // the window watched (reconcile is never on a pod's path).
+  describe('spawn-free pod path', () => {
+    let sd: TestDaemon;
+    before(async () => {
+      sd = await TestDaemon.start({ ranges: ['10.69.0.0/24', 'fd00:69::/64'], reconcileSeconds: 3600 }, { script: path.join(packageRoot(), 'dist/test/helpers/spawn-reporting-daemon.js') });
+    });
+    after(() => sd?.cleanup());
+
+    it('no process is spawned on the attach/detach path (gRPC, KNI POC, CNI), checked at run time', async () => {
+      assert.match(sd.output, /"msg":"TEST spawn","fn":"execFile","command":"iptables"/, 'the spawn reporter did not see node setup: it proves nothing');
+      const from = sd.output.length;
+      const rt = sd.rt();
+      const kni = sd.kni();
+      for (let i = 0; i < 10; i++) {
+        const netns = sd.makePodNetns(`nospawn${i}`);
+        await rt.Attach({ sandbox_id: `ns-g${i}`, netns_path: netns });
+        await rt.Detach({ sandbox_id: `ns-g${i}` });
+        const made = (await kni.CreateNetwork({ name: `p${i}`, namespace: 'x' })).netns_path;
+        await kni.AttachInterface({ id: `ns-k${i}`, name: `p${i}`, namespace: 'x', isolation: { path: made } });
+        await kni.DetachInterface({ id: `ns-k${i}` });
+        await kni.DeleteNetwork({ id: `ns-k${i}`, netns_path: made });
+        const conf = { cniVersion: '1.0.0', name: 'kni', socket: sd.cniSocket };
+        assert.equal(cni('ADD', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
+        assert.equal(cni('DEL', { CNI_CONTAINERID: `ns-c${i}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0' }, conf).code, 0);
+      }
+      assert.match(sd.output.slice(from), /"msg":"attach"/);
+      assert.doesNotMatch(sd.output.slice(from), /TEST spawn/);
+    });
   });
 
   it('pod veths have no IPv6 link-local address, on either end (in the kernel)', async () => {
@@ -62,6 +70,13 @@ describe('guarantees', () => {
     await waitFor(() => inNetns(netns, 'ip', ['-4', 'addr', 'show', 'dev', 'eth0']).out.includes(v4p), 30_000, () => 'the address was not restored');
     assert.equal((await rt.GetPod({ sandbox_id: 'periodic' })).interfaces[0].addresses[0].address, v4);
     await rt.Detach({ sandbox_id: 'periodic' });
+  });
+
+  it('periodic reconcile turns forwarding back on after something turned it off', async () => {
+    const forwarding = () => inNetns(d.nodeNetns, 'sysctl', ['-n', 'net.ipv4.ip_forward']).out.trim();
+    assert.ok(inNetns(d.nodeNetns, 'sysctl', ['-qw', 'net.ipv4.ip_forward=0']).ok);
+    await waitFor(() => forwarding() === '1', 30_000, () => 'forwarding is still off');
+    await waitFor(() => d.output.includes('net.ipv4.ip_forward is off'), 10_000, () => 'no reconcile finding names it');
   });
 
   it('the periodic sweep releases a CreateNetwork netns that no attach claimed', async () => {

@@ -32,6 +32,34 @@ async function kniNode(i: number, backend: string): Promise<KniNode> {
   return { d, sock, peers: new PeerNetwork(sock, cfg), view: { name: `node${i}`, internalIPs: [], podCidrs: RANGES[i] }, pod: { netns: netns_path, v4: addrs[0], v6: addrs[1] } };
 }
 
+/** Counts the requests made on a socket (dumps are not requests) until restored. */
+function countWrites(sock: NetlinkSocket): { count: number; restore: () => void } {
+  const request = sock.request.bind(sock);
+  const exec = sock.exec.bind(sock);
+  const c = {
+    count: 0,
+    restore: () => Object.assign(sock, { request, exec }),
+  };
+  Object.assign(sock, {
+    request: (...args: Parameters<NetlinkSocket['request']>) => (c.count++, request(...args)),
+    exec: (...args: Parameters<NetlinkSocket['exec']>) => (c.count++, exec(...args)),
+  });
+  return c;
+}
+
+/** What fn's log lines say (kni logs to stdout). */
+function captureStdout(fn: () => void): string {
+  const write = process.stdout.write;
+  let out = '';
+  process.stdout.write = ((chunk: string | Uint8Array) => ((out += chunk.toString()), true)) as typeof process.stdout.write;
+  try {
+    fn();
+  } finally {
+    process.stdout.write = write;
+  }
+  return out;
+}
+
 const routesIn = (netns: string, family: '-4' | '-6'): string => inNetns(netns, 'ip', [family, 'route', 'show', 'proto', '107']).out;
 
 function both(a: KniNode, b: KniNode): void {
@@ -87,6 +115,28 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       both(a, b);
       assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.99\.0\.0/);
       assert.match(inNetns(a.d.nodeNetns, 'ip', ['-4', 'route']).out, /10\.98\.0\.0\/24/, 'a route kni did not make was removed');
+      reachable(a, b);
+    });
+
+    it('routes taken by their link going down are installed again by the next sync, which says so; a sync finding all in place writes nothing', async () => {
+      const link = `${RUN}ha`;
+      const writes = countWrites(a.sock);
+      try {
+        both(a, b);
+        assert.equal(writes.count, 0, 'a sync with every route in place wrote to the kernel');
+        sh('ip', ['-n', a.d.nodeNetnsName, 'link', 'set', link, 'down']);
+        sh('ip', ['-n', a.d.nodeNetnsName, 'link', 'set', link, 'up']);
+        assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '', 'the link going down left the route: the test proves nothing');
+        // IPv6 addresses go with the link too (keep_addr_on_down 0): the node's own network manager puts them back.
+        sh('ip', ['-n', a.d.nodeNetnsName, '-6', 'addr', 'replace', 'fd00:6100::1/64', 'dev', link, 'nodad']);
+        const logged = captureStdout(() => both(a, b));
+        assert.match(logged, /"msg":"the route to node node1's pods 10\.61\.2\.0\/24 was gone from the kernel; installed again"/);
+        assert.match(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0\/24 via 192\.168\.61\.2/);
+        assert.deepEqual(a.peers.status().map((s) => s.state), ['installed', 'installed']);
+      } finally {
+        writes.restore();
+      }
+      await waitFor(() => inNetns(a.d.nodeNetns, 'ping', ['-c', '1', '-W', '1', 'fd00:6100::2']).ok, 10_000, () => 'node link IPv6 never came up again');
       reachable(a, b);
     });
 
@@ -198,6 +248,14 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       // The router has no route to any pod range: only encapsulated traffic can cross it.
       assert.doesNotMatch(inNetns(router, 'ip', ['route']).out, /10\.61\./);
       reachable(a, b);
+      // The periodic sync: device, neighbours, FDB and routes in place, so nothing is written.
+      const writes = countWrites(a.sock);
+      try {
+        both(a, b);
+        assert.equal(writes.count, 0, 'a sync with the overlay in place wrote to the kernel');
+      } finally {
+        writes.restore();
+      }
     });
 
     it('a peer removed: routes, neighbours and FDB entries go, and with no vxlan peer left the device too', () => {

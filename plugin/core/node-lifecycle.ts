@@ -9,7 +9,7 @@ import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeMasquerade, syncMasquerade } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
-import { setupNodeNetwork } from '../node/node-network';
+import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { syncHostPorts } from '../node/host-ports';
 
 export class NodeLifecycle {
@@ -182,8 +182,9 @@ export class NodeLifecycle {
    */
   async ensure(verify = false): Promise<void> {
     if (this.ready && (this.rt.cni || !verify)) return;
-    if (this.ready && linkByName(this.rt.host, this.rt.cfg.bridge)?.index === this.bridgeIndex) return;
-    if (this.ready) log('warn', 'bridge gone or replaced behind kni\'s back; setting the node network up again', { bridge: this.rt.cfg.bridge });
+    const br = this.ready ? linkByName(this.rt.host, this.rt.cfg.bridge) : undefined;
+    if (br && br.index === this.bridgeIndex && br.flags & IFF_UP) return;
+    if (this.ready) log('warn', `bridge ${br ? (br.index === this.bridgeIndex ? 'set down' : 'replaced') : 'gone'} behind kni's back; setting the node network up again`, { bridge: this.rt.cfg.bridge });
     this.ready = false;
     this.announced = false;
     try {
@@ -191,6 +192,17 @@ export class NodeLifecycle {
     } catch (e) {
       throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
     }
+  }
+
+  /**
+   * Reconcile's look at the node network beyond its bridge (nodeNetworkDrift): what was undone
+   * is set up again, and returned so reconcile can say what it found.
+   */
+  async repairDrift(): Promise<string[]> {
+    if (!this.ready || this.rt.cni) return [];
+    const drift = await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs);
+    if (drift.length) await this.setup();
+    return drift;
   }
 
   status(): NodeStatus {

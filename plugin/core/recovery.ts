@@ -194,6 +194,13 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   } catch (e) {
     found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
   }
+  // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
+  try {
+    const drift = await rt.node.repairDrift();
+    if (drift.length) found(`node network changed behind kni's back (${drift.join('; ')}); set up again`, { bridge: rt.cfg.bridge });
+  } catch (e) {
+    found(`node network changed behind kni's back and cannot be set up again: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
+  }
   const release = async (rec: SandboxRecord, why: string, releaseNetns = true) => {
     try {
       await rt.release(rec, releaseNetns);

@@ -36,6 +36,9 @@ const nodeView = (n: K8s.V1Node): NodeView => ({
   podCidrs: n.spec?.podCIDRs?.length ? n.spec.podCIDRs : n.spec?.podCIDR ? [n.spec.podCIDR] : [],
 });
 
+/** How often the peer routes are compared with the kernel (a sync that finds them all writes nothing). */
+const ROUTE_CHECK_MS = 10_000;
+
 export class NodeAgent {
   private informer?: K8s.Informer<K8s.V1Node> & K8s.ObjectCache<K8s.V1Node>;
   private readonly peers: PeerNetwork;
@@ -51,6 +54,7 @@ export class NodeAgent {
   private refusedKey = '';
   private exhaustedKey: string | undefined;
   private ownerTimer?: NodeJS.Timeout;
+  private routeTimer?: NodeJS.Timeout;
   /** Extension name → when its registering pod was first found gone. */
   private ownerGone = new Map<string, number>();
 
@@ -85,6 +89,10 @@ export class NodeAgent {
     restart.begin();
     this.ownerTimer = setInterval(() => void this.checkExtensionOwners(), 2000);
     this.ownerTimer.unref();
+    // Routes go without a Node event: a link going down takes the routes through it along, and
+    // an admin or another agent may delete them. Checked as often as flannel checks its own.
+    this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
+    this.routeTimer.unref();
   }
 
   /**
@@ -120,6 +128,7 @@ export class NodeAgent {
     this.restart?.stop();
     if (this.syncTimer) clearTimeout(this.syncTimer);
     if (this.ownerTimer) clearInterval(this.ownerTimer);
+    if (this.routeTimer) clearInterval(this.routeTimer);
     this.writer.stop();
   }
 

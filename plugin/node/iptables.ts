@@ -67,6 +67,18 @@ export async function natRuleExists(f: Family, chain: string, rule: string[]): P
   }
 }
 
+/** A nat chain's rules as `iptables -S` prints them, less the `-A <chain> `; undefined: no such chain. */
+export async function natChainRules(f: Family, chain: string): Promise<string[] | undefined> {
+  const tool = await iptablesTool(f);
+  try {
+    const { stdout } = await run(tool, ['-w', '5', '-t', 'nat', '-S', chain]);
+    return stdout.split('\n').filter((l) => l.startsWith(`-A ${chain} `)).map((l) => l.slice(chain.length + 4));
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`${tool} is not installed`);
+    return undefined;
+  }
+}
+
 /** Appends a rule to a nat chain unless it is there already. */
 export async function ensureNatRule(f: Family, chain: string, rule: string[]): Promise<void> {
   if (await natRuleExists(f, chain, rule)) return;

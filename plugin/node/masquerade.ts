@@ -3,7 +3,7 @@
 // each peer's: pod → pod across nodes keeps the pod's source address) and masquerades the
 // rest. Installed at node setup and when peers come or go, never per pod.
 import { Cidr, Family } from '../ipam/ip';
-import { deleteNatRule, ensureNatRule, natRuleExists, restoreNatChains } from './iptables';
+import { deleteNatRule, ensureNatRule, natChainRules, natRuleExists, restoreNatChains } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
@@ -11,6 +11,8 @@ const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
 const jumpRule = (c: Cidr): string[] => ['-s', c.text, '-m', 'comment', '--comment', COMMENT, '-j', MASQ_CHAIN];
 // The rule of kni versions before the chain: removed where found.
 const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', 'comment', '--comment', `kni: masquerade traffic leaving ${c.text}`, '-j', 'MASQUERADE'];
+
+const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
 
 /**
  * Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside
@@ -20,8 +22,7 @@ export async function syncMasquerade(ranges: Cidr[], clusterCidrs: Cidr[]): Prom
   for (const f of [4, 6] as Family[]) {
     const mine = ranges.filter((c) => c.family === f);
     if (!mine.length) continue;
-    const rules = clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']);
-    await restoreNatChains(f, { [MASQ_CHAIN]: [...rules, ['-j', 'MASQUERADE']] });
+    await restoreNatChains(f, { [MASQ_CHAIN]: masqRules(f, clusterCidrs) });
     for (const c of mine) {
       if (await natRuleExists(f, 'POSTROUTING', oldRule(c))) await deleteNatRule(f, 'POSTROUTING', oldRule(c));
       await ensureNatRule(f, 'POSTROUTING', jumpRule(c));
@@ -35,4 +36,23 @@ export async function removeMasquerade(ranges: Cidr[]): Promise<void> {
     await deleteNatRule(c.family, 'POSTROUTING', jumpRule(c));
     await deleteNatRule(c.family, 'POSTROUTING', oldRule(c));
   }
+}
+
+/**
+ * What of syncMasquerade's rules is missing or changed now (a firewall reload, `iptables -t nat
+ * -F`): one listing of the chain and one check per range, each a process — reconcile's, never
+ * a pod's.
+ */
+export async function masqueradeDrift(ranges: Cidr[], clusterCidrs: Cidr[]): Promise<string[]> {
+  const out: string[] = [];
+  for (const f of [4, 6] as Family[]) {
+    const mine = ranges.filter((c) => c.family === f);
+    if (!mine.length) continue;
+    const have = await natChainRules(f, MASQ_CHAIN);
+    const want = masqRules(f, clusterCidrs).map((r) => r.join(' '));
+    if (!have) out.push(`IPv${f} nat chain ${MASQ_CHAIN} is missing`);
+    else if (have.join('\n') !== want.join('\n')) out.push(`IPv${f} nat chain ${MASQ_CHAIN} was changed (${have.length} rules; kni wrote ${want.length})`);
+    for (const c of mine) if (!(await natRuleExists(f, 'POSTROUTING', jumpRule(c)))) out.push(`the POSTROUTING rule sending ${c.text} to ${MASQ_CHAIN} is missing`);
+  }
+  return out;
 }

@@ -6,11 +6,11 @@ import { KniError } from '../core/errors';
 import { log } from '../core/log';
 import { Ipam } from '../ipam/ipam';
 import { Cidr, ipBytes } from '../ipam/ip';
-import { addrAdd } from '../netlink/addr';
+import { addrAdd, addrList } from '../netlink/addr';
 import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByIndex, linkByName, linkSetUp } from '../netlink/link';
 import { routeList, RTPROT_RA } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { removeMasquerade, syncMasquerade } from './masquerade';
+import { masqueradeDrift, removeMasquerade, syncMasquerade } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
 export function bridgeMac(ipam: Ipam): string {
@@ -18,6 +18,8 @@ export function bridgeMac(ipam: Ipam): string {
   const tail = gw4 ? [...ipBytes(4, gw4.address)] : [0x0a, 0xf4, 0, 1];
   return ['0a', '58', ...tail.map((b) => b.toString(16).padStart(2, '0'))].join(':');
 }
+
+const FORWARDING = { 4: '/proc/sys/net/ipv4/ip_forward', 6: '/proc/sys/net/ipv6/conf/all/forwarding' } as const;
 
 /** `peerCidrs`: the other nodes' pod CIDRs, which pod traffic reaches unmasqueraded; `mtu`: the pods'. */
 export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam, peerCidrs: Cidr[], mtu: number): Promise<number> {
@@ -42,10 +44,10 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     }
     throw e;
   }
-  fs.writeFileSync('/proc/sys/net/ipv4/ip_forward', '1');
+  fs.writeFileSync(FORWARDING[4], '1');
   if (cfg.ranges.some((c) => c.family === 6)) {
     keepRouterAdvertisements(sock);
-    fs.writeFileSync('/proc/sys/net/ipv6/conf/all/forwarding', '1');
+    fs.writeFileSync(FORWARDING[6], '1');
   }
   if (cfg.masquerade) await syncMasquerade(cfg.ranges, [...cfg.ranges, ...peerCidrs]);
   else await removeMasquerade(cfg.ranges);
@@ -72,4 +74,22 @@ function keepRouterAdvertisements(sock: NetlinkSocket): void {
       log('warn', `cannot keep ${name} taking router advertisements with IPv6 forwarding on; its IPv6 default route may expire`, { link: name, error: (e as Error).message });
     }
   }
+}
+
+/**
+ * What of setupNodeNetwork's work on an existing bridge is undone now: other agents and admins
+ * change the node behind kni's back (a sysctl run or another network agent turning forwarding
+ * off, a firewall reload flushing nat, `ip addr flush`), and pods lose their gateway or the
+ * outside world without a word. One address dump, two sysctl reads, and (masquerading) a few
+ * iptables processes: reconcile's, never a pod's.
+ */
+export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: Ipam, bridgeIndex: number, peerCidrs: Cidr[]): Promise<string[]> {
+  const out: string[] = [];
+  const on = new Set(addrList(sock).filter((a) => a.index === bridgeIndex).map((a) => `${a.address}/${a.prefixLength}`));
+  for (const g of ipam.gateways()) if (!on.has(`${g.text}/${g.prefixLength}`)) out.push(`gateway ${g.text}/${g.prefixLength} is missing from ${cfg.bridge}`);
+  for (const f of [...new Set(cfg.ranges.map((c) => c.family))]) {
+    if (fs.readFileSync(FORWARDING[f], 'utf8').trim() !== '1') out.push(`${FORWARDING[f].slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
+  }
+  if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, [...cfg.ranges, ...peerCidrs])));
+  return out;
 }

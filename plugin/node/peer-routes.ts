@@ -5,6 +5,7 @@
 // host-gw per peer where it can. Everything kni installs carries RTPROT_KNI, so a sync (and
 // the first one after a start) removes what no peer wants any more. All over rtnetlink.
 import { Backend, Config } from '../core/config';
+import { log } from '../core/log';
 import { Cidr, cidrContains, cidrsOverlap, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
@@ -54,6 +55,8 @@ const notIps = (v: NodeView): string => {
 
 /** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
 const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
+
+const sameIp = (a: string, b: string): boolean => familyOf(a) !== 0 && familyOf(a) === familyOf(b) && parseIp(a).value === parseIp(b).value;
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
 
@@ -110,6 +113,11 @@ export class PeerNetwork {
     // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
     const routes = mainRoutes(this.sock);
     const foreign = foreignRoutes(routes);
+
+    // What is in place already is left as it is (a periodic sync writes nothing); a route that
+    // was in place and is gone (a link that went down takes its routes along) is named.
+    const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
+    const wasInstalled = new Set(this.last.filter((s) => s.state === 'installed').map((s) => s.destination));
 
     const plans: Planned[] = [];
     for (const peer of peers) {
@@ -184,9 +192,15 @@ export class PeerNetwork {
     for (const p of plans) {
       if (!p.route) continue;
       if (p.vtep) p.route.index = vxlanIndex;
+      const had = inPlace.get(p.status.destination);
+      if (had && had.index === p.route.index && sameIp(had.gateway, p.route.gateway)) {
+        p.status.state = 'installed';
+        continue;
+      }
       try {
         this.sock.request(peerRouteAdd(p.route));
         p.status.state = 'installed';
+        if (!had && wasInstalled.has(p.status.destination)) log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
       } catch (e) {
         Object.assign(p.status, { state: 'failed', error: (e as Error).message });
       }
@@ -204,7 +218,9 @@ export class PeerNetwork {
     }
     const key = (n: Neighbour) => `${n.family}/${n.ip}/${n.mac}`;
     const wanted = new Set(want.map(key));
+    const present = new Set<string>();
     for (const n of neighList(this.sock, index)) {
+      present.add(key(n));
       if (wanted.has(key(n))) continue;
       try {
         this.sock.request(neighDel(n));
@@ -213,6 +229,7 @@ export class PeerNetwork {
       }
     }
     for (const n of want) {
+      if (present.has(key(n))) continue;
       try {
         this.sock.request(neighSet(n));
       } catch (e) {

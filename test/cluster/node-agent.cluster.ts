@@ -141,7 +141,7 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
     }
   });
 
-  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); deleted, they go', async () => {
+  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); a route deleted behind kni\'s back comes back; the Node deleted, they go', async () => {
     apply(`apiVersion: v1
 kind: Node
 metadata: {name: kc-extra}
@@ -152,6 +152,10 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.244\.200\.1 dev kni\.vxlan onlink/.test(kernelRoutes('w2')) && /fd00:10:244:c8::\/64 via fd00:10:244:c8::1 dev kni\.vxlan/.test(kernelRoutes('w2')), 30_000, () => kernelRoutes('w2'));
     const fdb = () => execFileSync('bridge', ['-n', 'kc-w2', 'fdb', 'show', 'dev', 'kni.vxlan'], { encoding: 'utf8' });
     assert.match(fdb(), /dst 10\.240\.0\.50 self permanent/);
+    // Deleted behind kni's back, with no Node event to follow: the periodic check puts it back.
+    execFileSync('ip', ['-n', 'kc-w1', 'route', 'del', '10.244.200.0/28']);
+    await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
+    assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /the route to node kc-extra's pods 10\.244\.200\.0\/28 was gone from the kernel; installed again/);
     kubectl('delete', 'node', 'kc-extra');
     for (const w of WORKERS) await waitFor(() => !/10\.244\.200\./.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
     assert.doesNotMatch(fdb(), /10\.240\.0\.50/);
