@@ -258,6 +258,15 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       }
     });
 
+    it('the vxlan device set down (its routes and neighbours go with it): the next sync sets it up and puts them back', () => {
+      sh('ip', ['-n', a.d.nodeNetnsName, 'link', 'set', `${RUN}vx`, 'down']);
+      assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '', 'the device going down left its routes: the test proves nothing');
+      both(a, b);
+      assert.deepEqual(a.peers.status().map((s) => [s.destination, s.state, s.error]), [['10.61.2.0/24', 'installed', ''], ['fd00:61:2::/64', 'installed', '']]);
+      assert.match(inNetns(a.d.nodeNetns, 'ip', ['link', 'show', `${RUN}vx`]).out, /[<,]UP[,>]/);
+      reachable(a, b);
+    });
+
     it('a peer removed: routes, neighbours and FDB entries go, and with no vxlan peer left the device too', () => {
       a.peers.sync(a.view, [a.view]);
       assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');

@@ -3,7 +3,7 @@
 // FDB and neighbour entries can be written from the Node list alone.
 import crypto from 'node:crypto';
 import { Family, parseIp } from '../ipam/ip';
-import { linkByIndex, linkByName, linkDel, linkSetAlias, vxlanAdd } from '../netlink/link';
+import { IFF_UP, linkByIndex, linkByName, linkDel, linkSetAlias, linkSetUp, vxlanAdd } from '../netlink/link';
 import { NetlinkSocket } from '../netlink/socket';
 import { VxlanConfig } from '../core/config';
 
@@ -25,7 +25,7 @@ export interface VxlanDevice {
 
 /**
  * The device as the config and this node's underlay address want it: made if missing, made
- * again if its settings (recorded in its alias) differ. Returns it with its MTU, which is the
+ * again if its settings (recorded in its alias) differ, set up if down. Returns it with its MTU, which is the
  * underlay link's less the encapsulation.
  */
 export function ensureVxlanDevice(sock: NetlinkSocket, cfg: VxlanConfig, localIp: string, underlayIndex: number): VxlanDevice {
@@ -44,6 +44,10 @@ export function ensureVxlanDevice(sock: NetlinkSocket, cfg: VxlanConfig, localIp
     sock.request(vxlanAdd({ name: cfg.device, vni: cfg.vni, port: cfg.port, mtu, mac: vtepMac(localIp), underlayIndex, local }));
     dev = linkByName(sock, cfg.device)!;
     sock.request(linkSetAlias(dev.index, cfg.device, want));
+  } else if (!(dev.flags & IFF_UP)) {
+    // Set down behind kni's back (the routes through it went with it): up again, and the sync
+    // puts the routes and neighbours back.
+    sock.request(linkSetUp(cfg.device));
   }
   return { index: dev.index, name: cfg.device, mtu, underlay: local.family };
 }
