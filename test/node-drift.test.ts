@@ -12,7 +12,7 @@ describe('node network drift (real kernel, iptables)', () => {
   const node = () => d.nodeNetns;
   // Reconcile only when asked: the periodic one would race the checks here.
   before(async () => {
-    d = await TestDaemon.start({ ranges: ['10.71.0.0/24', 'fd00:71::/64'], reconcileSeconds: 3600 });
+    d = await TestDaemon.start({ ranges: ['10.71.0.0/24', 'fd00:71::/64'], reconcileSeconds: 3600 }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
     rt = d.rt();
   });
   after(() => d?.cleanup());
@@ -83,5 +83,13 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.match(await reconcileFindings(), /IPv4 nat chain KNI-MASQ is missing; the POSTROUTING rule sending 10\.71\.0\.0\/24 to KNI-MASQ is missing/);
     assert.deepEqual(masq('iptables'), want4);
     assert.equal(await reconcileFindings(), '');
+  });
+
+  it('every finding counts in kni_drift_findings_total by object, for alerts', () => {
+    const metrics = inNetns(node(), 'curl', ['-s', 'http://127.0.0.1:9273/metrics']).out;
+    const line = metrics.split('\n').find((l) => l.startsWith('kni_drift_findings_total{object="node_network"} '));
+    assert.ok(line, metrics.split('\n').filter((l) => l.includes('drift')).join('\n'));
+    // Down, gateways, forwarding, three masquerade rounds.
+    assert.equal(Number(line.split(' ')[1]), 6);
   });
 });

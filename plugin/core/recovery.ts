@@ -17,6 +17,10 @@ import { checkRecord, interfaceProblems } from './sandbox-check';
 import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
+import { driftFindings } from '../observe/metrics';
+
+/** One finding: counted by the object it is about, logged, and answered in the report. */
+type Found = (object: 'node_network' | 'sandbox' | 'leftover' | 'host_ports', msg: string, fields: Record<string, unknown>) => void;
 
 export interface ReconcileReport {
   repaired: string[];
@@ -180,8 +184,9 @@ export function reconcile(rt: NetworkRuntime): Promise<ReconcileReport> {
 
 async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };
-  const found = (msg: string, fields: Record<string, unknown>) => {
+  const found: Found = (object, msg, fields) => {
     report.findings.push(msg);
+    driftFindings.inc({ object });
     log('warn', `reconcile: ${msg}`, fields);
   };
   // Pods are checked against a node that is set up: a bridge deleted behind kni's back is made
@@ -190,25 +195,25 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   try {
     // Waiting for pod ranges from the Node is not drift: nothing to repair until they come.
     if (rt.cfg.ranges.length || rt.cni) await rt.node.ensure(true);
-    if (!before.ready) found(`node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
+    if (!before.ready) found('node_network', `node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
-    found(`node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
+    found('node_network', `node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
   }
   // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
   try {
     const drift = await rt.node.repairDrift();
-    if (drift.length) found(`node network changed behind kni's back (${drift.join('; ')}); set up again`, { bridge: rt.cfg.bridge });
+    if (drift.length) found('node_network', `node network changed behind kni's back (${drift.join('; ')}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
-    found(`node network changed behind kni's back and cannot be set up again: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
+    found('node_network', `node network changed behind kni's back and cannot be set up again: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
   }
   const release = async (rec: SandboxRecord, why: string, releaseNetns = true) => {
     try {
       await rt.release(rec, releaseNetns);
       report.released.push(rec.id);
       rt.events.emit('released', rec, why);
-      found(`sandbox ${rec.id}: ${why}; released its addresses and veth`, { sandbox: rec.id });
+      found('sandbox', `sandbox ${rec.id}: ${why}; released its addresses and veth`, { sandbox: rec.id });
     } catch (e) {
-      found(`sandbox ${rec.id}: ${why}; cannot release it yet: ${(e as Error).message}`, { sandbox: rec.id });
+      found('sandbox', `sandbox ${rec.id}: ${why}; cannot release it yet: ${(e as Error).message}`, { sandbox: rec.id });
     }
   };
   for (const id of [...rt.sandboxes.keys()]) {
@@ -230,12 +235,12 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
       try {
         // An interface that a removal or add left half done is removed (its networks annotation re-adds it).
         for (const itf of rec.interfaces.filter((i) => i.adding || i.removing)) {
-          await rt.removeInterface(rec, itf).then(() => found(`sandbox ${rec.id}: interface ${itf.name} was left half added or removed; removed`, { sandbox: rec.id }), (e) => found(`sandbox ${rec.id}: cannot remove half-done interface ${itf.name}: ${(e as Error).message}`, { sandbox: rec.id }));
+          await rt.removeInterface(rec, itf).then(() => found('sandbox', `sandbox ${rec.id}: interface ${itf.name} was left half added or removed; removed`, { sandbox: rec.id }), (e) => found('sandbox', `sandbox ${rec.id}: cannot remove half-done interface ${itf.name}: ${(e as Error).message}`, { sandbox: rec.id }));
         }
         // A CNI network's interfaces are the plugins' to check (CHECK): drift is reported, not re-wired.
         for (const itf of rec.interfaces.filter((i) => !isBuiltIn(i))) {
           const problems = await interfaceProblems(rt, rec, itf, ns.handle);
-          if (problems.length) found(`sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
+          if (problems.length) found('sandbox', `sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
         }
         if (rec.interfaces.some(isBuiltIn)) await repair(rt, rec, ns.handle, report, found);
       } finally {
@@ -250,14 +255,14 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
     if (shaped.has(i.name)) continue;
     removeIfb(rt.host, i.name, i.index);
     report.removedVeths.push(i.name);
-    found(`removed ifb ${i.name} that no sandbox record owns`, { ifb: i.name, sandbox: i.sandbox });
+    found('leftover', `removed ifb ${i.name} that no sandbox record owns`, { ifb: i.name, sandbox: i.sandbox });
   }
   // Host ports rewritten from the records (no call at all while no pod has any).
-  if (rt.cfg.ranges.length) await rt.node.syncHostPorts().catch((e) => found(`cannot write host ports: ${(e as Error).message}`, {}));
+  if (rt.cfg.ranges.length) await rt.node.syncHostPorts().catch((e) => found('host_ports', `cannot write host ports: ${(e as Error).message}`, {}));
   return report;
 }
 
-async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
+async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
   if (rec.netnsInode === undefined) {
     rec.netnsInode = ns.inode; // a record from before kni kept the inode: remember it from now on
     rt.store.sandboxes.put(rec.id, rec);
@@ -270,11 +275,11 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
     report.repaired.push(rec.id);
     rt.events.emit('repaired', rec, problems.join('; '));
     if (problems.some((p) => p.includes('lacks address'))) rt.events.emit('address_changed', rec, 'addresses restored from the record');
-    found(`sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
+    found('sandbox', `sandbox ${rec.id}: ${problems.join('; ')}; wired again with the same addresses`, { sandbox: rec.id });
   } catch (e) {
     await rt.release(rec, true).catch(() => undefined);
     report.released.push(rec.id);
-    found(`sandbox ${rec.id}: ${problems.join('; ')}; cannot wire it again (${(e as Error).message}); released`, { sandbox: rec.id });
+    found('sandbox', `sandbox ${rec.id}: ${problems.join('; ')}; cannot wire it again (${(e as Error).message}); released`, { sandbox: rec.id });
   }
 }
 
@@ -283,16 +288,16 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
  * the sandbox's lock (an attach of it may have begun since), and the delete names the link's
  * index, so a veth an attach made meanwhile under the same name is never the one deleted.
  */
-async function removeStrayVeth(rt: NetworkRuntime, l: Link, report: ReconcileReport, found: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
+async function removeStrayVeth(rt: NetworkRuntime, l: Link, report: ReconcileReport, found: Found): Promise<void> {
   const id = l.alias.startsWith(VETH_ALIAS_PREFIX) ? l.alias.slice(VETH_ALIAS_PREFIX.length) : '';
   const remove = async () => {
     if (ownedVeths(rt).has(l.name)) return;
     try {
       unwirePod({ hostVeth: l.name, index: l.index });
       report.removedVeths.push(l.name);
-      found(`veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
+      found('leftover', `veth ${l.name} belongs to no sandbox; deleted`, { veth: l.name });
     } catch (e) {
-      found(`veth ${l.name} belongs to no sandbox; cannot delete it: ${(e as Error).message}`, { veth: l.name });
+      found('leftover', `veth ${l.name} belongs to no sandbox; cannot delete it: ${(e as Error).message}`, { veth: l.name });
     }
   };
   let lockable = false;

@@ -6,6 +6,7 @@
 // the first one after a start) removes what no peer wants any more. All over rtnetlink.
 import { Backend, Config } from '../core/config';
 import { log } from '../core/log';
+import { driftFindings } from '../observe/metrics';
 import { Cidr, cidrContains, cidrsOverlap, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
@@ -200,7 +201,10 @@ export class PeerNetwork {
       try {
         this.sock.request(peerRouteAdd(p.route));
         p.status.state = 'installed';
-        if (!had && wasInstalled.has(p.status.destination)) log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
+        if (!had && wasInstalled.has(p.status.destination)) {
+          driftFindings.inc({ object: 'peer_route' });
+          log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
+        }
       } catch (e) {
         Object.assign(p.status, { state: 'failed', error: (e as Error).message });
       }

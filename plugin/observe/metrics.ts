@@ -106,6 +106,13 @@ export const rpcErrorsTotal = new prom.Counter({
   registers: [registry],
 });
 
+export const driftFindings = new prom.Counter({
+  name: 'kni_drift_findings_total',
+  help: 'What reconcile (records and node network against the kernel) and the peer route check found changed or left behind, by object: node_network, sandbox, leftover, host_ports, peer_route',
+  labelNames: ['object'] as const,
+  registers: [registry],
+});
+
 export const gcReleasedTotal = new prom.Counter({
   name: 'kni_gc_released_total',
   help: 'Objects released by garbage collection (sandbox or netns)',
