@@ -4,6 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Command, Option } from 'commander';
 import fs from 'node:fs';
 import { Client, listAllPods, runtimeClient, watchEvents } from './client/clients';
+import { matchSandbox, SANDBOX_REF_HELP } from './client/sandbox-ref';
 
 const program = new Command()
   .name('knictl')
@@ -33,6 +34,13 @@ async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
   }
 }
 
+/** The sandbox id a command-line reference names (sandbox-ref.ts); a whole CRI id needs no lookup. */
+async function sandboxOf(c: Client, ref: string): Promise<string> {
+  if (/^[0-9a-f]{64}$/.test(ref)) return ref;
+  const m = matchSandbox(await listAllPods(c), ref);
+  return 'id' in m ? m.id : fail(m.error);
+}
+
 function fail(msg: string): never {
   process.stderr.write(`knictl: ${msg}\n`);
   process.exit(1);
@@ -58,8 +66,8 @@ program.command('pods').description('list the sandboxes kni has wired').addOptio
   );
 });
 
-program.command('pod <sandbox-id>').description("one sandbox's network: interfaces, addresses, routes").addOption(output()).action(async (id, o) => {
-  const p = await withClient((c) => c.GetPod({ sandbox_id: id }));
+program.command('pod <sandbox>').description(`one sandbox's network: interfaces, addresses, routes (sandbox: ${SANDBOX_REF_HELP})`).addOption(output()).action(async (ref, o) => {
+  const p = await withClient(async (c) => c.GetPod({ sandbox_id: await sandboxOf(c, ref) }));
   print(o.output, p, () => {
     let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nkind:     ${p.kind}${p.runtime_handler ? ` (handler ${p.runtime_handler})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
     for (const i of p.interfaces) {
@@ -101,21 +109,22 @@ program.command('networks').description('network definitions kni knows (NetworkA
 });
 
 program
-  .command('attach-network <sandbox-id> <network>')
-  .description('add a secondary network to a running sandbox (network: namespace/name or name)')
+  .command('attach-network <sandbox> <network>')
+  .description(`add a secondary network to a running sandbox (sandbox: ${SANDBOX_REF_HELP}; network: namespace/name or name)`)
   .option('--interface <name>', 'pod interface name (default: the first free net<N>)')
   .option('--ip <address...>', 'address(es) for the network\'s IPAM (IP or CIDR)')
   .option('--mac <mac>', 'MAC address of the new interface')
   .option('--default-route <gateway...>', "the pod's default route goes through this network")
   .addOption(output())
-  .action(async (id, network, o) => {
-    const p = await withClient((c) => c.AttachNetwork({ sandbox_id: id, network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [] }));
+  .action(async (ref, network, o) => {
+    const p = await withClient(async (c) => c.AttachNetwork({ sandbox_id: await sandboxOf(c, ref), network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [] }));
     print(o.output, p, () => `${p.interfaces.map((i: any) => `${i.name}\t${i.network || 'default'}\t${i.addresses.map((a: any) => a.address).join(',')}`).join('\n')}\n`);
   });
 
-program.command('detach-network <sandbox-id> <interface>').description("remove a secondary network's interface from a running sandbox").action(async (id, itf) => {
-  const r = await withClient((c) => c.DetachNetwork({ sandbox_id: id, interface_name: itf }));
-  process.stdout.write(r.removed ? `removed ${itf}\n` : `sandbox ${id} has no interface ${itf}\n`);
+program.command('detach-network <sandbox> <interface>').description(`remove a secondary network's interface from a running sandbox (sandbox: ${SANDBOX_REF_HELP})`).action(async (ref, itf) => {
+  let id = ref;
+  const r = await withClient(async (c) => c.DetachNetwork({ sandbox_id: (id = await sandboxOf(c, ref)), interface_name: itf }));
+  process.stdout.write(r.removed ? `removed ${itf}\n` : `sandbox ${shortId(id)} has no interface ${itf}\n`);
 });
 
 program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).action(async (o) => {
@@ -135,8 +144,8 @@ program.command('ipam').description('pod range usage').addOption(output()).actio
   );
 });
 
-program.command('check <sandbox-id>').description("compare a sandbox's record with the kernel").addOption(output()).action(async (id, o) => {
-  const r = await withClient((c) => c.Check({ sandbox_id: id }));
+program.command('check <sandbox>').description(`compare a sandbox's record with the kernel (sandbox: ${SANDBOX_REF_HELP})`).addOption(output()).action(async (ref, o) => {
+  const r = await withClient(async (c) => c.Check({ sandbox_id: await sandboxOf(c, ref) }));
   print(o.output, r, () => (r.ok ? 'ok\n' : r.problems.map((p: string) => `problem: ${p}\n`).join('')));
   if (!r.ok) process.exitCode = 2;
 });
@@ -158,12 +167,17 @@ program
   .description('pod network changes as they happen (attached, detached, repaired, released, extension_failed), each with a resume token')
   .option('-f, --follow', 'keep watching (default when no --since is given)')
   .option('--since <token>', 'start right after the event with this resume token')
-  .option('--sandbox <id>', "only this sandbox's events")
+  .option('--sandbox <sandbox>', `only this sandbox's events (${SANDBOX_REF_HELP}; a sandbox already gone by its whole id)`)
   .addOption(output())
   .action(async (o: { follow?: boolean; since?: string; sandbox?: string; output: string }) => {
     const socket = program.opts<{ socket: string }>().socket;
     if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket}`);
     const follow = o.follow || !o.since;
+    // A sandbox already released is in the event log but no longer listed: its id is taken as given.
+    const sandbox = o.sandbox ? await withClient(async (c) => {
+      const m = matchSandbox(await listAllPods(c), o.sandbox!);
+      return 'id' in m ? m.id : m.matches ? fail(m.error) : o.sandbox!;
+    }) : '';
     await new Promise<void>((resolve) => {
       let quiet: NodeJS.Timeout | undefined;
       const again = () => {
@@ -171,7 +185,7 @@ program
         if (quiet) clearTimeout(quiet);
         quiet = setTimeout(() => { w.close(); resolve(); }, 300);
       };
-      const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: o.sandbox ?? '' }, (e) => {
+      const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: sandbox }, (e) => {
         const ips = e.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
         process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : `${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]\n`);
         again();

@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { watchEvents } from '../plugin/client/clients';
 import { packageRoot } from '../plugin/server/protos';
 import { sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
@@ -49,15 +50,55 @@ describe('knictl', () => {
   it('says precisely what is wrong', () => {
     const missing = knictl('--socket', d.socket, 'pod', 'nope');
     assert.equal(missing.status, 1);
-    assert.match(missing.stderr, /NOT_FOUND: sandbox nope is not attached/);
-    const bad = knictl('--socket', d.socket, 'pod', 'a/b');
-    assert.match(bad.stderr, /INVALID_ARGUMENT/);
+    assert.match(missing.stderr, /^knictl: no sandbox matches "nope" \(a sandbox id or a unique prefix of one, or its pod as namespace\/name \(or name alone\)\)$/m);
+    const gone = knictl('--socket', d.socket, 'pod', 'f'.repeat(64));
+    assert.match(gone.stderr, /NOT_FOUND: sandbox f{64} is not attached/);
+    assert.match(knictl('--socket', d.socket, 'check', 'ns9/none').stderr, /no sandbox matches "ns9\/none"/);
     const down = knictl('--socket', `${d.dir}/no-daemon.sock`, 'pods');
     assert.equal(down.status, 1);
     assert.match(down.stderr, /kni-runtime is not running: no socket at/);
     const fmt = knictl('--socket', d.socket, 'pods', '-o', 'yaml');
     assert.notEqual(fmt.status, 0);
     assert.match(fmt.stderr, /Allowed choices are table, json/);
+  });
+
+  it('a sandbox named as knictl pods shows it (the first 13 of a CRI id), by a unique prefix, or by its pod; an ambiguous name is refused with the candidates', async () => {
+    const ids = ['3f2a9c' + '0'.repeat(58), '3f2a9d' + '1'.repeat(58)];
+    const seen: any[] = [];
+    const w = watchEvents(d.socket, {}, (e) => seen.push(e), () => undefined);
+    await w.opened;
+    for (const [i, id] of ids.entries()) {
+      const { netns_path } = await d.kni().CreateNetwork({ name: `web-${i}`, namespace: i ? 'shop' : 'cart' });
+      await d.rt().Attach({ sandbox_id: id, netns_path, pod: { name: i ? 'web' : 'web', namespace: i ? 'shop' : 'cart' } });
+    }
+    try {
+      await waitFor(() => seen.length >= 2, 10_000, () => `events seen: ${seen.length}`);
+      const shown = knictl('--socket', d.socket, 'pods').stdout;
+      assert.match(shown, /^3f2a9c0000000\s+cart\/web\s/m);
+      const sandboxOf = (...args: string[]) => {
+        const r = knictl('--socket', d.socket, 'pod', ...args, '-o', 'json');
+        assert.equal(r.status, 0, r.stderr);
+        return JSON.parse(r.stdout).sandbox_id;
+      };
+      assert.equal(sandboxOf('3f2a9c0000000'), ids[0]);
+      assert.equal(sandboxOf('3f2a9d'), ids[1]);
+      assert.equal(sandboxOf('shop/web'), ids[1]);
+      assert.equal(sandboxOf('cli'), 'cli-sandbox');
+      assert.equal(knictl('--socket', d.socket, 'check', 'cart/web').stdout, 'ok\n');
+      const many = knictl('--socket', d.socket, 'pod', 'web');
+      assert.equal(many.status, 1);
+      assert.match(many.stderr, /"web" matches 2 sandboxes; name one by its id:\n  3f2a9c0{58} \(pod cart\/web, created [^)]+\)\n  3f2a9d1{58} \(pod shop\/web/);
+      assert.match(knictl('--socket', d.socket, 'detach-network', '3f2a', 'net1').stderr, /"3f2a" matches 2 sandboxes/);
+      assert.equal(knictl('--socket', d.socket, 'detach-network', '3f2a9d', 'net1').stdout, 'sandbox 3f2a9d1111111 has no interface net1\n');
+      // From the token of the first attach on: only shop/web's events.
+      const events = knictl('--socket', d.socket, 'events', '--since', seen[0].resume_token, '--sandbox', 'shop/web');
+      assert.equal(events.status, 0, events.stderr);
+      assert.match(events.stdout, /attached\s+3f2a9d1111111  shop\/web/);
+      assert.doesNotMatch(events.stdout, /cart\/web/);
+    } finally {
+      w.close();
+      for (const id of ids) await d.rt().Detach({ sandbox_id: id });
+    }
   });
 
   it('check exits 2 on a mismatch, reconcile repairs it, and KNI_SOCKET chooses the daemon', () => {
