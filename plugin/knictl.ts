@@ -13,14 +13,21 @@ const program = new Command()
 
 const output = () => new Option('-o, --output <format>', 'table or json').choices(['table', 'json']).default('table');
 
-async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
+/** The --socket path, once it is a socket knictl may use (else the reason, and exit 1). */
+function usableSocket(): string {
   const socket = program.opts<{ socket: string }>().socket;
   if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket} (start it with kni-runtime, or pass --socket)`);
+  if (!fs.statSync(socket).isSocket()) fail(`${socket} is not a socket: pass kni-runtime's --socket path`);
   try {
     fs.accessSync(socket, fs.constants.R_OK | fs.constants.W_OK);
   } catch {
     fail(`permission denied on ${socket}: the kni socket is root-only (0600); run knictl as root`);
   }
+  return socket;
+}
+
+async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
+  const socket = usableSocket();
   const c = runtimeClient(socket);
   try {
     return await fn(c);
@@ -170,8 +177,7 @@ program
   .option('--sandbox <sandbox>', `only this sandbox's events (${SANDBOX_REF_HELP}; a sandbox already gone by its whole id)`)
   .addOption(output())
   .action(async (o: { follow?: boolean; since?: string; sandbox?: string; output: string }) => {
-    const socket = program.opts<{ socket: string }>().socket;
-    if (!fs.existsSync(socket)) fail(`kni-runtime is not running: no socket at ${socket}`);
+    const socket = usableSocket();
     const follow = o.follow || !o.since;
     // A sandbox already released is in the event log but no longer listed: its id is taken as given.
     const sandbox = o.sandbox ? await withClient(async (c) => {

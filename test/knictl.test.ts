@@ -57,6 +57,7 @@ describe('knictl', () => {
     const down = knictl('--socket', `${d.dir}/no-daemon.sock`, 'pods');
     assert.equal(down.status, 1);
     assert.match(down.stderr, /kni-runtime is not running: no socket at/);
+    assert.match(knictl('--socket', '/etc/hostname', 'pods').stderr, /^knictl: \/etc\/hostname is not a socket: pass kni-runtime's --socket path$/m);
     const fmt = knictl('--socket', d.socket, 'pods', '-o', 'yaml');
     assert.notEqual(fmt.status, 0);
     assert.match(fmt.stderr, /Allowed choices are table, json/);
