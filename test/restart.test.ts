@@ -45,6 +45,41 @@ describe('restart', () => {
     for (const id of ['r-a', 'r-b', 'r-c', 'r-d']) await d.rt().Detach({ sandbox_id: id });
   });
 
+  it('addresses go on after the last one given across restarts (SIGTERM, kill -9, every pod gone as after a reboot): one just released is not handed out at once', async () => {
+    const netns = new Map<string, string>();
+    const v4 = async (id: string) => {
+      netns.set(id, d.makePodNetns(id));
+      return (await d.rt().Attach({ sandbox_id: id, netns_path: netns.get(id) })).interfaces[0].addresses[0].address as string;
+    };
+    const last = (a: string) => Number(a.split('.')[3]);
+    try {
+      const a = await v4('ac-a');
+      const b = await v4('ac-b');
+      assert.equal(last(b), last(a) + 1);
+      await d.rt().Detach({ sandbox_id: 'ac-b' });
+      // Graceful: the newest pod is gone, so only what the shutdown wrote knows where allocation was.
+      assert.equal(await d.stop('SIGTERM'), 0);
+      d.closeClients();
+      await d.launch();
+      const c = await v4('ac-c');
+      assert.equal(last(c), last(b) + 1, `${c}: the address released before the restart (${b}) or an earlier one was handed out again`);
+      // kill -9: the newest record (made after the file was last written) says where to go on.
+      await d.restart('SIGKILL');
+      const e = await v4('ac-e');
+      assert.equal(last(e), last(c) + 1);
+      // Every pod's netns gone while kni was down (a reboot): all released at start, still no reuse.
+      await d.stop('SIGKILL');
+      for (const id of ['ac-a', 'ac-c', 'ac-e']) sh('ip', ['netns', 'del', path.basename(netns.get(id)!)]);
+      d.closeClients();
+      await d.launch();
+      assert.deepEqual((await d.rt().ListPods()).pods.map((p: any) => p.sandbox_id), []);
+      const f = await v4('ac-f');
+      assert.equal(last(f), last(e) + 1);
+    } finally {
+      for (const id of netns.keys()) await d.rt().Detach({ sandbox_id: id }).catch(() => undefined);
+    }
+  });
+
   it('rolls back an attach a crash interrupted: its record still attaching (written in the file-per-record layout of earlier versions, which a start imports), veth made, no address yet', async () => {
     const { netns_path } = await d.kni().CreateNetwork({});
     await d.stop('SIGKILL');

@@ -16,6 +16,7 @@ import { ensureNetnsDir } from '../netns/netns';
 import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
+import { saveLastGiven } from '../ipam/allocation-cursor';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
@@ -54,6 +55,8 @@ export class NetworkRuntime {
   readonly netns = new Map<string, NetnsRecord>();
   readonly locks = new KeyedMutex();
   readonly store: StateStore;
+  /** What the allocation-cursor file holds (written off the attach path: allocation-cursor.ts). */
+  private readonly lastGivenWritten = { text: '' };
   /** Replaced only by adoptRanges, while no sandbox holds an address. */
   ipam: Ipam;
   host!: NetlinkSocket;
@@ -133,6 +136,7 @@ export class NetworkRuntime {
 
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
+    saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();
     this.wiring.close();
     this.netnsPool.close();
@@ -165,6 +169,7 @@ export class NetworkRuntime {
     if (this.sweeper) clearInterval(this.sweeper);
     this.sweeper = setInterval(() => {
       sweepUnclaimedNetns(this);
+      saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
       this.refreshFileNetworks();
       void this.extensions.checkAll();
       void this.reconcile().catch((e) => log('error', 'reconcile failed', { error: String(e) }));

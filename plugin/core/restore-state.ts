@@ -9,6 +9,7 @@ import { removePinnedNetns } from '../netns/netns';
 import { isNetnsPin } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
 import { isBuiltIn } from './network-backend';
+import { resumeAllocation } from '../ipam/allocation-cursor';
 
 export async function restoreState(rt: NetworkRuntime): Promise<void> {
     const netnsState = rt.store.netns.loadAll();
@@ -40,6 +41,9 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
       const owned = rt.netns.get(rec.ownedNetns);
       if (owned) owned.sandboxId = rec.id;
     }
+    // Addresses go on after the newest sandbox's (or where the last shutdown left them).
+    const newest = sandboxState.records.filter((r) => r.interfaces.some(isBuiltIn)).reduce<SandboxRecord | undefined>((a, r) => (!a || r.createdAt > a.createdAt ? r : a), undefined);
+    resumeAllocation(rt.store.dir, rt.ipam, newest && { createdAt: newest.createdAt, addresses: newest.interfaces.filter(isBuiltIn).flatMap((i) => i.addresses) });
     for (const rec of interrupted) {
       const what = rec.phase === 'detaching' ? 'a detach' : 'an attach';
       log('warn', `rolling back ${what} interrupted by a restart`, { sandbox: rec.id });

@@ -62,6 +62,16 @@ export class Ipam {
     for (const a of addresses) this.ranges.find((r) => r.cidr.text === a.range)?.release(a.address, owner);
   }
 
+  /** Range → the address handed out last in it. */
+  lastGiven(): Record<string, string> {
+    return Object.fromEntries(this.ranges.map((r) => [r.cidr.text, r.lastGiven]));
+  }
+
+  /** Each range goes on after the address given for it (ranges not named, or addresses not theirs, are left as they are). */
+  resumeAfter(lastGiven: Record<string, string>): void {
+    for (const r of this.ranges) if (typeof lastGiven[r.cidr.text] === 'string') r.resumeAfter(lastGiven[r.cidr.text]);
+  }
+
   status(): RangeStatus[] {
     return this.ranges.map((r) => ({
       cidr: r.cidr.text,

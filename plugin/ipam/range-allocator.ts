@@ -52,6 +52,24 @@ export class RangeAllocator {
     return v;
   }
 
+  /** The address handed out last (the next one comes after it). */
+  get lastGiven(): string {
+    return this.format(this.cursor);
+  }
+
+  /** Goes on after this address (one handed out before a restart); false: not of this range. */
+  resumeAfter(address: string): boolean {
+    let p: { family: Family; value: bigint };
+    try {
+      p = parseIp(address);
+    } catch {
+      return false;
+    }
+    if (p.family !== this.family || p.value < this.first || p.value > this.last) return false;
+    this.cursor = p.value;
+    return true;
+  }
+
   /** Gives the owner exactly this address (a caller asked for it), or says why not. */
   claim(value: bigint, owner: string): bigint {
     const text = this.format(value);
