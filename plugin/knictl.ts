@@ -78,7 +78,7 @@ program.command('pod <sandbox>').description(`one sandbox's network: interfaces,
   print(o.output, p, () => {
     let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nkind:     ${p.kind}${p.runtime_handler ? ` (handler ${p.runtime_handler})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
     for (const i of p.interfaces) {
-      const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : 'default network';
+      const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : `default network${i.default_network ? ` ${i.default_network} (the pod's choice)` : ''}`;
       s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
     }

@@ -264,6 +264,21 @@ describe('hostile input (fast-check)', () => {
       }
     }), { seed: SEED, numRuns: 3000 });
     assert.deepEqual(parseNetworkSelections('a, other/b@x1 ,c', 'pods').map((s) => `${s.namespace}/${s.name}@${s.interface}`), ['pods/a@net1', 'other/b@x1', 'pods/c@net3']);
+    // The same texts as a pod's default network: none, exactly one on the runtime's interface, or a SelectionError.
+    const { parseDefaultNetwork } = await import('../plugin/networks/network-selection');
+    await check(fc.property(text, (t) => {
+      try {
+        const s = parseDefaultNetwork(t, 'eth0');
+        if (s) {
+          assert.equal(s.interface, 'eth0');
+          assert.equal(s.defaultRoute, undefined);
+          assert.match(s.namespace, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+        }
+      } catch (e) {
+        if (!(e instanceof SelectionError)) throw e;
+      }
+    }), { seed: SEED, numRuns: 3000 });
+    assert.equal(parseDefaultNetwork('macvlan', 'eth0')?.namespace, 'kube-system');
   });
 
   it('the config parser (file, ConfigMap): any YAML or JSON (near-valid settings included) gives a config or a ConfigError naming its source, nothing else', async () => {

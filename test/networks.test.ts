@@ -11,6 +11,7 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
+import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, netnsLinks, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
@@ -155,5 +156,56 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     await rt.Detach({ sandbox_id: 'mn-a' });
     assert.deepEqual(leases('macvlan-hl'), []);
     assert.deepEqual(leases('bridge-net'), []);
+  });
+
+  it('v1.multus-cni.io/default-network: the pod\'s eth0 comes from that definition (a name alone from kube-system), through every entry point; kni\'s IPAM and host ports stay out; released with the config ADD ran with, across a kill -9', async () => {
+    const DEFAULT_NETWORK = 'v1.multus-cni.io/default-network';
+    write('kube-system/bridge-def.conf', { cniVersion: '1.0.0', name: 'bridge-def', type: 'bridge', bridge: `${RUN}b3`, isGateway: true, isDefaultGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.95.0.0/24' }]] } });
+    const usedBefore = (await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used);
+    const netns = d.makePodNetns('dn-a');
+    const a = await rt.Attach({
+      sandbox_id: 'dn-a', netns_path: netns, pod: { name: 'dn-a', namespace: 'default', uid: 'u-dn-a' },
+      annotations: { [DEFAULT_NETWORK]: 'bridge-def', [NETWORKS]: 'bridge-net' },
+      port_mappings: [{ host_port: 18080, container_port: 80, protocol: 'TCP' }],
+    });
+    assert.deepEqual(a.interfaces.map((i: any) => [i.name, i.network, i.default, i.default_network]), [['eth0', '', true, 'kube-system/bridge-def'], ['net1', 'default/bridge-net', false, '']]);
+    assert.match(a.interfaces[0].addresses[0].address, /^10\.95\.0\.\d+$/);
+    assert.match(addrOf(netns, 'eth0'), /10\.95\.0\.\d+\/24/);
+    assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /via 10\.95\.0\.1 dev eth0/);
+    assert.deepEqual((await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used), usedBefore, "kni's IPAM gave the pod an address");
+    assert.doesNotMatch(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S']).out, /18080/, "kni's host-port DNAT took a port the default network's plugins own");
+    assert.equal(leases('bridge-def').length, 1);
+    assert.deepEqual((await rt.Check({ sandbox_id: 'dn-a' })).problems, []);
+    assert.deepEqual((await rt.ListNetworks({})).networks.find((n: any) => n.name === 'bridge-def').attachments, ['dn-a/eth0']);
+    assert.match(knictl(d.socket, 'pod', 'dn-a').stdout, /interface eth0: default network kube-system\/bridge-def \(the pod's choice\), default route;/);
+
+    // The CNI entry point (containerd hands the pod annotations over): the runtime's pod IPs are the chosen network's.
+    const cniNetns = d.makePodNetns('dn-c');
+    const conf = { cniVersion: '1.0.0', name: 'kni', socket: d.cniSocket, runtimeConfig: { 'io.kubernetes.cri.pod-annotations': { [DEFAULT_NETWORK]: 'kube-system/bridge-def' } } };
+    const add = cni('ADD', { CNI_CONTAINERID: 'dn-c', CNI_NETNS: cniNetns, CNI_IFNAME: 'eth0' }, conf);
+    assert.equal(add.code, 0, add.raw);
+    assert.deepEqual(add.out.ips.map((i: any) => i.address.replace(/\.\d+\//, '.x/')), ['10.95.0.x/24']);
+    assert.equal(cni('DEL', { CNI_CONTAINERID: 'dn-c', CNI_NETNS: cniNetns, CNI_IFNAME: 'eth0' }, conf).code, 0);
+    assert.equal(leases('bridge-def').length, 1);
+
+    // Refused, naming the annotation, with nothing left behind.
+    const refused = async (value: string, code: number, message: RegExp) => {
+      await rejectsWith(rt.Attach({ sandbox_id: 'dn-bad', netns_path: d.makePodNetns(`dn-bad${code}${value.length}`), pod: { name: 'dn-bad', namespace: 'default', uid: 'u' }, annotations: { [DEFAULT_NETWORK]: value } }), code, message);
+      assert.equal((await rt.ListPods({})).pods.some((p: any) => p.sandbox_id === 'dn-bad'), false);
+    };
+    await refused('nope', grpc.status.NOT_FOUND, /network kube-system\/nope: no NetworkAttachmentDefinition/);
+    await refused('bridge-def, bridge-net', grpc.status.INVALID_ARGUMENT, /v1\.multus-cni\.io\/default-network names 2 networks; a pod has one default network/);
+    await refused('bridge-def@net7', grpc.status.INVALID_ARGUMENT, /the default network's interface is the one the runtime names \(eth0\), not "net7"/);
+    await refused('[{"name":"bridge-def","default-route":["10.95.0.1"]}]', grpc.status.INVALID_ARGUMENT, /default-route does not apply/);
+    assert.equal(leases('bridge-def').length, 1);
+
+    // kill -9, the definition deleted meanwhile: the release runs DEL with the config ADD ran with.
+    await d.restart('SIGKILL');
+    rt = d.rt();
+    fs.rmSync(`${dir}/kube-system/bridge-def.conf`);
+    assert.equal((await rt.GetPod({ sandbox_id: 'dn-a' })).interfaces[0].default_network, 'kube-system/bridge-def');
+    await rt.Detach({ sandbox_id: 'dn-a' });
+    assert.deepEqual(leases('bridge-def'), []);
+    assert.deepEqual(netnsLinks(netns), ['lo']);
   });
 });

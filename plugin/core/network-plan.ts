@@ -10,7 +10,7 @@ import { CniBackend } from './cni-backend';
 import * as validate from './validate';
 import { CniNetwork } from '../cni/cni-network';
 import { parseIp } from '../ipam/ip';
-import { NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseNetworkSelections, SelectionError } from '../networks/network-selection';
+import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections, SelectionError } from '../networks/network-selection';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
@@ -22,6 +22,37 @@ export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' 
     if (e instanceof SelectionError) throw invalid(e.message);
     throw e;
   }
+}
+
+/** The network a sandbox takes as its default network instead of the node's, if its pod chose one. */
+export function chosenDefaultNetwork(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, ifName: string): NetworkSelection | undefined {
+  const text = rec.annotations[DEFAULT_NETWORK_ANNOTATION] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[DEFAULT_NETWORK_ANNOTATION];
+  try {
+    return parseDefaultNetwork(text, ifName);
+  } catch (e) {
+    if (e instanceof SelectionError) throw invalid(e.message);
+    throw e;
+  }
+}
+
+/**
+ * The default interface through the chosen definition's plugins: the runtime's requests (port
+ * mappings, bandwidth, a static IP or MAC) go to them as capabilities, a selection's own
+ * ips, mac and bandwidth winning, its port mappings added.
+ */
+function planChosenDefault(rt: NetworkRuntime, sel: NetworkSelection, runtimeReq: AttachmentRequest): PlannedInterface {
+  const backend = backendForSelection(rt, sel);
+  const at = `default network ${networkKey(sel)}`;
+  const mac = sel.mac ?? runtimeReq.mac;
+  const bandwidth = sel.bandwidth ? prefixed(at, () => validate.bandwidth(sel.bandwidth, {})) : runtimeReq.bandwidth;
+  const req: AttachmentRequest = {
+    ips: sel.ips ? sel.ips.map((text) => ({ ...parseIp(text.split('/')[0]), text })) : runtimeReq.ips,
+    ...(mac ? { mac } : {}),
+    ports: [...runtimeReq.ports, ...prefixed(at, () => validate.portMappings(sel.portMappings))],
+    ...(bandwidth ? { bandwidth } : {}),
+    ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
+  };
+  return { backend, itf: blankInterface(sel.interface, { defaultNetwork: networkKey(sel) }), req };
 }
 
 /** The CNI network a selection names, as it is defined now. */
@@ -62,7 +93,8 @@ function prefixed<T>(at: string, fn: () => T): T {
 export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, defaultReq: AttachmentRequest): PlannedInterface[] {
   const selections = selectionsOf(rt, rec, ifName);
   if (selections.filter((s) => s.defaultRoute?.length).length > 1) throw invalid(`${NETWORKS_ANNOTATION}: only one network may take the default route`);
-  const plan: PlannedInterface[] = [{ backend: rt.defaultBackend, itf: blankInterface(ifName), req: defaultReq }];
+  const chosen = chosenDefaultNetwork(rt, rec, ifName);
+  const plan: PlannedInterface[] = [chosen ? planChosenDefault(rt, chosen, defaultReq) : { backend: rt.defaultBackend, itf: blankInterface(ifName), req: defaultReq }];
   for (const s of selections) plan.push(planSelection(rt, s, 'annotation'));
   return plan;
 }
@@ -73,12 +105,13 @@ export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: stri
  */
 export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
   if (isBuiltIn(itf)) return rt.builtin;
-  const label = itf.network || rt.defaultBackend.name;
-  if (!itf.network && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
+  const definition = itf.network || itf.defaultNetwork;
+  const label = definition || rt.defaultBackend.name;
+  if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
   const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork.binDirs);
   if (cached) return new CniBackend(cached, label);
-  if (!itf.network) return undefined;
-  const [namespace, name] = itf.network.split('/');
+  if (!definition) return undefined;
+  const [namespace, name] = definition.split('/');
   try {
     return backendForSelection(rt, { namespace, name });
   } catch {

@@ -2,6 +2,8 @@
 // bridge went away), readiness and its reason, the pod ranges (adopted from the Node by the
 // node agent), and the other nodes' pod CIDRs that pod traffic reaches unmasqueraded.
 import { KniError } from './errors';
+import { isBuiltIn } from './network-backend';
+import type { SandboxRecord } from '../store/records';
 import { log } from './log';
 import type { NetworkRuntime, NodeStatus } from './network-runtime';
 import { Cidr } from '../ipam/ip';
@@ -11,6 +13,12 @@ import { removeMasquerade, syncMasquerade } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { syncHostPorts } from '../node/host-ports';
+
+/** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
+const onBuiltIn = (r: SandboxRecord): boolean => {
+  const itf = r.interfaces.find((i) => !i.network);
+  return !!itf && isBuiltIn(itf);
+};
 
 export class NodeLifecycle {
   bridgeIndex = 0;
@@ -38,7 +46,7 @@ export class NodeLifecycle {
    */
   syncHostPorts(): Promise<void> {
     const next = this.hostPortWrites.then(async () => {
-      const targets = [...this.rt.sandboxes.values()].filter((r) => r.portMappings?.length && r.phase !== 'detaching').map((r) => ({
+      const targets = [...this.rt.sandboxes.values()].filter((r) => r.portMappings?.length && r.phase !== 'detaching' && onBuiltIn(r)).map((r) => ({
         sandbox: r.id,
         addresses: r.interfaces[0]?.addresses ?? [],
         mappings: r.portMappings!,

@@ -19,7 +19,7 @@ const RESYNC_MS = 30_000;
 /** network-status as the multi-net spec has it: one entry per interface, the default network's first. */
 export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown>[] {
   return rec.interfaces.filter((i) => !i.adding && !i.removing).map((i) => ({
-    name: i.network || rt.defaultBackend.name,
+    name: i.network || i.defaultNetwork || rt.defaultBackend.name,
     interface: i.name,
     ips: i.addresses.map((a) => a.address),
     mac: i.mac,

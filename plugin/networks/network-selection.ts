@@ -8,6 +8,10 @@ import net from 'node:net';
 
 export const NETWORKS_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
 export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
+/** Multus's: the definition a pod takes as its default network instead of the node's. */
+export const DEFAULT_NETWORK_ANNOTATION = 'v1.multus-cni.io/default-network';
+/** Where a default network named without a namespace is looked up (Multus's own namespace, kube-system by default). */
+export const DEFAULT_NETWORK_NAMESPACE = 'kube-system';
 
 export interface NetworkSelection {
   namespace: string;
@@ -38,9 +42,9 @@ export function isInterfaceName(s: string): boolean {
 }
 
 /** The selections of a pod's annotation (absent or blank: none). podNamespace is the default namespace. */
-export function parseNetworkSelections(annotation: string | undefined, podNamespace: string, defaultInterface = 'eth0'): NetworkSelection[] {
+export function parseNetworkSelections(annotation: string | undefined, podNamespace: string, defaultInterface = 'eth0', key = NETWORKS_ANNOTATION): NetworkSelection[] {
   if (annotation === undefined || annotation.trim() === '') return [];
-  if (annotation.length > 65536) throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} is longer than 64 KiB`);
+  if (annotation.length > 65536) throw new SelectionError(`annotation ${key} is longer than 64 KiB`);
   const problems: string[] = [];
   const trimmed = annotation.trim();
   const out: (Omit<NetworkSelection, 'interface'> & { interface?: string })[] = [];
@@ -49,11 +53,11 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
     try {
       list = JSON.parse(trimmed);
     } catch (e) {
-      throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} is not valid JSON: ${(e as Error).message}`);
+      throw new SelectionError(`annotation ${key} is not valid JSON: ${(e as Error).message}`);
     }
-    if (!Array.isArray(list)) throw new SelectionError(`annotation ${NETWORKS_ANNOTATION} must be a JSON list`);
+    if (!Array.isArray(list)) throw new SelectionError(`annotation ${key} must be a JSON list`);
     list.forEach((el, i) => {
-      const at = `${NETWORKS_ANNOTATION}[${i}]`;
+      const at = `${key}[${i}]`;
       if (typeof el !== 'object' || el === null || Array.isArray(el)) return void problems.push(`${at} is not an object`);
       const e = el as Record<string, unknown>;
       const unknown = Object.keys(e).filter((k) => !JSON_KEYS.has(k));
@@ -99,7 +103,7 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
     });
   } else {
     trimmed.split(',').forEach((item, i) => {
-      const at = `${NETWORKS_ANNOTATION} item ${i + 1}`;
+      const at = `${key} item ${i + 1}`;
       const m = /^(?:([^/@]*)\/)?([^/@]*)(?:@(.*))?$/.exec(item.trim());
       if (!m) return void problems.push(`${at} ${JSON.stringify(item.trim().slice(0, 80))} is not [namespace/]name[@interface]`);
       const s: Omit<NetworkSelection, 'interface'> & { interface?: string } = { namespace: m[1] ?? podNamespace, name: m[2] };
@@ -110,7 +114,7 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
   if (out.length > MAX_SELECTIONS) problems.push(`${out.length} networks asked for; at most ${MAX_SELECTIONS}`);
   const seen = new Set<string>([defaultInterface]);
   const selections = out.map((s, i) => {
-    const at = `${NETWORKS_ANNOTATION} ${JSON.stringify(s.name)}`;
+    const at = `${key} ${JSON.stringify(s.name)}`;
     if (!DNS_SUBDOMAIN.test(s.name)) problems.push(`${at}: the network name must be a lower-case DNS subdomain`);
     if (!DNS_LABEL.test(s.namespace)) problems.push(`${at}: namespace ${JSON.stringify(s.namespace.slice(0, 80))} is not a namespace name`);
     const ifName = s.interface ?? `net${i + 1}`;
@@ -129,4 +133,22 @@ function isIpOrCidr(s: string): boolean {
   if (prefix === undefined) return true;
   const max = net.isIP(ip) === 4 ? 32 : 128;
   return /^\d{1,3}$/.test(prefix) && Number(prefix) <= max;
+}
+
+/**
+ * The network a pod takes as its default network (DEFAULT_NETWORK_ANNOTATION), in either form
+ * of the networks annotation: exactly one; a name alone is looked up in kube-system, as Multus
+ * does. Its interface is the runtime's (ifName): another one named is refused, and so is
+ * default-route (the default network's interface carries the default route anyway).
+ */
+export function parseDefaultNetwork(annotation: string | undefined, ifName: string): NetworkSelection | undefined {
+  const key = DEFAULT_NETWORK_ANNOTATION;
+  const list = parseNetworkSelections(annotation, DEFAULT_NETWORK_NAMESPACE, '', key);
+  if (!list.length) return undefined;
+  if (list.length > 1) throw new SelectionError(`annotation ${key} names ${list.length} networks; a pod has one default network`);
+  const trimmed = annotation!.trim();
+  const named = trimmed.startsWith('[') ? (JSON.parse(trimmed)[0] as { interface?: unknown }).interface : /@(.*)$/.exec(trimmed)?.[1];
+  if (named !== undefined && named !== '' && named !== ifName) throw new SelectionError(`annotation ${key}: the default network's interface is the one the runtime names (${ifName}), not ${JSON.stringify(named)}`);
+  if (list[0].defaultRoute) throw new SelectionError(`annotation ${key}: default-route does not apply (the default network's interface carries the default route)`);
+  return { ...list[0], interface: ifName };
 }

@@ -24,6 +24,7 @@ export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
     network: i.network ?? '',
     default: carriesDefaultRoute(i),
     selected_by: i.selectedBy ?? '',
+    default_network: i.defaultNetwork ?? '',
     addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
   };
 }
@@ -130,12 +131,16 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     }),
     DetachNetwork: u('DetachNetwork', async (req: { sandbox_id: string; interface_name: string }) => ({ removed: await rt.detachNetwork(req.sandbox_id, validate.interfaceName(req.interface_name)) })),
     ListNetworks: u('ListNetworks', () => ({
-      networks: rt.networks.list().map((d) => ({
-        namespace: d.namespace, name: d.name, source: d.source, origin: d.origin, valid: !!d.config, error: d.error ?? '',
-        cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
-        attachments: rt.list().flatMap((r) => r.interfaces.filter((i) => i.network === `${d.namespace}/${d.name}`).map((i) => `${r.id}/${i.name}`)),
-        pods: [...new Set(rt.list().filter((r) => r.pod.name && r.interfaces.some((i) => i.network === `${d.namespace}/${d.name}`)).map((r) => `${r.pod.namespace}/${r.pod.name}`))].sort(),
-      })),
+      networks: rt.networks.list().map((d) => {
+        // A pod's chosen default network is attached too.
+        const on = (i: InterfaceRecord) => (i.network || i.defaultNetwork) === `${d.namespace}/${d.name}`;
+        return {
+          namespace: d.namespace, name: d.name, source: d.source, origin: d.origin, valid: !!d.config, error: d.error ?? '',
+          cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
+          attachments: rt.list().flatMap((r) => r.interfaces.filter(on).map((i) => `${r.id}/${i.name}`)),
+          pods: [...new Set(rt.list().filter((r) => r.pod.name && r.interfaces.some(on)).map((r) => `${r.pod.namespace}/${r.pod.name}`))].sort(),
+        };
+      }),
     })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {

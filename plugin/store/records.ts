@@ -21,6 +21,8 @@ export interface InterfaceRecord {
   tap?: string;
   /** Its network: absent or '' the default network, else a definition's "namespace/name". */
   network?: string;
+  /** The default network's interface of a pod that chose its default network (v1.multus-cni.io/default-network): that definition's "namespace/name". */
+  defaultNetwork?: string;
   /** Who wires it: kni's built-in network (absent) or a CNI network's plugins. */
   backend?: 'builtin' | 'cni';
   /** A CNI interface's network name (the conflist's): the key of its cached ADD result. */

@@ -69,6 +69,19 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
   });
 
+  it('a pod choosing its default network (v1.multus-cni.io/default-network) gets eth0 and its pod IP from that definition, and reaches its peer on the other node over it', async () => {
+    const chosen = (name: string, node: string, ip: string) => POD(name, node, { labels: { app: 'multinet' }, annotations: { 'v1.multus-cni.io/default-network': JSON.stringify([{ name: 'macvlan-static', namespace: 'default', ips: [`${ip}/24`] }]) } });
+    apply([chosen('dn-a', 'w1', '10.250.0.21'), chosen('dn-b', 'w2', '10.250.0.22')].join('---\n'));
+    await waitFor(() => phase('dn-a') === 'Running' && phase('dn-b') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide') + podEvents('dn-a') + podEvents('dn-b'));
+    assert.equal(kubectlJson('get', 'pod', 'dn-a').status.podIP, '10.250.0.21');
+    await waitFor(() => status('dn-a').length === 1, 60_000, () => JSON.stringify(status('dn-a')));
+    assert.deepEqual(status('dn-a').map((s) => [s.name, s.interface, s.ips, s.default ?? false]), [['default/macvlan-static', 'eth0', ['10.250.0.21'], true]]);
+    assert.deepEqual(addrsInPod('dn-a'), { eth0: ['10.250.0.21'] });
+    assert.match(http('dn-a', '10.250.0.22'), /hello from kni e2e/, 'dn-a (kc-w1) → dn-b (kc-w2) over the chosen default network');
+    const sandbox = knictl('w1', 'pods').find((p: any) => p.pod.name === 'dn-a');
+    assert.equal(knictl('w1', 'pod', sandbox.sandbox_id).interfaces[0].default_network, 'default/macvlan-static');
+  });
+
   it('a pod asking for a missing network waits in ContainerCreating with the reason in its events, and starts once the definition exists', async () => {
     apply(MULTINET('mn-wait', 'w1', [{ name: 'later-net', ips: ['10.253.0.5/24'] }]));
     await waitFor(() => /network default\/later-net: no NetworkAttachmentDefinition/.test(podEvents('mn-wait')), 90_000, () => podEvents('mn-wait'));
