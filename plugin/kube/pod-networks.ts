@@ -9,7 +9,7 @@ import { Config } from '../core/config';
 import { log } from '../core/log';
 import { carriesDefaultRoute } from '../core/network-backend';
 import type { NetworkRuntime } from '../core/network-runtime';
-import { NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseNetworkSelections } from '../networks/network-selection';
+import { DEFAULT_NETWORK_ANNOTATION, NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections } from '../networks/network-selection';
 import { SandboxRecord } from '../store/records';
 import { apiError, KubeApi, recordEvent, withTimeout } from './kube-api';
 import { WatchRestart } from './watch-restart';
@@ -125,6 +125,16 @@ export class PodNetworks {
     } catch (e) {
       return this.report(pod, 'InvalidNetworks', (e as Error).message);
     }
+    // A pod's default network is chosen once, at attach: a Pod asking for another one now (edited,
+    // or its annotation unknown at attach) is told so, never re-wired under its running containers.
+    let chosen;
+    try {
+      chosen = parseDefaultNetwork(pod.metadata?.annotations?.[DEFAULT_NETWORK_ANNOTATION], defaultIf);
+    } catch (e) {
+      return this.report(pod, 'InvalidNetworks', (e as Error).message);
+    }
+    const wired = rec.interfaces.find((i) => !i.network)?.defaultNetwork;
+    const defaultProblem = (chosen ? networkKey(chosen) : undefined) === wired ? '' : `the pod asks for ${chosen ? `default network ${networkKey(chosen)}` : "the node's default network"}, but its sandbox was wired with ${wired ?? "the node's default network"}: a pod's default network is chosen when its sandbox is made (recreate the pod to change it)`;
     const has = (s: { namespace: string; name: string; interface: string }) => rec.interfaces.some((i) => i.network === networkKey(s) && i.name === s.interface);
     const stale = rec.interfaces.filter((i) => i.selectedBy === 'annotation' && !i.adding && !wanted.some((s) => networkKey(s) === i.network && s.interface === i.name));
     const failures: string[] = [];
@@ -146,7 +156,8 @@ export class PodNetworks {
         failures.push(`adding ${networkKey(s)} as ${s.interface}: ${(e as Error).message}`);
       }
     }
-    if (failures.length) return this.report(pod, 'NetworkAttachFailed', failures.join('; '));
+    if (failures.length) return this.report(pod, 'NetworkAttachFailed', [defaultProblem, ...failures].filter(Boolean).join('; '));
+    if (defaultProblem) return this.report(pod, 'DefaultNetworkNotApplied', defaultProblem);
     this.reported.delete(key);
   }
 

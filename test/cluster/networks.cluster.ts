@@ -80,6 +80,10 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     assert.match(http('dn-a', '10.250.0.22'), /hello from kni e2e/, 'dn-a (kc-w1) → dn-b (kc-w2) over the chosen default network');
     const sandbox = knictl('w1', 'pods').find((p: any) => p.pod.name === 'dn-a');
     assert.equal(knictl('w1', 'pod', sandbox.sandbox_id).interfaces[0].default_network, 'default/macvlan-static');
+    // Chosen once: an edit is answered with a Warning Event, and the running pod keeps its network.
+    kubectl('annotate', 'pod', 'dn-b', '--overwrite', 'v1.multus-cni.io/default-network=bridge-static');
+    await waitFor(() => /DefaultNetworkNotApplied: the pod asks for default network kube-system\/bridge-static, but its sandbox was wired with default\/macvlan-static/.test(podEvents('dn-b')), 60_000, () => podEvents('dn-b'));
+    assert.match(http('dn-a', '10.250.0.22'), /hello from kni e2e/);
   });
 
   it('a pod asking for a missing network waits in ContainerCreating with the reason in its events, and starts once the definition exists', async () => {
