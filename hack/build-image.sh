@@ -21,7 +21,7 @@ elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
 fi
 # shellcheck source=lib/oci-image.sh
 . "$repo/hack/lib/oci-image.sh"
-[ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/bin/libkni-wire.so" ] && [ -f "$repo/dist/plugin/main.js" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }
+[ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/bin/libkni-wire.so" ] && [ -f "$repo/dist/plugin/main.js" ] && [ -f "$repo/dist/build-info.json" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$work/rootfs
@@ -54,6 +54,7 @@ cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true
 mkdir -p "$root/usr/lib/cni" && cp -L /usr/lib/cni/* "$root/usr/lib/cni/"
 
 cp -r "$repo/dist/plugin" "$repo/dist/runtime-hooks" "$root/app/dist/"
+cp "$repo/dist/build-info.json" "$root/app/dist/"
 # The example extension (kind-config/mesh-redirect-daemonset.yaml runs it from this image).
 mkdir -p "$root/app/dist/hack" && cp -r "$repo/dist/hack/examples" "$root/app/dist/hack/"
 mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$repo/dist/bin/libkni-wire.so" "$root/app/dist/bin/"

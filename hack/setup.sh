@@ -25,6 +25,11 @@ if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modu
   npm ci --no-audit --no-fund --loglevel=error
 fi
 npx tsc -p .
+# The commit kni is built from (kni-runtime --version, knictl version, kni_build_info).
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+[ "$commit" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null && commit="$commit-dirty"
+info="{\"commit\": \"$commit\"}"
+[ "$(cat dist/build-info.json 2>/dev/null)" = "$info" ] || echo "$info" > dist/build-info.json
 # kni-cni: a static C binary (a runtime execs it per call; Node start-up would cost tens of ms)
 mkdir -p dist/bin
 if [ ! -x dist/bin/kni-cni ] || [ runtime-hooks/cni-shim/kni-cni.c -nt dist/bin/kni-cni ]; then

@@ -5,11 +5,13 @@ import { Command, Option } from 'commander';
 import fs from 'node:fs';
 import { Client, listAllPods, runtimeClient, watchEvents } from './client/clients';
 import { matchSandbox, SANDBOX_REF_HELP } from './client/sandbox-ref';
+import { BUILD, versionText } from './version';
 
 const program = new Command()
   .name('knictl')
   .description('inspect the kni network runtime on this node')
-  .option('--socket <path>', 'kni-runtime socket', process.env.KNI_SOCKET ?? '/run/kni/kni.sock');
+  .option('--socket <path>', 'kni-runtime socket', process.env.KNI_SOCKET ?? '/run/kni/kni.sock')
+  .version(`knictl ${versionText()}`, '--version', "print knictl's version and exit");
 
 const output = () => new Option('-o, --output <format>', 'table or json').choices(['table', 'json']).default('table');
 
@@ -142,6 +144,11 @@ program.command('node').description('node networks, readiness, and (in Kubernete
     (n.warnings?.length ? `\nwarnings:\n${n.warnings.map((w: string) => `- ${w}\n`).join('')}` : '') +
     (n.cluster ? `\n${clusterText(n.cluster)}` : ''),
   );
+});
+
+program.command('version').description("knictl's version and the version of the kni-runtime it talks to").addOption(output()).action(async (o) => {
+  const server = await withClient((c) => c.Version({}));
+  print(o.output, { client: BUILD, server }, () => `knictl:      ${versionText()}\nkni-runtime: ${versionText(server)}, API ${server.api_version}, started ${server.started_at}\n`);
 });
 
 program.command('ipam').description('pod range usage').addOption(output()).action(async (o) => {

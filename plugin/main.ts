@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 // kni-runtime: the network runtime daemon.
 import { Command } from 'commander';
+import { BUILD, versionText } from './version';
 import net from 'node:net';
 import path from 'node:path';
 import { Config, ConfigError, loadConfig } from './core/config';
@@ -57,6 +58,7 @@ async function main(): Promise<void> {
     .option('--metrics-addr <host:port>', 'serve Prometheus metrics on http://host:port/metrics (off by default)', process.env.KNI_METRICS_ADDR)
     .option('--print-config', 'print the effective config and exit')
     .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
+    .version(`kni-runtime ${versionText()}`, '--version', 'print the version and the commit built from, and exit')
     .parse();
   const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; metricsAddr?: string; printConfig?: boolean; uninstall?: boolean }>();
   // A flag's typo fails before anything starts, with its reason and no stack.
@@ -156,7 +158,7 @@ async function main(): Promise<void> {
     }
   });
   serving = true;
-  log('info', 'serving', { socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
+  log('info', 'serving', { version: BUILD.version, commit: BUILD.commit, socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
   compileBaselineFromNowOn();
 
   const shutdown = (signal: string) => {

@@ -33,6 +33,10 @@ describe('kni image', function () {
     const cfg = spawnSync('chroot', [root, exe, ...args, '--print-config'], { encoding: 'utf8' });
     assert.equal(cfg.status, 0, cfg.stderr);
     assert.equal(JSON.parse(cfg.stdout).bridge, 'kni0');
+    // Which kni this is: the commit it was built from, as on the build machine.
+    const version = spawnSync('chroot', [root, exe, ...args, '--version'], { encoding: 'utf8' });
+    assert.equal(version.stdout.trim(), `kni-runtime 0.1.0 (commit ${JSON.parse(fs.readFileSync(path.join(packageRoot(), 'dist/build-info.json'), 'utf8')).commit})`);
+    assert.doesNotMatch(version.stdout, /commit unknown/);
     assert.match(execFileSync('chroot', [root, '/usr/sbin/iptables', '--version'], { encoding: 'utf8' }), /nf_tables/);
     assert.match(execFileSync('chroot', [root, '/usr/sbin/ip6tables', '--version'], { encoding: 'utf8' }), /nf_tables/);
     // Both backends, each with its save and restore: kni writes with the node's (plugin/node/iptables.ts).
@@ -55,7 +59,7 @@ describe('kni image', function () {
     const cf = fs.readFileSync(path.join(packageRoot(), 'kind-config/Containerfile'), 'utf8');
     assert.equal(JSON.stringify(JSON.parse(/^ENTRYPOINT (.*)$/m.exec(cf)![1])), JSON.stringify(config.config.Entrypoint));
     const copied = [...cf.matchAll(/^COPY --from=build \S+ (\S+)$/gm)].map((m) => m[1]).sort();
-    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/bin/libkni-wire.so', '/app/dist/hack/examples'];
+    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/bin/libkni-wire.so', '/app/dist/hack/examples', '/app/dist/build-info.json'];
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);

@@ -45,6 +45,15 @@ describe('knictl', () => {
     assert.equal(ipam.ranges[0].used, '1');
     assert.match(knictl('--socket', d.socket, 'ipam').stdout, /10\.244\.0\.0\/24\s+IPV4\s+253\s+1\s+252\s+false/);
     assert.equal(knictl('--socket', d.socket, 'check', 'cli-sandbox').stdout, 'ok\n');
+
+    // Which kni: knictl's own version, and the daemon's through the Version RPC.
+    const commit = JSON.parse(fs.readFileSync(path.join(packageRoot(), 'dist/build-info.json'), 'utf8')).commit;
+    assert.equal(knictl('--version').stdout, `knictl 0.1.0 (commit ${commit})\n`);
+    const v = JSON.parse(knictl('--socket', d.socket, 'version', '-o', 'json').stdout);
+    assert.deepEqual({ ...v.server, started_at: undefined }, { version: '0.1.0', commit, api_version: 'kni.runtime.v1', started_at: undefined });
+    assert.ok(Date.parse(v.server.started_at) <= Date.now());
+    assert.match(knictl('--socket', d.socket, 'version').stdout, new RegExp(`^knictl:      0\\.1\\.0 \\(commit ${commit}\\)\nkni-runtime: 0\\.1\\.0 \\(commit ${commit}\\), API kni\\.runtime\\.v1, started `));
+    assert.match(d.output, new RegExp(`"msg":"serving","version":"0\\.1\\.0","commit":"${commit}"`));
   });
 
   it('says precisely what is wrong', () => {

@@ -102,6 +102,8 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_step_duration_seconds_count{step="kni.runtime.v1.NetworkRuntime/Attach"}'), 2);
     assert.ok(sample(m, 'kni_step_duration_seconds_sum{step="veth.create"}') > 0);
     assert.ok(sample(m, 'kni_process_resident_memory_bytes') > 10e6);
+    const commit = JSON.parse(fs.readFileSync(path.join(packageRoot(), 'dist/build-info.json'), 'utf8')).commit;
+    assert.equal(sample(m, `kni_build_info{version="0.1.0",commit="${commit}"}`), 1);
 
     const gc = await d.rt().GarbageCollect({ live_sandbox_ids: ['traced'] });
     assert.deepEqual(gc.released_sandbox_ids, ['traced-cni']);

@@ -56,7 +56,7 @@ export class NetworkRuntime {
   readonly locks = new KeyedMutex();
   readonly store: StateStore;
   /** What the allocation-cursor file holds (written off the attach path: allocation-cursor.ts). */
-  private readonly lastGivenWritten = { text: '' };
+  private readonly lastGivenWritten: { text: string; error?: string } = { text: '' };
   /** Replaced only by adoptRanges, while no sandbox holds an address. */
   ipam: Ipam;
   host!: NetlinkSocket;

@@ -7,13 +7,12 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { log } from '../core/log';
-import { Ipam } from './ipam';
-import { AllocatedAddress } from './ipam';
+import { AllocatedAddress, Ipam } from './ipam';
 
 const FILE = 'ipam-last-given.json';
 
 /** Writes the ranges' last given addresses when they differ from what the file holds. */
-export function saveLastGiven(stateDir: string, ipam: Ipam, written: { text: string }): void {
+export function saveLastGiven(stateDir: string, ipam: Ipam, written: { text: string; error?: string }): void {
   const text = `${JSON.stringify(ipam.lastGiven())}\n`;
   if (text === written.text) return;
   const file = path.join(stateDir, FILE);
@@ -21,8 +20,11 @@ export function saveLastGiven(stateDir: string, ipam: Ipam, written: { text: str
     fs.writeFileSync(`${file}.tmp`, text, { mode: 0o600 });
     fs.renameSync(`${file}.tmp`, file);
     written.text = text;
+    written.error = undefined;
   } catch (e) {
-    log('warn', 'cannot record where address allocation goes on after a restart', { file, error: (e as Error).message });
+    // Tried again at each sweep (a full disk clears); said once.
+    if (written.error !== (e as Error).message) log('warn', 'cannot record where address allocation goes on after a restart', { file, error: (e as Error).message });
+    written.error = (e as Error).message;
   }
 }
 

@@ -4,6 +4,7 @@
 import http from 'node:http';
 import * as prom from 'prom-client';
 import { log } from '../core/log';
+import { BUILD } from '../version';
 
 /** Who asked: kni's gRPC APIs, the CNI shim, NRI, containerd's PodNetworkLifecycle, GC. */
 export type EntryPoint = 'kni' | 'cni' | 'nri' | 'containerd' | 'gc';
@@ -105,6 +106,9 @@ export const rpcErrorsTotal = new prom.Counter({
   labelNames: ['service', 'method', 'code'] as const,
   registers: [registry],
 });
+
+/** kni_build_info{version,commit} 1: which kni runs where (a Prometheus convention). */
+new prom.Gauge({ name: 'kni_build_info', help: "kni's version and the commit it was built from (always 1)", labelNames: ['version', 'commit'] as const, registers: [registry] }).set(BUILD, 1);
 
 export const driftFindings = new prom.Counter({
   name: 'kni_drift_findings_total',

@@ -3,6 +3,7 @@ import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { AgentStatus } from '../kube/node-agent';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { BUILD } from '../version';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
@@ -118,6 +119,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const s = rt.node.status();
       return { ready: s.ready, networks: [{ ...s, pod_link: s.podLink }], warnings: s.warnings, ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
     }),
+    Version: u('Version', () => ({ version: BUILD.version, commit: BUILD.commit, api_version: 'kni.runtime.v1', started_at: new Date(Date.now() - process.uptime() * 1000).toISOString() })),
     GetIPAMStatus: u('GetIPAMStatus', () => {
       const ranges = rt.ipamStatus().map((r) => ({ ...r, family: family(r.family), size: r.size.toString(), free: r.free.toString() }));
       return { ranges, exhausted: ranges.some((r) => r.exhausted) };
