@@ -208,4 +208,25 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(leases('bridge-def'), []);
     assert.deepEqual(netnsLinks(netns), ['lo']);
   });
+
+  describe('networks.namespaceIsolation (as Multus has it)', () => {
+    let iso: TestDaemon;
+    before(async () => {
+      write('team/net-t.conf', { cniVersion: '1.0.0', name: 'net-t', type: 'bridge', bridge: `${RUN}bt`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.96.1.0/24' }]] } });
+      write('shared/net-s.conf', { cniVersion: '1.0.0', name: 'net-s', type: 'bridge', bridge: `${RUN}bs`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.96.2.0/24' }]] } });
+      iso = await TestDaemon.start({ ranges: ['10.97.0.0/24'], networks: { dir, namespaceIsolation: true, globalNamespaces: ['shared'] }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni'] } });
+    });
+    after(() => iso?.cleanup());
+
+    const attachIn = (id: string, namespace: string, networks: string) =>
+      iso.rt().Attach({ sandbox_id: id, netns_path: iso.makePodNetns(id), pod: { name: id, namespace, uid: `u-${id}` }, annotations: { [NETWORKS]: networks } });
+
+    it('a pod uses networks of its own namespace, default and the global namespaces; another tenant\'s is refused by name, and nothing is left', async () => {
+      const ok = await attachIn('iso-a', 'team', 'net-t, shared/net-s, default/bridge-net');
+      assert.deepEqual(ok.interfaces.map((i: any) => i.network), ['', 'team/net-t', 'shared/net-s', 'default/bridge-net']);
+      await rejectsWith(attachIn('iso-b', 'other', 'shared/net-s, team/net-t'), grpc.status.INVALID_ARGUMENT, /namespace isolation: pods of namespace other may use networks of other, default, shared only, not team\/net-t$/);
+      assert.equal((await iso.rt().ListPods({})).pods.length, 1);
+      await iso.rt().Detach({ sandbox_id: 'iso-a' });
+    });
+  });
 });

@@ -2,6 +2,7 @@
 import path from 'node:path';
 import type { Config } from './config';
 import { interfaceName } from './validate';
+import { DNS_LABEL } from '../networks/network-selection';
 
 /** A Kubernetes object name (DNS subdomain), as Node names are. */
 const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/;
@@ -106,15 +107,20 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const n = r.networks as Record<string, unknown>;
     if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('networks must be a map of settings');
     else {
-      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
+      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
       if (n.dir !== undefined) {
         if (typeof n.dir !== 'string' || (n.dir !== '' && !path.isAbsolute(n.dir))) problems.push('networks.dir must be an absolute directory (or empty: no file definitions)');
         else cfg.networks.dir = n.dir;
       }
-      for (const key of ['attachmentDefinitions', 'podStatus'] as const) {
+      for (const key of ['attachmentDefinitions', 'podStatus', 'namespaceIsolation'] as const) {
         if (n[key] === undefined) continue;
         if (typeof n[key] !== 'boolean') problems.push(`networks.${key} must be true or false`);
         else cfg.networks[key] = n[key] as boolean;
+      }
+      if (n.globalNamespaces !== undefined) {
+        const g = n.globalNamespaces;
+        if (!Array.isArray(g) || g.some((x) => typeof x !== 'string' || !DNS_LABEL.test(x))) problems.push('networks.globalNamespaces must list namespace names');
+        else cfg.networks.globalNamespaces = g as string[];
       }
     }
   }

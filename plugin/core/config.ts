@@ -68,6 +68,12 @@ export interface NetworksConfig {
   attachmentDefinitions: boolean;
   /** Write k8s.v1.cni.cncf.io/network-status on each Pod (needs kubernetes.nodeName). */
   podStatus: boolean;
+  /**
+   * Multus's namespaceIsolation: a pod's networks annotation may name definitions of its own
+   * namespace, of `default`, and of globalNamespaces only.
+   */
+  namespaceIsolation: boolean;
+  globalNamespaces: string[];
 }
 
 export interface VxlanConfig {
@@ -151,7 +157,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
-  networks: { dir: '', attachmentDefinitions: true, podStatus: true },
+  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [] },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   netnsPoolSize: 4,

@@ -16,12 +16,28 @@ import { InterfaceRecord, SandboxRecord } from '../store/records';
 /** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
 export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string): NetworkSelection[] {
   const text = rec.annotations[NETWORKS_ANNOTATION] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[NETWORKS_ANNOTATION];
+  let selections: NetworkSelection[];
   try {
-    return parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf);
+    selections = parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf);
   } catch (e) {
     if (e instanceof SelectionError) throw invalid(e.message);
     throw e;
   }
+  const refused = isolationProblem(rt.cfg.networks, rec.pod.namespace || 'default', selections);
+  if (refused) throw invalid(refused);
+  return selections;
+}
+
+/**
+ * With networks.namespaceIsolation (Multus's), why a pod of `namespace` may not use these
+ * selections ('' when it may): only definitions of its own namespace, of `default` and of
+ * networks.globalNamespaces. A tenant cannot then put its pods on another tenant's network.
+ */
+export function isolationProblem(cfg: { namespaceIsolation: boolean; globalNamespaces: string[] }, namespace: string, selections: Pick<NetworkSelection, 'namespace' | 'name'>[]): string {
+  if (!cfg.namespaceIsolation) return '';
+  const allowed = new Set([namespace, 'default', ...cfg.globalNamespaces]);
+  const out = selections.filter((s) => !allowed.has(s.namespace)).map(networkKey);
+  return out.length ? `${NETWORKS_ANNOTATION}: namespace isolation: pods of namespace ${namespace} may use networks of ${[...allowed].join(', ')} only, not ${out.join(', ')}` : '';
 }
 
 /** The network a sandbox takes as its default network instead of the node's, if its pod chose one. */

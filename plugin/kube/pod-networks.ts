@@ -9,6 +9,7 @@ import { Config } from '../core/config';
 import { log } from '../core/log';
 import { carriesDefaultRoute } from '../core/network-backend';
 import type { NetworkRuntime } from '../core/network-runtime';
+import { isolationProblem } from '../core/network-plan';
 import { DEFAULT_NETWORK_ANNOTATION, NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections } from '../networks/network-selection';
 import { SandboxRecord } from '../store/records';
 import { apiError, KubeApi, recordEvent, withTimeout } from './kube-api';
@@ -135,6 +136,8 @@ export class PodNetworks {
     }
     const wired = rec.interfaces.find((i) => !i.network)?.defaultNetwork;
     const defaultProblem = (chosen ? networkKey(chosen) : undefined) === wired ? '' : `the pod asks for ${chosen ? `default network ${networkKey(chosen)}` : "the node's default network"}, but its sandbox was wired with ${wired ?? "the node's default network"}: a pod's default network is chosen when its sandbox is made (recreate the pod to change it)`;
+    const refused = isolationProblem(this.cfg.networks, pod.metadata?.namespace ?? 'default', wanted);
+    if (refused) return this.report(pod, 'InvalidNetworks', refused);
     const has = (s: { namespace: string; name: string; interface: string }) => rec.interfaces.some((i) => i.network === networkKey(s) && i.name === s.interface);
     const stale = rec.interfaces.filter((i) => i.selectedBy === 'annotation' && !i.adding && !wanted.some((s) => networkKey(s) === i.network && s.interface === i.name));
     const failures: string[] = [];
