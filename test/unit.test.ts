@@ -99,6 +99,8 @@ describe('config', () => {
     ['CNI socket past sun_path, in bytes', { cni: { socket: `/run/${'é'.repeat(52)}.sock` } }, /cni\.socket is 114 bytes long; a unix socket path holds at most 107/],
     ['relative NRI socket', { nri: { socket: 'nri.sock' } }, /nri\.socket "nri\.sock" must be an absolute path/],
     ['CRI socket past sun_path', { cri: { socket: `/run/${'c'.repeat(110)}` } }, /cri\.socket is 115 bytes long/],
+    ['namespace isolation as text', { networks: { namespaceIsolation: 'yes' } }, /networks\.namespaceIsolation must be true or false/],
+    ['global namespaces', { networks: { globalNamespaces: ['Shared', 'ok'] } }, /networks\.globalNamespaces must list namespace names/],
   ];
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));
