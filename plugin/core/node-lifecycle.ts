@@ -36,6 +36,7 @@ export class NodeLifecycle {
 
   private hostPortWrites: Promise<void> = Promise.resolve();
   private readonly warnings = new Map<string, string>();
+  private readonly repairListeners: ((what: string) => void)[] = [];
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
   constructor(private readonly rt: NetworkRuntime) {}
@@ -192,7 +193,8 @@ export class NodeLifecycle {
     if (this.ready && (this.rt.cni || !verify)) return;
     const br = this.ready ? linkByName(this.rt.host, this.rt.cfg.bridge) : undefined;
     if (br && br.index === this.bridgeIndex && br.flags & IFF_UP) return;
-    if (this.ready) log('warn', `bridge ${br ? (br.index === this.bridgeIndex ? 'set down' : 'replaced') : 'gone'} behind kni's back; setting the node network up again`, { bridge: this.rt.cfg.bridge });
+    const lost = this.ready ? `bridge ${this.rt.cfg.bridge} ${br ? (br.index === this.bridgeIndex ? 'set down' : 'replaced') : 'gone'} behind kni's back` : '';
+    if (lost) log('warn', `${lost}; setting the node network up again`, { bridge: this.rt.cfg.bridge });
     this.ready = false;
     this.announced = false;
     try {
@@ -200,6 +202,16 @@ export class NodeLifecycle {
     } catch (e) {
       throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
     }
+    if (lost) this.repaired(lost);
+  }
+
+  /** Calls cb with what was found undone each time the node network is set up again after it was. */
+  onRepaired(cb: (what: string) => void): void {
+    this.repairListeners.push(cb);
+  }
+
+  private repaired(what: string): void {
+    for (const cb of this.repairListeners) cb(what);
   }
 
   /**
@@ -209,7 +221,10 @@ export class NodeLifecycle {
   async repairDrift(): Promise<string[]> {
     if (!this.ready || this.rt.cni) return [];
     const drift = await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs);
-    if (drift.length) await this.setup();
+    if (drift.length) {
+      await this.setup();
+      this.repaired(drift.join('; '));
+    }
     return drift;
   }
 

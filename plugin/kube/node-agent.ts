@@ -55,6 +55,8 @@ export class NodeAgent {
   private exhaustedKey: string | undefined;
   private ownerTimer?: NodeJS.Timeout;
   private routeTimer?: NodeJS.Timeout;
+  /** Node Event message → when it was last sent (nodeEvent). */
+  private readonly eventSent = new Map<string, number>();
   /** Extension name → when its registering pod was first found gone. */
   private ownerGone = new Map<string, number>();
 
@@ -85,6 +87,7 @@ export class NodeAgent {
     for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => restart.connected());
     informer.on('connect', () => this.schedule());
     this.rt.onIpamChange(() => this.checkIpam());
+    this.rt.node.onRepaired((what) => this.nodeEvent('NodeNetworkRepaired', `the node network was changed behind kni's back (${what}); kni set it up again`));
     this.checkIpam();
     restart.begin();
     this.ownerTimer = setInterval(() => void this.checkExtensionOwners(), 2000);
@@ -174,6 +177,8 @@ export class NodeAgent {
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
       const status = this.peers.sync(nodeView(self), views);
+      const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
+      if (restored.length) this.nodeEvent('PeerRoutesRestored', `routes to other nodes' pods were gone from the kernel (a link went down, or someone deleted them); kni installed them again: ${restored.join(', ')}`);
       // Traffic to other nodes' pods keeps its source address; a podCIDR refused as a route (a
       // default route, say) must not switch masquerading off for what it covers either.
       const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
@@ -231,6 +236,21 @@ export class NodeAgent {
     this.refusedKey = message;
     log('error', 'pod range change refused', { node: this.nodeName, message });
     void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: node.metadata?.uid }, 'Warning', 'PodCIDRChangeRefused', message);
+  }
+
+  /**
+   * A Warning Event on this node's Node (kubectl describe node): what kni found undone on the
+   * node and put back. The same message at most once in 10 minutes (something that keeps
+   * undoing kni's work would otherwise write an Event a minute; kni_drift_findings_total counts
+   * every one).
+   */
+  private nodeEvent(reason: string, message: string): void {
+    const now = Date.now();
+    if (now - (this.eventSent.get(message) ?? -Infinity) < 10 * 60_000) return;
+    this.eventSent.set(message, now);
+    for (const [m, at] of this.eventSent) if (now - at >= 10 * 60_000) this.eventSent.delete(m);
+    const self = this.informer?.list().find((n) => n.metadata?.name === this.nodeName);
+    void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: self?.metadata?.uid }, 'Warning', reason, message);
   }
 
   /** NetworkUnavailable False once every peer route is in place; metrics. */

@@ -76,6 +76,8 @@ function foreignRoutes(routes: Route[]): Map<string, string> {
 
 export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
+  /** The routes the last sync found gone from the kernel and installed again. */
+  restored: PeerRouteStatus[] = [];
 
   constructor(private readonly sock: NetlinkSocket, private readonly cfg: Config) {}
 
@@ -121,6 +123,7 @@ export class PeerNetwork {
     const wasInstalled = new Set(this.last.filter((s) => s.state === 'installed').map((s) => s.destination));
 
     const plans: Planned[] = [];
+    this.restored = [];
     for (const peer of peers) {
       if (peer.name === self.name) continue;
       for (const text of peer.podCidrs) {
@@ -203,6 +206,7 @@ export class PeerNetwork {
         p.status.state = 'installed';
         if (!had && wasInstalled.has(p.status.destination)) {
           driftFindings.inc({ object: 'peer_route' });
+          this.restored.push(p.status);
           log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
         }
       } catch (e) {

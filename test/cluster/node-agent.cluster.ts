@@ -156,6 +156,13 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     execFileSync('ip', ['-n', 'kc-w1', 'route', 'del', '10.244.200.0/28']);
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
     assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /the route to node kc-extra's pods 10\.244\.200\.0\/28 was gone from the kernel; installed again/);
+    const nodeEvents = (reason: string) => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=kc-w1,reason=${reason}`).items.map((e: any) => e.message).join('\n');
+    await waitFor(() => /installed them again: 10\.244\.200\.0\/28 \(node kc-extra\)/.test(nodeEvents('PeerRoutesRestored')), 30_000, () => nodeEvents('PeerRoutesRestored'));
+    // The node network undone (forwarding off): reconcile puts it back and says so on the Node.
+    execFileSync('ip', ['netns', 'exec', 'kc-w1', 'sysctl', '-qw', 'net.ipv4.ip_forward=0']);
+    assert.match(knictl('w1', 'reconcile').findings.join('\n'), /net\.ipv4\.ip_forward is off/);
+    assert.equal(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'sysctl', '-n', 'net.ipv4.ip_forward'], { encoding: 'utf8' }).trim(), '1');
+    await waitFor(() => /the node network was changed behind kni's back \(net\.ipv4\.ip_forward is off\); kni set it up again/.test(nodeEvents('NodeNetworkRepaired')), 30_000, () => nodeEvents('NodeNetworkRepaired'));
     kubectl('delete', 'node', 'kc-extra');
     for (const w of WORKERS) await waitFor(() => !/10\.244\.200\./.test(kernelRoutes(w)), 30_000, () => kernelRoutes(w));
     assert.doesNotMatch(fdb(), /10\.240\.0\.50/);
