@@ -141,7 +141,7 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
     }
   });
 
-  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); a route deleted behind kni\'s back comes back; the Node deleted, they go', async () => {
+  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); a route deleted behind kni\'s back comes back, as does forwarding turned off, each with an Event on the Node; the Node deleted, they go', async () => {
     apply(`apiVersion: v1
 kind: Node
 metadata: {name: kc-extra}
