@@ -142,6 +142,7 @@ program.command('node').description('node networks, readiness, and (in Kubernete
     `ready: ${n.ready}\n` +
     table([['NETWORK', 'READY', 'BRIDGE', 'POD LINK', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, x.pod_link || '-', String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
     (n.warnings?.length ? `\nwarnings:\n${n.warnings.map((w: string) => `- ${w}\n`).join('')}` : '') +
+    (n.repairs?.length ? `\nput back lately (found undone on the node):\n${n.repairs.map((r: { time: string; what: string }) => `- ${r.time}  ${r.what}\n`).join('')}` : '') +
     (n.cluster ? `\n${clusterText(n.cluster)}` : ''),
   );
 });

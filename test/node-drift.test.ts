@@ -2,6 +2,9 @@
 // forwarding turned off, the masquerade rules flushed — is found by reconcile, named, and set up
 // again; an untouched node gives no finding at all.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
 import { inNetns, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
@@ -91,5 +94,16 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.ok(line, metrics.split('\n').filter((l) => l.includes('drift')).join('\n'));
     // Down, gateways, forwarding, three masquerade rounds.
     assert.equal(Number(line.split(' ')[1]), 6);
+  });
+
+  it('GetNode and knictl node list what was put back, newest last', async () => {
+    const repairs = (await rt.GetNode({})).repairs;
+    assert.equal(repairs.length, 6);
+    assert.match(repairs[0].what, /^bridge kni0 set down behind kni's back$/);
+    assert.match(repairs[1].what, /^gateway 10\.71\.0\.1\/24 is missing from kni0; gateway fd00:71::1\/64 is missing from kni0$/);
+    assert.match(repairs[5].what, /IPv4 nat chain KNI-MASQ is missing/);
+    assert.ok(Date.parse(repairs[0].time) <= Date.parse(repairs[5].time));
+    const text = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'node'], { encoding: 'utf8' }).stdout;
+    assert.match(text, /put back lately \(found undone on the node\):\n- \S+  bridge kni0 set down behind kni's back\n/);
   });
 });

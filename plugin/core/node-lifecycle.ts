@@ -4,7 +4,7 @@
 import { KniError } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { SandboxRecord } from '../store/records';
-import { log } from './log';
+import { isoTime, log } from './log';
 import type { NetworkRuntime, NodeStatus } from './network-runtime';
 import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
@@ -37,6 +37,7 @@ export class NodeLifecycle {
   private hostPortWrites: Promise<void> = Promise.resolve();
   private readonly warnings = new Map<string, string>();
   private readonly repairListeners: ((what: string) => void)[] = [];
+  private readonly recent: { time: string; what: string }[] = [];
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
   constructor(private readonly rt: NetworkRuntime) {}
@@ -210,8 +211,18 @@ export class NodeLifecycle {
     this.repairListeners.push(cb);
   }
 
+  /**
+   * Something found undone on the node and put back: kept for GetNode (the last 10), and, for the
+   * node network itself (`notify`), handed to the onRepaired listeners (the Node's Events).
+   */
+  recordRepair(what: string, notify = false): void {
+    this.recent.push({ time: isoTime(), what });
+    if (this.recent.length > 10) this.recent.shift();
+    if (notify) for (const cb of this.repairListeners) cb(what);
+  }
+
   private repaired(what: string): void {
-    for (const cb of this.repairListeners) cb(what);
+    this.recordRepair(what, true);
   }
 
   /**
@@ -253,6 +264,7 @@ export class NodeLifecycle {
       ranges: this.rt.cfg.ranges.map((c) => c.text),
       gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
       warnings: [...this.warnings.values()],
+      repairs: [...this.recent],
     };
   }
 }

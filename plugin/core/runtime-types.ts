@@ -42,6 +42,8 @@ export interface NodeStatus {
   gateways: string[];
   /** node-lifecycle.ts warn(): what on the node works against the pods' networking. */
   warnings: string[];
+  /** What was last found undone on the node and put back, newest last (NodeLifecycle.recordRepair). */
+  repairs: { time: string; what: string }[];
 }
 
 /** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */

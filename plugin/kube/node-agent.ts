@@ -178,7 +178,10 @@ export class NodeAgent {
       const views = nodes.map(nodeView);
       const status = this.peers.sync(nodeView(self), views);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
-      if (restored.length) this.nodeEvent('PeerRoutesRestored', `routes to other nodes' pods were gone from the kernel (a link went down, or someone deleted them); kni installed them again: ${restored.join(', ')}`);
+      if (restored.length) {
+        this.rt.node.recordRepair(`routes to other nodes' pods were gone from the kernel; installed again: ${restored.join(', ')}`);
+        this.nodeEvent('PeerRoutesRestored', `routes to other nodes' pods were gone from the kernel (a link went down, or someone deleted them); kni installed them again: ${restored.join(', ')}`);
+      }
       // Traffic to other nodes' pods keeps its source address; a podCIDR refused as a route (a
       // default route, say) must not switch masquerading off for what it covers either.
       const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
