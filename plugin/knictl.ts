@@ -159,10 +159,28 @@ program.command('ipam').description('pod range usage').addOption(output()).actio
   );
 });
 
-program.command('check <sandbox>').description(`compare a sandbox's record with the kernel (sandbox: ${SANDBOX_REF_HELP})`).addOption(output()).action(async (ref, o) => {
-  const r = await withClient(async (c) => c.Check({ sandbox_id: await sandboxOf(c, ref) }));
-  print(o.output, r, () => (r.ok ? 'ok\n' : r.problems.map((p: string) => `problem: ${p}\n`).join('')));
-  if (!r.ok) process.exitCode = 2;
+program.command('check [sandbox]').description(`compare a sandbox's record with the kernel, changing nothing (sandbox: ${SANDBOX_REF_HELP}); without one, the node and every sandbox`).addOption(output()).action(async (ref, o) => {
+  if (ref !== undefined) {
+    const r = await withClient(async (c) => c.Check({ sandbox_id: await sandboxOf(c, ref) }));
+    print(o.output, r, () => (r.ok ? 'ok\n' : r.problems.map((p: string) => `problem: ${p}\n`).join('')));
+    if (!r.ok) process.exitCode = 2;
+    return;
+  }
+  // Where to start when networking breaks on a node: its readiness and warnings, then each pod.
+  const { node, sandboxes } = await withClient(async (c) => {
+    const pods = await listAllPods(c);
+    const checked = [];
+    for (const p of pods) checked.push({ sandbox_id: p.sandbox_id, pod: podName(p), problems: (await c.Check({ sandbox_id: p.sandbox_id })).problems as string[] });
+    return { node: await c.GetNode(), sandboxes: checked };
+  });
+  const bad = sandboxes.filter((x) => x.problems.length);
+  const ok = node.ready && !bad.length;
+  print(o.output, { ok, node: { ready: node.ready, reason: node.networks[0]?.reason ?? '', warnings: node.warnings }, sandboxes: bad }, () =>
+    `node: ${node.ready ? 'ready' : `NOT READY: ${node.networks[0]?.reason}`}\n` +
+    node.warnings.map((w: string) => `warning: ${w}\n`).join('') +
+    `sandboxes: ${sandboxes.length} checked, ${bad.length} with problems\n` +
+    bad.map((x) => x.problems.map((p) => `problem: ${shortId(x.sandbox_id)} (${x.pod}): ${p}\n`).join('')).join(''));
+  if (!ok) process.exitCode = 2;
 });
 
 program.command('reconcile').description('compare every record with the kernel now: repair, release, remove stale veths').addOption(output()).action(async (o) => {

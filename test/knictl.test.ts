@@ -118,11 +118,17 @@ describe('knictl', () => {
     const check = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'check', 'cli-sandbox'], { encoding: 'utf8', env });
     assert.equal(check.status, 2, check.stderr);
     assert.match(check.stdout, new RegExp(`problem: host veth ${host} is missing`));
+    // Without a sandbox: the node and every sandbox, changing nothing.
+    const all = knictl('--socket', d.socket, 'check');
+    assert.equal(all.status, 2, all.stderr);
+    assert.match(all.stdout, new RegExp(`^node: ready\\nsandboxes: 1 checked, 1 with problems\\nproblem: cli-sandbox \\(ns1/cli\\): host veth ${host} is missing`));
+    assert.deepEqual(JSON.parse(knictl('--socket', d.socket, 'check', '-o', 'json').stdout).sandboxes.map((x: any) => x.sandbox_id), ['cli-sandbox']);
     const rec = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'reconcile', '-o', 'json'], { encoding: 'utf8', env });
     assert.equal(rec.status, 0, rec.stderr);
     assert.deepEqual(JSON.parse(rec.stdout).repaired_sandbox_ids, ['cli-sandbox']);
     assert.equal(knictl('--socket', d.socket, 'reconcile').stdout, 'kernel and records agree\n');
     assert.equal(knictl('--socket', d.socket, 'check', 'cli-sandbox').status, 0);
+    assert.equal(knictl('--socket', d.socket, 'check').stdout, 'node: ready\nsandboxes: 1 checked, 0 with problems\n');
   });
 });
 
