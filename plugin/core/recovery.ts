@@ -193,9 +193,12 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   // again first, and the pods whose ports it took are then re-wired below.
   const before = rt.node.status();
   try {
-    // Waiting for pod ranges from the Node is not drift: nothing to repair until they come.
-    if (rt.cfg.ranges.length || rt.cni) await rt.node.ensure(true);
-    if (!before.ready) found('node_network', `node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
+    // Waiting for pod ranges from the Node, or for a required extension, is not drift: nothing
+    // to repair (and nothing to report each minute) until they come.
+    if (rt.cfg.ranges.length || rt.cni) {
+      await rt.node.ensure(true);
+      if (!before.ready && before.reason !== rt.extensions.gateReason()) found('node_network', `node network was not ready (${before.reason}); set up again`, { bridge: rt.cfg.bridge });
+    }
   } catch (e) {
     found('node_network', `node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
   }
