@@ -8,6 +8,7 @@ import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
 import { carriesDefaultRoute } from '../core/network-backend';
+import type { PodEvent } from '../core/events';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { isolationProblem } from '../core/network-plan';
 import { DEFAULT_NETWORK_ANNOTATION, NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections } from '../networks/network-selection';
@@ -63,6 +64,7 @@ export class PodNetworks {
         const rec = this.rt.sandboxes.get(e.sandboxId);
         if (rec?.phase === 'attached' && rec.pod.name) this.scheduleKey(`${rec.pod.namespace}/${rec.pod.name}`);
       }
+      if (e.type === 'repaired' || e.type === 'released') this.tellPod(e);
     });
     this.resyncTimer = setInterval(() => this.resyncAll(), RESYNC_MS);
     this.resyncTimer.unref();
@@ -162,6 +164,20 @@ export class PodNetworks {
     if (failures.length) return this.report(pod, 'NetworkAttachFailed', [defaultProblem, ...failures].filter(Boolean).join('; '));
     if (defaultProblem) return this.report(pod, 'DefaultNetworkNotApplied', defaultProblem);
     this.reported.delete(key);
+  }
+
+  /**
+   * What reconcile did to a pod's network, as a Warning Event on the Pod (kubectl describe pod):
+   * re-wired after something changed it behind kni's back (its connections may have dropped), or
+   * released (its netns gone). Only for a Pod this node still has, of the same uid.
+   */
+  private tellPod(e: PodEvent): void {
+    const pod = e.pod.name ? this.informer?.get(e.pod.name, e.pod.namespace) : undefined;
+    if (!pod || (e.pod.uid && pod.metadata?.uid !== e.pod.uid)) return;
+    const [reason, message] = e.type === 'repaired'
+      ? ['NetworkRepaired', `kni found this pod's network changed behind its back (${e.message}) and wired it again with the same addresses`]
+      : ['NetworkReleased', `kni released this pod's network (sandbox ${e.sandboxId}): ${e.message}`];
+    void recordEvent(this.api, { kind: 'Pod', name: e.pod.name, namespace: e.pod.namespace, uid: pod.metadata?.uid }, 'Warning', reason, message);
   }
 
   private async report(pod: K8s.V1Pod, reason: string, message: string): Promise<void> {
