@@ -53,5 +53,7 @@ export interface NetworkBackend {
 
 export const isBuiltIn = (itf: InterfaceRecord): boolean => (itf.backend ?? 'builtin') === 'builtin';
 export const isDefaultNetwork = (itf: InterfaceRecord): boolean => !itf.network;
+/** The definition an interface was made from ("namespace/name"): a selection's, or the pod's chosen default network; '' for the node's default network. */
+export const definitionOf = (itf: InterfaceRecord): string => itf.network || itf.defaultNetwork || '';
 /** The default network's interface has the default route unless a selection's default-route took it. */
 export const carriesDefaultRoute = (itf: InterfaceRecord): boolean => itf.defaultRoute ?? !itf.network;

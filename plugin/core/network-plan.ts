@@ -4,7 +4,7 @@
 // kni does not know, or whose definition does not parse, fails the attach with that reason.
 import { KniError, invalid } from './errors';
 import type { NetworkRuntime } from './network-runtime';
-import { AttachmentRequest, isBuiltIn, NetworkBackend } from './network-backend';
+import { AttachmentRequest, definitionOf, isBuiltIn, NetworkBackend } from './network-backend';
 import { blankInterface, PlannedInterface } from './attach-pipeline';
 import { CniBackend } from './cni-backend';
 import * as validate from './validate';
@@ -13,9 +13,13 @@ import { parseIp } from '../ipam/ip';
 import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections, SelectionError } from '../networks/network-selection';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
+/** A pod annotation as the sandbox carries it, else as its Pod has it (the API). */
+const podAnnotation = (rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
+  rec.annotations[key] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[key];
+
 /** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
 export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string): NetworkSelection[] {
-  const text = rec.annotations[NETWORKS_ANNOTATION] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[NETWORKS_ANNOTATION];
+  const text = podAnnotation(rt, rec, NETWORKS_ANNOTATION);
   let selections: NetworkSelection[];
   try {
     selections = parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf);
@@ -42,7 +46,7 @@ export function isolationProblem(cfg: { namespaceIsolation: boolean; globalNames
 
 /** The network a sandbox takes as its default network instead of the node's, if its pod chose one. */
 export function chosenDefaultNetwork(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, ifName: string): NetworkSelection | undefined {
-  const text = rec.annotations[DEFAULT_NETWORK_ANNOTATION] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[DEFAULT_NETWORK_ANNOTATION];
+  const text = podAnnotation(rt, rec, DEFAULT_NETWORK_ANNOTATION);
   try {
     return parseDefaultNetwork(text, ifName);
   } catch (e) {
@@ -121,7 +125,7 @@ export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: stri
  */
 export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
   if (isBuiltIn(itf)) return rt.builtin;
-  const definition = itf.network || itf.defaultNetwork;
+  const definition = definitionOf(itf);
   const label = definition || rt.defaultBackend.name;
   if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
   const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork.binDirs);

@@ -203,7 +203,7 @@ export class NodeLifecycle {
     } catch (e) {
       throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
     }
-    if (lost) this.repaired(lost);
+    if (lost) this.recordRepair(lost, true);
   }
 
   /** Calls cb with what was found undone each time the node network is set up again after it was. */
@@ -221,10 +221,6 @@ export class NodeLifecycle {
     if (notify) for (const cb of this.repairListeners) cb(what);
   }
 
-  private repaired(what: string): void {
-    this.recordRepair(what, true);
-  }
-
   /**
    * Reconcile's look at the node network beyond its bridge (nodeNetworkDrift): what was undone
    * is set up again, and returned so reconcile can say what it found.
@@ -234,7 +230,7 @@ export class NodeLifecycle {
     const drift = await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs);
     if (drift.length) {
       await this.setup();
-      this.repaired(drift.join('; '));
+      this.recordRepair(drift.join('; '), true);
     }
     return drift;
   }

@@ -7,7 +7,7 @@
 import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
-import { carriesDefaultRoute } from '../core/network-backend';
+import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
 import type { PodEvent } from '../core/events';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { isolationProblem } from '../core/network-plan';
@@ -21,7 +21,7 @@ const RESYNC_MS = 30_000;
 /** network-status as the multi-net spec has it: one entry per interface, the default network's first. */
 export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown>[] {
   return rec.interfaces.filter((i) => !i.adding && !i.removing).map((i) => ({
-    name: i.network || i.defaultNetwork || rt.defaultBackend.name,
+    name: definitionOf(i) || rt.defaultBackend.name,
     interface: i.name,
     ips: i.addresses.map((a) => a.address),
     mac: i.mac,

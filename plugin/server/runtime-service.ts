@@ -10,7 +10,7 @@ import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
-import { carriesDefaultRoute } from '../core/network-backend';
+import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
@@ -135,7 +135,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     ListNetworks: u('ListNetworks', () => ({
       networks: rt.networks.list().map((d) => {
         // A pod's chosen default network is attached too.
-        const on = (i: InterfaceRecord) => (i.network || i.defaultNetwork) === `${d.namespace}/${d.name}`;
+        const on = (i: InterfaceRecord) => definitionOf(i) === `${d.namespace}/${d.name}`;
         return {
           namespace: d.namespace, name: d.name, source: d.source, origin: d.origin, valid: !!d.config, error: d.error ?? '',
           cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
