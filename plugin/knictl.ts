@@ -44,10 +44,10 @@ async function withClient<T>(fn: (c: Client) => Promise<T>): Promise<T> {
 }
 
 /** The sandbox id a command-line reference names (sandbox-ref.ts); a whole CRI id needs no lookup. */
-async function sandboxOf(c: Client, ref: string): Promise<string> {
+async function sandboxOf(c: Client, ref: string, unmatchedAsGiven = false): Promise<string> {
   if (/^[0-9a-f]{64}$/.test(ref)) return ref;
   const m = matchSandbox(await listAllPods(c), ref);
-  return 'id' in m ? m.id : fail(m.error);
+  return 'id' in m ? m.id : unmatchedAsGiven && !m.matches ? ref : fail(m.error);
 }
 
 function fail(msg: string): never {
@@ -206,10 +206,7 @@ program
     const socket = usableSocket();
     const follow = o.follow || !o.since;
     // A sandbox already released is in the event log but no longer listed: its id is taken as given.
-    const sandbox = o.sandbox ? await withClient(async (c) => {
-      const m = matchSandbox(await listAllPods(c), o.sandbox!);
-      return 'id' in m ? m.id : m.matches ? fail(m.error) : o.sandbox!;
-    }) : '';
+    const sandbox = o.sandbox ? await withClient((c) => sandboxOf(c, o.sandbox!, true)) : '';
     await new Promise<void>((resolve) => {
       let quiet: NodeJS.Timeout | undefined;
       const again = () => {
