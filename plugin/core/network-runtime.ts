@@ -129,7 +129,8 @@ export class NetworkRuntime {
         log('error', 'node network setup failed; attaches will retry it', { error: (e as Error).message });
       }
     }
-    await this.reconcile().catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
+    // The node network was just set up: what setup wrote is not read back (four iptables processes before serving).
+    await reconcile(this, { nodeJustSetUp: true }).catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
     this.restartSweeper();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.node.isSetUp });
   }

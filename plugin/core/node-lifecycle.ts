@@ -38,8 +38,6 @@ export class NodeLifecycle {
   private readonly warnings = new Map<string, string>();
   private readonly repairListeners: ((what: string) => void)[] = [];
   private readonly recent: { time: string; what: string }[] = [];
-  /** setup() ran since repairDrift last looked. */
-  private justSetUp = false;
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
   constructor(private readonly rt: NetworkRuntime) {}
@@ -126,7 +124,6 @@ export class NodeLifecycle {
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs, this.mtu);
       await this.syncHostPorts();
       this.ready = true;
-      this.justSetUp = true;
       this.reason = '';
       this.announceIfReady();
     } catch (e) {
@@ -230,16 +227,9 @@ export class NodeLifecycle {
    */
   async repairDrift(): Promise<string[]> {
     if (!this.ready || this.rt.cni) return [];
-    // Set up since the last look (the start, a bridge made again): nothing to compare yet, and
-    // the check's iptables processes would only slow the start down.
-    if (this.justSetUp) {
-      this.justSetUp = false;
-      return [];
-    }
     const drift = await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs);
     if (drift.length) {
       await this.setup();
-      this.justSetUp = false; // set up from what was just looked at
       this.recordRepair(drift.join('; '), true);
     }
     return drift;

@@ -173,16 +173,17 @@ const inFlight = new WeakMap<NetworkRuntime, Promise<ReconcileReport>>();
  * not finish earlier is finished; a kni veth that no record owns is deleted. Each finding is
  * logged and reported. One reconcile at a time: a second caller shares the running one.
  */
-export function reconcile(rt: NetworkRuntime): Promise<ReconcileReport> {
+export function reconcile(rt: NetworkRuntime, opts: { nodeJustSetUp?: boolean } = {}): Promise<ReconcileReport> {
   let running = inFlight.get(rt);
   if (!running) {
-    running = reconcileNow(rt).finally(() => inFlight.delete(rt));
+    running = reconcileNow(rt, opts.nodeJustSetUp === true).finally(() => inFlight.delete(rt));
     inFlight.set(rt, running);
   }
   return running;
 }
 
-async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
+/** nodeJustSetUp: the node network was set up moments ago (the start): its drift is not looked for. */
+async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise<ReconcileReport> {
   const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };
   const found: Found = (object, msg, fields) => {
     report.findings.push(msg);
@@ -204,7 +205,7 @@ async function reconcileNow(rt: NetworkRuntime): Promise<ReconcileReport> {
   }
   // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
   try {
-    const drift = await rt.node.repairDrift();
+    const drift = nodeJustSetUp ? [] : await rt.node.repairDrift();
     if (drift.length) found('node_network', `node network changed behind kni's back (${drift.join('; ')}); set up again`, { bridge: rt.cfg.bridge });
   } catch (e) {
     found('node_network', `node network changed behind kni's back and cannot be set up again: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
