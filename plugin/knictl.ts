@@ -81,7 +81,7 @@ program.command('pod <sandbox>').description(`one sandbox's network: interfaces,
     let s = `sandbox:  ${p.sandbox_id}\npod:      ${podName(p)}${p.pod?.uid ? ` (uid ${p.pod.uid})` : ''}\nkind:     ${p.kind}${p.runtime_handler ? ` (handler ${p.runtime_handler})` : ''}\nnetns:    ${p.netns_path}\ncreated:  ${p.created_at}\n`;
     for (const i of p.interfaces) {
       const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : `default network${i.default_network ? ` ${i.default_network} (the pod's choice)` : ''}`;
-      s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}\n`;
+      s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}${i.device_id ? ` device ${i.device_id}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
     }
     s += 'routes:\n';
@@ -110,8 +110,8 @@ function clusterText(c: any): string {
 program.command('networks').description('network definitions kni knows (NetworkAttachmentDefinitions, networks.dir), where each came from, and the pods using it').addOption(output()).action(async (o) => {
   const r = await withClient((c) => c.ListNetworks({}));
   print(o.output, r.networks, () =>
-    table([['NETWORK', 'SOURCE', 'PLUGINS', 'ATTACHMENTS', 'PROBLEM'], ...r.networks.map((n: any) => [
-      `${n.namespace}/${n.name}`, n.source, n.plugins.join(',') || '-', String(n.attachments.length), n.valid ? '-' : n.error,
+    table([['NETWORK', 'SOURCE', 'PLUGINS', 'RESOURCE', 'ATTACHMENTS', 'PROBLEM'], ...r.networks.map((n: any) => [
+      `${n.namespace}/${n.name}`, n.source, n.plugins.join(',') || '-', n.resource_name || '-', String(n.attachments.length), n.valid ? '-' : n.error,
     ])]) + r.networks.filter((n: any) => n.attachments.length).map((n: any) =>
       `${n.namespace}/${n.name}: ${n.attachments.map((a: string) => shortId(a.split('/')[0]) + '/' + a.split('/')[1]).join(' ')}${n.pods.length ? ` (pods ${n.pods.join(' ')})` : ''}\n`).join(''),
   );

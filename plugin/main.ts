@@ -23,6 +23,7 @@ import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
 import { PodNetworks } from './kube/pod-networks';
+import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
 import { compileBaselineFromNowOn } from './sys/v8-flags';
 
@@ -101,6 +102,7 @@ async function main(): Promise<void> {
     if (cfg.rangesFromNode) cfg.ranges = readRangesFile(opts.stateDir) ?? [];
   }
   const rt = new NetworkRuntime(cfg, opts.stateDir);
+  rt.podDevices = (namespace, name) => podDevices(cfg.networks.podResourcesSocket, namespace, name);
   // Before the node network is set up: an address in use stops the start with nothing touched.
   // Ready (GET /readyz) once the sockets below are served too, not only the node network.
   let serving = false;

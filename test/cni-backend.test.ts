@@ -119,6 +119,29 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     assert.ok(run('del', list, { rt: keep.rt }).ok);
   });
 
+  it('a device from the kubelet reaches every plugin as deviceID and pciBusID (and runtimeConfig where declared); DEL from a new process gives the device back', () => {
+    const bin = `${dir}/bin`;
+    fs.mkdirSync(bin, { recursive: true });
+    fs.writeFileSync(`${bin}/kni-test-device`, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    const dev = `${RUN.slice(0, 9)}vf0`;
+    sh('ip', ['-n', node, 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]); // this kernel has no dummy links
+    const mac = JSON.parse(sh('ip', ['-n', node, '-j', 'link', 'show', 'dev', dev]))[0].address;
+    const logFile = `${dir}/device-cni.log`;
+    const list = conflist('1.0.0', [{ type: 'kni-test-device', capabilities: { deviceID: true }, logFile }, { type: 'tuning', sysctl: {} }]);
+    const d = pod('dev');
+    const rt = { ...d.rt, ifName: 'net1', capabilityArgs: { deviceID: dev } };
+    const r = run('add', list, { rt, binDirs: [bin, ...BIN] });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal(r.result.interfaces[0].mac, mac);
+    assert.match(sh('ip', ['-n', d.netns.split('/').pop()!, 'link', 'show', 'net1']), new RegExp(mac));
+    const add = JSON.parse(fs.readFileSync(logFile, 'utf8').trim().split('\n')[0]);
+    assert.deepEqual([add.deviceID, add.pciBusID, add.runtimeConfig.deviceID], [dev, dev, dev]);
+    // The DEL names no device: it comes from ADD's cache entry.
+    assert.ok(run('del', list, { rt: { ...rt, capabilityArgs: undefined }, binDirs: [bin, ...BIN] }).ok);
+    assert.match(sh('ip', ['-n', node, 'link', 'show', dev]), new RegExp(mac), 'the device is not back on the node under its own name');
+    sh('ip', ['-n', node, 'link', 'del', dev]);
+  });
+
   it('a bad config is refused with every problem named; a missing plugin binary says where it looked', () => {
     assert.throws(() => parseNetworkConfig('{"cniVersion":"9.9.9","name":"bad name","plugins":[{"type":"../x"},{"capabilities":{"a":1}}]}', 'f.conflist'), (e: Error) =>
       e instanceof CniConfigError && /cniVersion "9\.9\.9"/.test(e.message) && /name "bad name"/.test(e.message) && /plugins\[0\]\.type "\.\.\/x"/.test(e.message) && /plugins\[1\]\.type/.test(e.message) && /plugins\[1\]\.capabilities/.test(e.message));

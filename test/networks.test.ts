@@ -86,8 +86,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(leases('macvlan-hl').length, 2, 'host-local kept its leases elsewhere than kni\'s state dir');
     const table = knictl(d.socket, 'networks');
     assert.equal(table.status, 0, table.stderr);
-    assert.match(table.stdout, /default\/broken\s+file\s+-\s+0\s+.*not JSON/);
-    assert.match(table.stdout, /team\/macvlan-hl\s+file\s+macvlan\s+2/);
+    assert.match(table.stdout, /default\/broken\s+file\s+-\s+-\s+0\s+.*not JSON/);
+    assert.match(table.stdout, /team\/macvlan-hl\s+file\s+macvlan\s+-\s+2/);
     assert.match(table.stdout, /team\/macvlan-hl: mn-a\/net2 mn-b\/net2 \(pods default\/mn-a default\/mn-b\)/);
     const pod = knictl(d.socket, 'pod', 'mn-a');
     assert.match(pod.stdout, /interface net1: network default\/macvlan-static \(by annotation\); mac/);

@@ -51,6 +51,9 @@ describe('shipped configs', () => {
     const kni = mounts(load('kni-daemonset.yaml'));
     const ext = mounts(load('mesh-redirect-daemonset.yaml'));
     for (const p of ['/run/kni', '/run/kni-extensions']) assert.equal(kni.get(p), ext.get(p), p);
+    // The kubelet's pod-resources socket where the default config looks for it.
+    const podResources = path.dirname(parseConfig(undefined).networks.podResourcesSocket);
+    assert.equal(kni.get(podResources), podResources);
     const cmd: string[] = load('mesh-redirect-daemonset.yaml').spec.template.spec.containers[0].command;
     assert.ok(cmd[cmd.indexOf('--socket') + 1].startsWith('/run/kni-extensions/'));
   });

@@ -101,6 +101,7 @@ describe('config', () => {
     ['CRI socket past sun_path', { cri: { socket: `/run/${'c'.repeat(110)}` } }, /cri\.socket is 115 bytes long/],
     ['namespace isolation as text', { networks: { namespaceIsolation: 'yes' } }, /networks\.namespaceIsolation must be true or false/],
     ['global namespaces', { networks: { globalNamespaces: ['Shared', 'ok'] } }, /networks\.globalNamespaces must list namespace names/],
+    ['relative pod-resources socket', { networks: { podResourcesSocket: 'kubelet.sock' } }, /networks\.podResourcesSocket must be an absolute path/],
   ];
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));

@@ -53,10 +53,11 @@ start() { # start NAME NODE CMD...
 }
 
 # A worker's own mount namespace, as a kind node container has: its own /etc/cni/net.d,
-# /opt/cni/bin, /run/kni, /run/kni-extensions, /var/lib/kni, /run/nri, /run/containerd and /run/netns (bind mounts
-# of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
+# /opt/cni/bin, /run/kni, /run/kni-extensions, /var/lib/kni, /run/nri, /run/containerd, /run/netns and the
+# kubelet's device-plugins and pod-resources directories (bind mounts of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
 # The host only gets the empty mount point dirs, which `down` removes again.
-NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /run/kni-extensions /var/lib/kni /run/nri /run/containerd /run/netns)
+NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /run/kni-extensions /var/lib/kni /run/nri /run/containerd /run/netns
+  /var/lib/kubelet/device-plugins /var/lib/kubelet/pod-resources)
 make_node_mountns() {
   local w=$1 d=$CL/$1
   mkdir -p "$CL/mnt"
@@ -213,6 +214,9 @@ start_worker() {
   local w=$1 d=$CL/$1
   mkdir -p "$d/kubelet" "$d/pod-logs"
   make_node_mountns "$w"
+  # The kubelet's pod-resources socket where kni looks for it on any node (its root dir is
+  # $d/kubelet here; the device-plugins directory is at its fixed path already).
+  ln -s "$d/root/var/lib/kubelet/pod-resources" "$d/kubelet/pod-resources"
   cp /usr/lib/cni/loopback "$d/root/opt/cni/bin/"
   sed -e "s#@ROOT@#$d/containerd/root#; s#@STATE@#/run/containerd#; s#@SOCKET@#/run/containerd/containerd.sock#g" \
     -e "s#@IMAGE@#$IMAGE#; s#@CNI_BIN@#/opt/cni/bin#; s#@CNI_CONF@#/etc/cni/net.d#; s#@RUNC_ROOT@#$d/runc#; s#@NRI_SOCKET@#/run/nri/nri.sock#" \

@@ -12,7 +12,7 @@ export interface CniRuntime {
   ifName: string;
   /** CNI_ARGS. */
   args?: string;
-  /** Capability name → value (portMappings, bandwidth, ips, mac, dns, io.kubernetes.cri.pod-annotations …). */
+  /** Capability name → value (portMappings, bandwidth, ips, mac, deviceID, io.kubernetes.cri.pod-annotations …). */
   capabilityArgs?: Record<string, unknown>;
   /** Given to every plugin as `args.cni` (Multus's cni-args of a selection). */
   cniArgs?: Record<string, unknown>;
@@ -56,6 +56,10 @@ export class CniNetwork {
     const runtimeConfig: Record<string, unknown> = {};
     for (const c of caps) if (rt?.capabilityArgs?.[c] !== undefined) runtimeConfig[c] = rt.capabilityArgs[c];
     if (Object.keys(runtimeConfig).length) conf.runtimeConfig = runtimeConfig;
+    // A device from the kubelet goes into every plugin's config too, as Multus puts it there:
+    // SR-IOV CNI reads deviceID, host-device pciBusID; few declare the deviceID capability.
+    const device = rt?.capabilityArgs?.deviceID;
+    if (typeof device === 'string' && device) Object.assign(conf, { deviceID: device, pciBusID: device });
     if (rt?.cniArgs && Object.keys(rt.cniArgs).length) conf.args = { ...(p.args as Record<string, unknown> | undefined), cni: { ...((p.args as { cni?: object } | undefined)?.cni), ...rt.cniArgs } };
     if (prevResult !== undefined) conf.prevResult = prevResult;
     return conf;

@@ -23,6 +23,8 @@ export interface PlannedInterface {
   backend: NetworkBackend;
   itf: InterfaceRecord;
   req: AttachmentRequest;
+  /** Its definition's device plugin resource: a device of it is found before the wiring. */
+  resourceName?: string;
 }
 
 /** A new interface record before its backend fills it in. */

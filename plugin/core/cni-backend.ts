@@ -18,6 +18,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
   if (req?.bandwidth) capabilityArgs.bandwidth = req.bandwidth;
   if (req?.ips.length) capabilityArgs.ips = req.ips.map((i) => i.text ?? formatIp(i.family, i.value));
   if (req?.mac) capabilityArgs.mac = req.mac;
+  if (req?.deviceId) capabilityArgs.deviceID = req.deviceId;
   return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
 }
 

@@ -107,7 +107,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const n = r.networks as Record<string, unknown>;
     if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('networks must be a map of settings');
     else {
-      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
+      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces', 'podResourcesSocket'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
       if (n.dir !== undefined) {
         if (typeof n.dir !== 'string' || (n.dir !== '' && !path.isAbsolute(n.dir))) problems.push('networks.dir must be an absolute directory (or empty: no file definitions)');
         else cfg.networks.dir = n.dir;
@@ -121,6 +121,10 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
         const g = n.globalNamespaces;
         if (!Array.isArray(g) || g.some((x) => typeof x !== 'string' || !DNS_LABEL.test(x))) problems.push('networks.globalNamespaces must list namespace names');
         else cfg.networks.globalNamespaces = g as string[];
+      }
+      if (n.podResourcesSocket !== undefined) {
+        if (typeof n.podResourcesSocket !== 'string' || !path.isAbsolute(n.podResourcesSocket)) problems.push('networks.podResourcesSocket must be an absolute path (the kubelet\'s pod-resources socket)');
+        else cfg.networks.podResourcesSocket = n.podResourcesSocket;
       }
     }
   }

@@ -74,6 +74,11 @@ export interface NetworksConfig {
    */
   namespaceIsolation: boolean;
   globalNamespaces: string[];
+  /**
+   * The kubelet's pod-resources API: which devices (device plugins) a pod was given, for the
+   * definitions that take one (k8s.v1.cni.cncf.io/resourceName, as SR-IOV networks do).
+   */
+  podResourcesSocket: string;
 }
 
 export interface VxlanConfig {
@@ -157,7 +162,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
-  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [] },
+  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock' },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   netnsPoolSize: 4,

@@ -72,7 +72,7 @@ function planChosenDefault(rt: NetworkRuntime, sel: NetworkSelection, runtimeReq
     ...(bandwidth ? { bandwidth } : {}),
     ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
   };
-  return { backend, itf: blankInterface(sel.interface, { defaultNetwork: networkKey(sel) }), req };
+  return { backend, itf: blankInterface(sel.interface, { defaultNetwork: networkKey(sel) }), req, ...resourceOf(rt, sel) };
 }
 
 /** The CNI network a selection names, as it is defined now. */
@@ -97,7 +97,13 @@ export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selecte
     ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
     ...(sel.defaultRoute ? { defaultRoute: sel.defaultRoute } : {}),
   };
-  return { backend, itf: blankInterface(sel.interface, { network: networkKey(sel), selectedBy }), req };
+  return { backend, itf: blankInterface(sel.interface, { network: networkKey(sel), selectedBy }), req, ...resourceOf(rt, sel) };
+}
+
+/** The device plugin resource a selected definition draws a device from, if it names one. */
+function resourceOf(rt: NetworkRuntime, sel: Pick<NetworkSelection, 'namespace' | 'name'>): { resourceName?: string } {
+  const resourceName = rt.networks.get(networkKey(sel))?.resourceName;
+  return resourceName ? { resourceName } : {};
 }
 
 function prefixed<T>(at: string, fn: () => T): T {

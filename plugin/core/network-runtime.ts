@@ -37,6 +37,7 @@ import { BuiltInBackend } from './builtin-backend';
 import { CniBackend } from './cni-backend';
 import { attachPlanned } from './attach-pipeline';
 import { backendOfInterface, planSandbox } from './network-plan';
+import { assignDevices } from './device-assignment';
 import { attachNetwork, detachNetwork, NetworkRequest } from './running-networks';
 import { releaseSandbox, removeInterface } from './sandbox-release';
 import { sandboxProblems } from './sandbox-check';
@@ -89,6 +90,8 @@ export class NetworkRuntime {
   readonly networks: NetworkDefinitions;
   /** A Pod's annotations from the API (the pod watcher's cache), for entry points that pass none. */
   podAnnotations?: (namespace: string, name: string) => Record<string, string> | undefined;
+  /** The devices the kubelet gave a pod, by resource name (main.ts: its pod-resources API). */
+  podDevices: (namespace: string, name: string) => Promise<Map<string, string[]>> = () => Promise.reject(new KniError('UNAVAILABLE', 'this kni has no kubelet pod-resources API to ask for devices'));
 
   constructor(readonly cfg: Config, stateDir: string) {
     this.store = new StateStore(stateDir);
@@ -276,7 +279,9 @@ export class NetworkRuntime {
       ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
       createdAt: isoTime(),
     };
-    const done = await attachPlanned(this, rec, planSandbox(this, rec, ifName, requested), ns);
+    const plan = planSandbox(this, rec, ifName, requested);
+    await assignDevices(this, rec, plan);
+    const done = await attachPlanned(this, rec, plan, ns);
     if (owned) owned.sandboxId = id;
     emitAttached(this.events, done);
     return done;

@@ -6,6 +6,7 @@ import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { addPlanned } from './attach-pipeline';
 import { planSelection } from './network-plan';
+import { assignDevices } from './device-assignment';
 import * as validate from './validate';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
@@ -41,7 +42,9 @@ export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selec
     const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
     if (ns.state !== 'same') throw new KniError('FAILED_PRECONDITION', `sandbox ${id}: ${ns.reason}`);
     try {
-      const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(rt, rec, planSelection(rt, sel, selectedBy), ns.handle));
+      const planned = planSelection(rt, sel, selectedBy);
+      await assignDevices(rt, rec, [planned]);
+      const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(rt, rec, planned, ns.handle));
       rt.events.emit('interface_added', rec, `network ${itf.network} added`, [itf]);
       log('info', 'network added', { sandbox: id, network: itf.network, interface: itf.name, by: selectedBy });
       return itf;

@@ -1,11 +1,12 @@
 // NetworkAttachmentDefinitions (k8s.cni.cncf.io/v1, installed with kni's manifests) from the
 // API server into kni's network definitions. Each is parsed when it arrives; one whose
 // spec.config does not parse gets a Warning Event (once per version of the object) and a log
-// line, and pods asking for it fail with that reason until it is fixed.
+// line, and pods asking for it fail with that reason until it is fixed. Its
+// k8s.v1.cni.cncf.io/resourceName annotation names the device pool its attachments draw from.
 import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
 import type { NetworkRuntime } from '../core/network-runtime';
-import { parseDefinition } from '../networks/network-definitions';
+import { parseDefinition, RESOURCE_NAME_ANNOTATION, resourceNameProblem } from '../networks/network-definitions';
 import { KubeApi, recordEvent } from './kube-api';
 import { WatchRestart } from './watch-restart';
 
@@ -60,6 +61,14 @@ export class NadWatch {
     const config = o.spec?.config;
     const def = parseDefinition(namespace, name, 'api', `uid ${o.metadata?.uid ?? ''} resourceVersion ${o.metadata?.resourceVersion ?? ''}`, typeof config === 'string' ? config : '', this.rt.networks.ipamDataDir);
     if (config !== undefined && typeof config !== 'string') def.error = 'spec.config must be a string holding a CNI config (JSON)';
+    const resource = o.metadata?.annotations?.[RESOURCE_NAME_ANNOTATION];
+    if (resource !== undefined) {
+      const problem = resourceNameProblem(resource);
+      if (problem) {
+        def.error ??= problem;
+        delete def.config;
+      } else def.resourceName = resource;
+    }
     return def;
   }
 

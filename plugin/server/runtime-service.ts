@@ -26,6 +26,7 @@ export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
     default: carriesDefaultRoute(i),
     selected_by: i.selectedBy ?? '',
     default_network: i.defaultNetwork ?? '',
+    device_id: i.deviceId ?? '',
     addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
   };
 }
@@ -141,6 +142,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
           cni_name: d.config?.name ?? '', plugins: d.config?.plugins.map((p) => p.type) ?? [],
           attachments: rt.list().flatMap((r) => r.interfaces.filter(on).map((i) => `${r.id}/${i.name}`)),
           pods: [...new Set(rt.list().filter((r) => r.pod.name && r.interfaces.some(on)).map((r) => `${r.pod.namespace}/${r.pod.name}`))].sort(),
+          resource_name: d.resourceName ?? '',
         };
       }),
     })),

@@ -23,6 +23,8 @@ export interface InterfaceRecord {
   network?: string;
   /** The default network's interface of a pod that chose its default network (v1.multus-cni.io/default-network): that definition's "namespace/name". */
   defaultNetwork?: string;
+  /** The device the kubelet gave the pod for this interface (its definition's resourceName), handed to the plugins as deviceID. */
+  deviceId?: string;
   /** Who wires it: kni's built-in network (absent) or a CNI network's plugins. */
   backend?: 'builtin' | 'cni';
   /** A CNI interface's network name (the conflist's): the key of its cached ADD result. */

@@ -5,8 +5,14 @@
 // network-status on the Pod, missing and broken definitions, networks added to and removed
 // from running pods, and everything released with the pod.
 import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { packageRoot } from '../../plugin/server/protos';
+import { RUN, trySh } from '../helpers/sh';
+import { TestDevicePlugin } from '../helpers/test-device-plugin';
 import { waitFor } from '../helpers/wait';
-import { apply, cluster, knictl, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, knictl, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 
 const NAD = (name: string, config: unknown) => `apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -112,6 +118,60 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     await waitFor(() => !addrsInPod('mn-a').net2 && !status('mn-a').some((s) => s.interface === 'net2'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
     assert.deepEqual(status('mn-a').map((s) => s.interface), ['eth0', 'net1', 'br1']);
     assert.deepEqual(knictl('w1', 'networks').find((n: any) => n.name === 'macvlan-hl').attachments, []);
+  });
+
+  it('a network taking a device (k8s.v1.cni.cncf.io/resourceName) gets the one the kubelet gave the pod, as SR-IOV networks do; a pod given none waits with the reason', async () => {
+    // Two "VFs" on kc-w1 (veth ends: this kernel has no dummy links), offered by a device plugin
+    // registered with the real kubelet, and a plugin that moves the device it is given into the pod.
+    const resource = 'kni.dev/test-nic';
+    const vfs = ['a', 'b'].map((x) => `${RUN.slice(0, 9)}vf${x}`);
+    const mac = (name: string, ns = 'kc-w1') => JSON.parse(execFileSync('ip', ['-n', ns, '-j', 'link', 'show', 'dev', name], { encoding: 'utf8' }))[0].address;
+    for (const vf of vfs) execFileSync('ip', ['-n', 'kc-w1', 'link', 'add', vf, 'type', 'veth', 'peer', 'name', `${vf}p`]);
+    const macs = vfs.map((vf) => mac(vf));
+    const bin = `${CL}/w1/root/opt/cni/bin/kni-test-device`;
+    fs.writeFileSync(bin, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    const logFile = `${CL}/device-cni.log`;
+    const plugin = new TestDevicePlugin(`${CL}/w1/root/var/lib/kubelet/device-plugins`, resource, vfs);
+    try {
+      await plugin.start();
+      await waitFor(() => kubectlJson('get', 'node', 'kc-w1').status.allocatable?.[resource] === '2', 60_000, () => JSON.stringify(kubectlJson('get', 'node', 'kc-w1').status.allocatable));
+      apply(`apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: {name: vf-net, namespace: default, annotations: {k8s.v1.cni.cncf.io/resourceName: ${resource}}}
+spec:
+  config: '${JSON.stringify({ cniVersion: '1.0.0', name: 'vf-net', type: 'kni-test-device', capabilities: { deviceID: true }, logFile })}'
+`);
+      const vfPod = (name: string, devices: number) =>
+        MULTINET(name, 'w1', [{ name: 'vf-net' }]).replace('  imagePullPolicy: Never', `  imagePullPolicy: Never${devices ? `\n    resources: {limits: {${resource}: ${devices}}}` : ''}`);
+      apply([vfPod('vf-a', 1), vfPod('vf-b', 1), vfPod('vf-none', 0)].join('---\n'));
+      await waitFor(() => phase('vf-a') === 'Running' && phase('vf-b') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide') + podEvents('vf-a') + podEvents('vf-b'));
+      const given = plugin.allocated.map((ids) => ids[0]).sort();
+      assert.deepEqual(given, [...vfs].sort(), 'the kubelet did not allocate both devices');
+      const pods = knictl('w1', 'pods');
+      const seen: string[] = [];
+      for (const name of ['vf-a', 'vf-b']) {
+        const pod = knictl('w1', 'pod', pods.find((p: any) => p.pod.name === name).sandbox_id);
+        const net1 = pod.interfaces.find((i: any) => i.name === 'net1');
+        assert.ok(vfs.includes(net1.device_id), `${name}: device ${net1.device_id}`);
+        seen.push(net1.device_id);
+        // The very link the kubelet's device is, now the pod's net1.
+        assert.equal(net1.mac, macs[vfs.indexOf(net1.device_id)]);
+        assert.match(kubectl('exec', name, '--', '/bin/busybox', 'ip', 'link', 'show', 'net1'), new RegExp(net1.mac));
+      }
+      assert.deepEqual(seen.sort(), [...vfs].sort(), 'both pods got the same device');
+      const adds = fs.readFileSync(logFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.cmd === 'ADD');
+      for (const a of adds) assert.deepEqual([a.pciBusID, a.runtimeConfig.deviceID], [a.deviceID, a.deviceID]);
+      assert.equal(knictl('w1', 'networks').find((n: any) => n.name === 'vf-net').resource_name, resource);
+      await waitFor(() => /network default\/vf-net takes one device of kni\.dev\/test-nic per attachment .*the kubelet gave pod default\/vf-none none/.test(podEvents('vf-none')), 90_000, () => podEvents('vf-none'));
+      assert.equal(phase('vf-none'), 'Pending');
+      // Deleted, each pod's DEL gives its device back to the node under its own name.
+      kubectl('delete', 'pod', 'vf-a', 'vf-b', 'vf-none', '--wait=true', '--timeout=120s');
+      for (const [i, vf] of vfs.entries()) assert.equal(mac(vf), macs[i], `${vf} is not back on kc-w1`);
+    } finally {
+      plugin.stop();
+      for (const vf of vfs) trySh('ip', ['-n', 'kc-w1', 'link', 'del', vf]);
+      fs.rmSync(bin, { force: true });
+    }
   });
 
   it('deleting the pods releases every interface and address of every network', async () => {

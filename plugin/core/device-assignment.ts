@@ -1,0 +1,40 @@
+// Devices for the networks that take one. A definition annotated with
+// k8s.v1.cni.cncf.io/resourceName (an SR-IOV network names its pool of VFs so) gives each
+// attachment one device of that resource, picked from those the kubelet's device manager gave
+// the pod, in the order the pod asks for its networks: Multus's order, so a pod moved from
+// Multus gets the same device on the same interface. The plugins get it as deviceID. The
+// kubelet is asked only when a planned network names a resource: no other attach pays for it.
+import { KniError } from './errors';
+import type { NetworkRuntime } from './network-runtime';
+import { definitionOf } from './network-backend';
+import type { PlannedInterface } from './attach-pipeline';
+import { RESOURCE_NAME_ANNOTATION } from '../networks/network-definitions';
+import { SandboxRecord } from '../store/records';
+
+export async function assignDevices(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[]): Promise<void> {
+  const wanting = plan.filter((p) => p.resourceName);
+  if (!wanting.length) return;
+  const first = wanting[0];
+  const pod = `${rec.pod.namespace}/${rec.pod.name}`;
+  if (!rec.pod.name) throw new KniError('FAILED_PRECONDITION', `network ${definitionOf(first.itf)} takes a device of ${first.resourceName}, but sandbox ${rec.id} names no pod to ask the kubelet about`);
+  const given = await rt.podDevices(rec.pod.namespace, rec.pod.name);
+  // Devices already on the sandbox's other interfaces (a network added to a running pod).
+  const taken = new Set(rec.interfaces.map((i) => i.deviceId).filter((d): d is string => !!d));
+  for (const p of wanting) {
+    const resource = p.resourceName!;
+    const ids = given.get(resource) ?? [];
+    const free = ids.find((id) => !taken.has(id));
+    if (!free) {
+      const network = `network ${definitionOf(p.itf)} takes one device of ${resource} per attachment (its ${RESOURCE_NAME_ANNOTATION} annotation)`;
+      throw new KniError(
+        'FAILED_PRECONDITION',
+        ids.length
+          ? `${network}; pod ${pod} was given ${ids.length} (${ids.join(', ')}) and its other networks use them all: request one more ${resource} in a container's resources`
+          : `${network}, and the kubelet gave pod ${pod} none: request ${resource} in one of its containers' resources (limits)`,
+      );
+    }
+    taken.add(free);
+    p.req.deviceId = free;
+    p.itf.deviceId = free;
+  }
+}
