@@ -280,7 +280,7 @@ export class NetworkRuntime {
       createdAt: isoTime(),
     };
     const plan = planSandbox(this, rec, ifName, requested);
-    await assignDevices(this, rec, plan);
+    if (plan.some((p) => p.resourceName)) await assignDevices(this, rec, plan); // no await hop for the others
     const done = await attachPlanned(this, rec, plan, ns);
     if (owned) owned.sandboxId = id;
     emitAttached(this.events, done);
