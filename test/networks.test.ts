@@ -209,6 +209,36 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(netnsLinks(netns), ['lo']);
   });
 
+  describe('networks.everyPod (as Multus\'s defaultNetworks)', () => {
+    let every: TestDaemon;
+    before(async () => {
+      write('kube-system/shared-every.conf', { cniVersion: '1.0.0', name: 'shared-every', type: 'bridge', bridge: `${RUN}be`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.96.3.0/24' }]] } });
+      write('team/store.conf', { cniVersion: '1.0.0', name: 'store', type: 'bridge', bridge: `${RUN}bo`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.96.4.0/24' }]] } });
+      every = await TestDaemon.start({ ranges: ['10.97.1.0/24'], networks: { dir, everyPod: ['shared-every', 'team/store@st0'], systemNamespaces: ['kube-system', 'infra'] }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni'] } });
+    });
+    after(() => every?.cleanup());
+
+    const attachIn = (id: string, namespace: string, networks?: string) =>
+      every.rt().Attach({ sandbox_id: id, netns_path: every.makePodNetns(id), pod: { name: id, namespace, uid: `u-${id}` }, annotations: networks ? { [NETWORKS]: networks } : {} });
+    const shape = (p: any) => p.interfaces.map((i: any) => [i.name, i.network, i.selected_by]);
+
+    it('every pod gets them after eth0 and before its own, which are counted after them; system namespaces do not; release takes them all', async () => {
+      const a = await attachIn('ev-a', 'default', 'bridge-net');
+      assert.deepEqual(shape(a), [['eth0', '', ''], ['net1', 'kube-system/shared-every', 'config'], ['st0', 'team/store', 'config'], ['net3', 'default/bridge-net', 'annotation']]);
+      assert.match(addrOf(a.netns_path, 'st0'), /10\.96\.4\.\d+/);
+      const plain = await attachIn('ev-b', 'default');
+      assert.deepEqual(shape(plain).map((x: string[]) => x[0]), ['eth0', 'net1', 'st0']);
+      const sys = await attachIn('ev-c', 'infra', 'default/bridge-net');
+      assert.deepEqual(shape(sys), [['eth0', '', ''], ['net1', 'default/bridge-net', 'annotation']]);
+      await rejectsWith(attachIn('ev-d', 'default', 'bridge-net@st0'), grpc.status.INVALID_ARGUMENT, /interface st0 is used twice/);
+      const knictlPod = knictl(every.socket, 'pod', 'ev-a');
+      assert.match(knictlPod.stdout, /interface st0: network team\/store \(by config\)/);
+      for (const id of ['ev-a', 'ev-b', 'ev-c']) await every.rt().Detach({ sandbox_id: id });
+      assert.deepEqual((await every.rt().ListPods({})).pods, []);
+      for (const n of ['shared-every', 'store']) assert.deepEqual(fs.existsSync(`${every.stateDir}/cni-ipam/${n}`) ? fs.readdirSync(`${every.stateDir}/cni-ipam/${n}`).filter((f) => /^\d/.test(f)) : [], [], `${n} kept a lease`);
+    });
+  });
+
   describe('networks.namespaceIsolation (as Multus has it)', () => {
     let iso: TestDaemon;
     before(async () => {

@@ -101,6 +101,10 @@ describe('config', () => {
     ['CRI socket past sun_path', { cri: { socket: `/run/${'c'.repeat(110)}` } }, /cri\.socket is 115 bytes long/],
     ['namespace isolation as text', { networks: { namespaceIsolation: 'yes' } }, /networks\.namespaceIsolation must be true or false/],
     ['global namespaces', { networks: { globalNamespaces: ['Shared', 'ok'] } }, /networks\.globalNamespaces must list namespace names/],
+    ['every-pod network, not a list', { networks: { everyPod: 'storage' } }, /networks\.everyPod must list networks/],
+    ['every-pod network, bad name', { networks: { everyPod: ['Storage', 'ok@eth0'] } }, /networks\.everyPod "Storage": the network name must be a lower-case DNS subdomain; networks\.everyPod "ok": interface eth0 is used twice/],
+    ['every-pod network, two in an entry', { networks: { everyPod: ['a,b'] } }, /networks\.everyPod: one network per entry/],
+    ['system namespaces', { networks: { systemNamespaces: ['Kube-System'] } }, /networks\.systemNamespaces must list namespace names/],
     ['relative pod-resources socket', { networks: { podResourcesSocket: 'kubelet.sock' } }, /networks\.podResourcesSocket must be an absolute path/],
   ];
   for (const [name, raw, re] of cases) {

@@ -2,7 +2,7 @@
 import path from 'node:path';
 import type { Config } from './config';
 import { interfaceName } from './validate';
-import { DNS_LABEL } from '../networks/network-selection';
+import { DNS_LABEL, parseEveryPod } from '../networks/network-selection';
 
 /** A Kubernetes object name (DNS subdomain), as Node names are. */
 const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/;
@@ -107,7 +107,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const n = r.networks as Record<string, unknown>;
     if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('networks must be a map of settings');
     else {
-      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces', 'podResourcesSocket'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
+      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces', 'podResourcesSocket', 'everyPod', 'systemNamespaces'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
       if (n.dir !== undefined) {
         if (typeof n.dir !== 'string' || (n.dir !== '' && !path.isAbsolute(n.dir))) problems.push('networks.dir must be an absolute directory (or empty: no file definitions)');
         else cfg.networks.dir = n.dir;
@@ -117,10 +117,23 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
         if (typeof n[key] !== 'boolean') problems.push(`networks.${key} must be true or false`);
         else cfg.networks[key] = n[key] as boolean;
       }
-      if (n.globalNamespaces !== undefined) {
-        const g = n.globalNamespaces;
-        if (!Array.isArray(g) || g.some((x) => typeof x !== 'string' || !DNS_LABEL.test(x))) problems.push('networks.globalNamespaces must list namespace names');
-        else cfg.networks.globalNamespaces = g as string[];
+      for (const key of ['globalNamespaces', 'systemNamespaces'] as const) {
+        const g = n[key];
+        if (g === undefined) continue;
+        if (!Array.isArray(g) || g.some((x) => typeof x !== 'string' || !DNS_LABEL.test(x))) problems.push(`networks.${key} must list namespace names`);
+        else cfg.networks[key] = g as string[];
+      }
+      if (n.everyPod !== undefined) {
+        const e = n.everyPod;
+        if (!Array.isArray(e) || e.some((x) => typeof x !== 'string')) problems.push('networks.everyPod must list networks ("name" in kube-system, or "namespace/name", each with an optional "@interface")');
+        else {
+          try {
+            parseEveryPod(e as string[]);
+            cfg.networks.everyPod = e as string[];
+          } catch (err) {
+            problems.push((err as Error).message);
+          }
+        }
       }
       if (n.podResourcesSocket !== undefined) {
         if (typeof n.podResourcesSocket !== 'string' || !path.isAbsolute(n.podResourcesSocket)) problems.push('networks.podResourcesSocket must be an absolute path (the kubelet\'s pod-resources socket)');

@@ -79,6 +79,13 @@ export interface NetworksConfig {
    * definitions that take one (k8s.v1.cni.cncf.io/resourceName, as SR-IOV networks do).
    */
   podResourcesSocket: string;
+  /**
+   * Networks every pod gets after its default network, before those its annotation asks for
+   * (Multus's defaultNetworks): "name" (in kube-system) or "namespace/name[@interface]".
+   */
+  everyPod: string[];
+  /** Namespaces whose pods do not get everyPod (Multus's systemNamespaces). */
+  systemNamespaces: string[];
 }
 
 export interface VxlanConfig {
@@ -162,7 +169,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
-  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock' },
+  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', everyPod: [], systemNamespaces: ['kube-system'] },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   netnsPoolSize: 4,

@@ -10,19 +10,22 @@ import { CniBackend } from './cni-backend';
 import * as validate from './validate';
 import { CniNetwork } from '../cni/cni-network';
 import { parseIp } from '../ipam/ip';
-import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections, SelectionError } from '../networks/network-selection';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseEveryPod, parseNetworkSelections, SelectionError } from '../networks/network-selection';
+import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
 
 /** A pod annotation as the sandbox carries it, else as its Pod has it (the API). */
 const podAnnotation = (rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
   rec.annotations[key] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[key];
 
-/** The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's (the API). */
-export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string): NetworkSelection[] {
+/**
+ * The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's
+ * (the API). `before`: the networks it gets ahead of them (everyPodSelections).
+ */
+export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string, before: NetworkSelection[] = []): NetworkSelection[] {
   const text = podAnnotation(rt, rec, NETWORKS_ANNOTATION);
   let selections: NetworkSelection[];
   try {
-    selections = parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf);
+    selections = parseNetworkSelections(text, rec.pod.namespace || 'default', defaultIf, NETWORKS_ANNOTATION, before);
   } catch (e) {
     if (e instanceof SelectionError) throw invalid(e.message);
     throw e;
@@ -30,6 +33,21 @@ export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' 
   const refused = isolationProblem(rt.cfg.networks, rec.pod.namespace || 'default', selections);
   if (refused) throw invalid(refused);
   return selections;
+}
+
+/**
+ * The networks every pod of a namespace gets (networks.everyPod, Multus's defaultNetworks),
+ * none in networks.systemNamespaces. The operator's choice: namespace isolation does not apply.
+ */
+export function everyPodSelections(rt: NetworkRuntime, namespace: string, defaultIf: string): NetworkSelection[] {
+  const n = rt.cfg.networks;
+  if (!n.everyPod.length || n.systemNamespaces.includes(namespace || 'default')) return [];
+  try {
+    return parseEveryPod(n.everyPod, defaultIf);
+  } catch (e) {
+    if (e instanceof SelectionError) throw invalid(e.message);
+    throw e;
+  }
 }
 
 /**
@@ -86,7 +104,7 @@ export function backendForSelection(rt: NetworkRuntime, sel: Pick<NetworkSelecti
 }
 
 /** One selection as a planned interface. */
-export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selectedBy: 'annotation' | 'api'): PlannedInterface {
+export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selectedBy: SelectedBy): PlannedInterface {
   const backend = backendForSelection(rt, sel);
   const at = `network ${networkKey(sel)}`;
   const req: AttachmentRequest = {
@@ -115,12 +133,14 @@ function prefixed<T>(at: string, fn: () => T): T {
   }
 }
 
-/** Every interface of a new sandbox: the default network's, then the selections'. */
+/** Every interface of a new sandbox: the default network's, then networks.everyPod's, then the selections'. */
 export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, defaultReq: AttachmentRequest): PlannedInterface[] {
-  const selections = selectionsOf(rt, rec, ifName);
+  const everyPod = everyPodSelections(rt, rec.pod.namespace, ifName);
+  const selections = selectionsOf(rt, rec, ifName, everyPod);
   if (selections.filter((s) => s.defaultRoute?.length).length > 1) throw invalid(`${NETWORKS_ANNOTATION}: only one network may take the default route`);
   const chosen = chosenDefaultNetwork(rt, rec, ifName);
   const plan: PlannedInterface[] = [chosen ? planChosenDefault(rt, chosen, defaultReq) : { backend: rt.defaultBackend, itf: blankInterface(ifName), req: defaultReq }];
+  for (const s of everyPod) plan.push(planSelection(rt, s, 'config'));
   for (const s of selections) plan.push(planSelection(rt, s, 'annotation'));
   return plan;
 }

@@ -14,7 +14,7 @@ import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureNetnsDir } from '../netns/netns';
 import { NetnsHandle, openNetns } from '../netns/open-netns';
-import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord } from '../store/records';
+import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord, SelectedBy } from '../store/records';
 import { StateStore } from '../store/state-store';
 import { saveLastGiven } from '../ipam/allocation-cursor';
 import { attachSeconds, detachSeconds, EntryPoint, errorsTotal } from '../observe/metrics';
@@ -344,7 +344,7 @@ export class NetworkRuntime {
   }
 
   /** Adds one network to an attached sandbox (see running-networks.ts). */
-  attachNetwork(sandboxId: string, selection: NetworkRequest, selectedBy: 'annotation' | 'api' = 'api'): Promise<InterfaceRecord> {
+  attachNetwork(sandboxId: string, selection: NetworkRequest, selectedBy: SelectedBy = 'api'): Promise<InterfaceRecord> {
     return attachNetwork(this, sandboxId, selection, selectedBy);
   }
 

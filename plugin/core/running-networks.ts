@@ -11,7 +11,7 @@ import * as validate from './validate';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { NetworkSelection, parseNetworkSelections, SelectionError } from '../networks/network-selection';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
 
 /** One network for a running sandbox, as kni's API or the pod watcher asks for it. */
 export interface NetworkRequest {
@@ -29,7 +29,7 @@ export interface NetworkRequest {
  * Adds one network to an attached sandbox (kni's AttachNetwork, or the pod's networks
  * annotation changed). The interface name defaults to the first free net<N>.
  */
-export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selection: NetworkRequest, selectedBy: 'annotation' | 'api'): Promise<InterfaceRecord> {
+export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selection: NetworkRequest, selectedBy: SelectedBy): Promise<InterfaceRecord> {
   const id = validate.sandboxId(sandboxId);
   return rt.locks.run(id, async () => {
     const rec = rt.get(id);

@@ -124,7 +124,9 @@ export class PodNetworks {
     const defaultIf = rec.interfaces.find((i) => !i.network)?.name ?? 'eth0';
     let wanted;
     try {
-      wanted = parseNetworkSelections(pod.metadata?.annotations?.[NETWORKS_ANNOTATION], pod.metadata?.namespace ?? 'default', defaultIf);
+      // Counted after the networks every pod got at attach (networks.everyPod), as attach counted them.
+      const everyPod = rec.interfaces.filter((i) => i.selectedBy === 'config').map((i) => ({ interface: i.name }));
+      wanted = parseNetworkSelections(pod.metadata?.annotations?.[NETWORKS_ANNOTATION], pod.metadata?.namespace ?? 'default', defaultIf, NETWORKS_ANNOTATION, everyPod);
     } catch (e) {
       return this.report(pod, 'InvalidNetworks', (e as Error).message);
     }
@@ -152,7 +154,7 @@ export class PodNetworks {
     }
     for (const s of wanted.filter((w) => !has(w))) {
       if (rec.interfaces.some((i) => i.name === s.interface && i.selectedBy !== 'annotation')) {
-        failures.push(`interface ${s.interface} is taken by a network attached through kni's API`);
+        failures.push(`interface ${s.interface} is taken by a network ${rec.interfaces.find((i) => i.name === s.interface)?.selectedBy === 'config' ? 'every pod gets (networks.everyPod)' : "attached through kni's API"}`);
         continue;
       }
       try {

@@ -41,8 +41,13 @@ export function isInterfaceName(s: string): boolean {
   return s.length > 0 && s.length < 16 && s !== '.' && s !== '..' && !/[/:\s\0%]/.test(s);
 }
 
-/** The selections of a pod's annotation (absent or blank: none). podNamespace is the default namespace. */
-export function parseNetworkSelections(annotation: string | undefined, podNamespace: string, defaultInterface = 'eth0', key = NETWORKS_ANNOTATION): NetworkSelection[] {
+/**
+ * The selections of a pod's annotation (absent or blank: none). podNamespace is the default
+ * namespace. `before`: the networks the pod gets ahead of these (networks.everyPod): their
+ * interfaces are taken, and an interface not named is net<N> counted after them, as Multus
+ * counts its delegates.
+ */
+export function parseNetworkSelections(annotation: string | undefined, podNamespace: string, defaultInterface = 'eth0', key = NETWORKS_ANNOTATION, before: Pick<NetworkSelection, 'interface'>[] = []): NetworkSelection[] {
   if (annotation === undefined || annotation.trim() === '') return [];
   if (annotation.length > 65536) throw new SelectionError(`annotation ${key} is longer than 64 KiB`);
   const problems: string[] = [];
@@ -112,12 +117,12 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
     });
   }
   if (out.length > MAX_SELECTIONS) problems.push(`${out.length} networks asked for; at most ${MAX_SELECTIONS}`);
-  const seen = new Set<string>([defaultInterface]);
+  const seen = new Set<string>([defaultInterface, ...before.map((b) => b.interface)]);
   const selections = out.map((s, i) => {
     const at = `${key} ${JSON.stringify(s.name)}`;
     if (!DNS_SUBDOMAIN.test(s.name)) problems.push(`${at}: the network name must be a lower-case DNS subdomain`);
     if (!DNS_LABEL.test(s.namespace)) problems.push(`${at}: namespace ${JSON.stringify(s.namespace.slice(0, 80))} is not a namespace name`);
-    const ifName = s.interface ?? `net${i + 1}`;
+    const ifName = s.interface ?? `net${before.length + i + 1}`;
     if (!isInterfaceName(ifName)) problems.push(`${at}: interface ${JSON.stringify(ifName.slice(0, 80))} is not an interface name (1 to 15 characters, no / : or spaces)`);
     else if (seen.has(ifName)) problems.push(`${at}: interface ${ifName} is used twice`);
     seen.add(ifName);
@@ -125,6 +130,13 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
   });
   if (problems.length) throw new SelectionError(problems.join('; '));
   return selections;
+}
+
+/** networks.everyPod as selections: a name alone is in kube-system (Multus's defaultNetworks are). */
+export function parseEveryPod(entries: string[], defaultInterface = 'eth0'): NetworkSelection[] {
+  if (!entries.length) return [];
+  if (entries.some((e) => e.includes(','))) throw new SelectionError('networks.everyPod: one network per entry');
+  return parseNetworkSelections(entries.join(','), DEFAULT_NETWORK_NAMESPACE, defaultInterface, 'networks.everyPod');
 }
 
 function isIpOrCidr(s: string): boolean {

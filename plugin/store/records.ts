@@ -9,6 +9,8 @@ export interface PodRef {
   uid: string;
 }
 
+export type SelectedBy = 'annotation' | 'api' | 'config';
+
 export interface InterfaceRecord {
   name: string;
   hostVeth: string;
@@ -29,8 +31,8 @@ export interface InterfaceRecord {
   backend?: 'builtin' | 'cni';
   /** A CNI interface's network name (the conflist's): the key of its cached ADD result. */
   cniName?: string;
-  /** A secondary interface asked for by the pod's networks annotation, or through kni's API (AttachNetwork). */
-  selectedBy?: 'annotation' | 'api';
+  /** A secondary interface asked for by the pod's networks annotation, through kni's API (AttachNetwork), or given to every pod (networks.everyPod). */
+  selectedBy?: SelectedBy;
   /** The pod's default route goes through this interface (the default network's, unless a selection took it). */
   defaultRoute?: boolean;
   /** Being added to (or removed from) an attached sandbox: a crash leaves it so, and the next start removes it. */

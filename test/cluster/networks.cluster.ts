@@ -44,10 +44,20 @@ const podEvents = (pod: string) => kubectlJson('get', 'events', '--field-selecto
 describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', function () {
   this.timeout(300_000);
 
+  // networks.everyPod for the pods of every namespace but default (and kube-system): the other
+  // tests' pods are in default.
+  const extra = `${CL}-networks-extra.yaml`;
   before(() => {
     cluster('down');
     cluster('up');
-    cluster('kni');
+    fs.writeFileSync(extra, 'networks: { everyPod: [default/macvlan-hl], systemNamespaces: [kube-system, default] }\n');
+    process.env.KNI_CLUSTER_KNI_EXTRA = extra;
+    try {
+      cluster('kni');
+    } finally {
+      delete process.env.KNI_CLUSTER_KNI_EXTRA;
+      fs.rmSync(extra, { force: true });
+    }
     apply([NAD('macvlan-static', MACVLAN), NAD('macvlan-hl', MACVLAN_HL), NAD('bridge-static', BRIDGE)].join('---\n'));
   });
   after(() => {
@@ -172,6 +182,23 @@ spec:
       for (const vf of vfs) trySh('ip', ['-n', 'kc-w1', 'link', 'del', vf]);
       fs.rmSync(bin, { force: true });
     }
+  });
+
+  it('networks.everyPod: a pod outside the system namespaces gets them before its own; editing its annotation leaves them be', async () => {
+    apply('apiVersion: v1\nkind: Namespace\nmetadata: {name: every}\n');
+    await waitFor(() => kubectl('-n', 'every', 'get', 'serviceaccounts').includes('default'), 60_000, () => 'no default ServiceAccount in namespace every');
+    apply(MULTINET('ev-a', 'w2', [{ name: 'bridge-static', namespace: 'default', ips: ['10.252.0.31/24'] }]).replace('  name: ev-a\n', '  name: ev-a\n  namespace: every\n'));
+    const inEvery = (...args: string[]) => kubectl('-n', 'every', ...args);
+    const evStatus = (): any[] => JSON.parse(kubectlJson('-n', 'every', 'get', 'pod', 'ev-a').metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'] ?? '[]');
+    await waitFor(() => kubectlJson('-n', 'every', 'get', 'pod', 'ev-a').status.phase === 'Running' && evStatus().length === 3, 120_000, () => inEvery('get', 'pods', '-o', 'wide') + JSON.stringify(evStatus()));
+    assert.deepEqual(evStatus().map((s) => [s.name, s.interface]), [['kni', 'eth0'], ['default/macvlan-hl', 'net1'], ['default/bridge-static', 'net2']]);
+    inEvery('annotate', '--overwrite', 'pod', 'ev-a', 'k8s.v1.cni.cncf.io/networks=[]');
+    await waitFor(() => evStatus().length === 2, 60_000, () => JSON.stringify(evStatus()));
+    assert.deepEqual(evStatus().map((s) => [s.name, s.interface]), [['kni', 'eth0'], ['default/macvlan-hl', 'net1']]);
+    const sandbox = knictl('w2', 'pods').find((p: any) => p.pod.name === 'ev-a');
+    assert.equal(knictl('w2', 'pod', sandbox.sandbox_id).interfaces[1].selected_by, 'config');
+    inEvery('delete', 'pod', 'ev-a', '--wait=true', '--timeout=120s');
+    kubectl('delete', 'namespace', 'every', '--wait=false');
   });
 
   it('deleting the pods releases every interface and address of every network', async () => {
