@@ -7,7 +7,10 @@ import { blankInterface, PlannedInterface } from '../plugin/core/attach-pipeline
 import { assignDevices } from '../plugin/core/device-assignment';
 import { KniError } from '../plugin/core/errors';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
+import fs from 'node:fs';
+import { cniDeviceInfoPath, copyFromDevicePlugin, devicePluginInfoPath, readDeviceInfo } from '../plugin/cni/device-info';
 import { devicesOfPod } from '../plugin/kube/pod-resources';
+import { RUN } from './helpers/sh';
 import { resourceNameProblem } from '../plugin/networks/network-definitions';
 import type { SandboxRecord } from '../plugin/store/records';
 
@@ -39,17 +42,17 @@ describe('devices for networks that take one', () => {
     const none = [planned('ns/plain')];
     await assignDevices(rt({}), sandbox(), none);
     assert.equal(asked, 0);
-    assert.equal(none[0].req.deviceId, undefined);
+    assert.equal(none[0].req.device, undefined);
     const plan = [planned('ns/plain'), planned('ns/vf-a', RES), planned('ns/vf-b', RES)];
     await assignDevices(rt({ [RES]: ['d0', 'd1'] }), sandbox(), plan);
     assert.equal(asked, 1);
-    assert.deepEqual(plan.map((p) => [p.req.deviceId, p.itf.deviceId]), [[undefined, undefined], ['d0', 'd0'], ['d1', 'd1']]);
+    assert.deepEqual(plan.map((p) => [p.req.device?.id, p.itf.deviceId]), [[undefined, undefined], ['d0', 'd0'], ['d1', 'd1']]);
   });
 
   it('a network added to a running pod takes a device its other interfaces do not hold', async () => {
     const p = planned('ns/vf-a', RES);
     await assignDevices(rt({ [RES]: ['d0', 'd1'] }), sandbox([{ ...blankInterface('net1'), deviceId: 'd0' }]), [p]);
-    assert.equal(p.req.deviceId, 'd1');
+    assert.deepEqual(p.req.device, { id: 'd1', resource: RES });
   });
 
   it('no device left, none given, or no pod to ask about: FAILED_PRECONDITION saying what to request', async () => {
@@ -58,6 +61,28 @@ describe('devices for networks that take one', () => {
     await fails({}, [planned('ns/vf-a', RES)], /network ns\/vf-a takes one device of example\.com\/sriov_a per attachment \(its k8s\.v1\.cni\.cncf\.io\/resourceName annotation\), and the kubelet gave pod ns\/p none: request example\.com\/sriov_a/);
     await fails({ [RES]: ['d0'] }, [planned('ns/vf-a', RES), planned('ns/vf-b', RES)], /network ns\/vf-b .*pod ns\/p was given 1 \(d0\) and its other networks use them all/);
     await fails({ [RES]: ['d0'] }, [planned('ns/vf-a', RES)], /sandbox s1 names no pod to ask the kubelet about/, sandbox([], ''));
+  });
+
+  it('device information files: named as Multus and device plugins name them; copied for the attachment; read only when it is a JSON object with a type', () => {
+    const dir = `/tmp/${RUN}-devinfo`;
+    try {
+      assert.equal(devicePluginInfoPath(dir, 'intel.com/sriov_a', '0000:03:02.3'), `${dir}/dp/intel.com-sriov_a-0000:03:02.3-device.json`);
+      const mine = cniDeviceInfoPath(dir, 'team/vf-net', 'abc123', 'net1');
+      assert.equal(mine, `${dir}/cni/team-vf-net-abc123_net1`);
+      assert.equal(copyFromDevicePlugin(dir, 'intel.com/sriov_a', '0000:03:02.3', mine), false, 'no device plugin file: nothing copied');
+      fs.mkdirSync(`${dir}/dp`, { recursive: true });
+      const info = { type: 'pci', version: '1.1.0', pci: { 'pci-address': '0000:03:02.3' } };
+      fs.writeFileSync(devicePluginInfoPath(dir, 'intel.com/sriov_a', '0000:03:02.3'), JSON.stringify(info));
+      assert.equal(copyFromDevicePlugin(dir, 'intel.com/sriov_a', '0000:03:02.3', mine), true);
+      assert.deepEqual(readDeviceInfo(mine), info);
+      for (const bad of ['[1]', '{"pci": {}}', '{', 'x'.repeat(70_000)]) {
+        fs.writeFileSync(`${dir}/bad`, bad);
+        assert.equal(readDeviceInfo(`${dir}/bad`), undefined, bad.slice(0, 20));
+      }
+      assert.equal(readDeviceInfo(`${dir}/missing`), undefined);
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('a resourceName annotation must be a device plugin resource name', () => {

@@ -54,6 +54,8 @@ describe('shipped configs', () => {
     // The kubelet's pod-resources socket where the default config looks for it.
     const podResources = path.dirname(parseConfig(undefined).networks.podResourcesSocket);
     assert.equal(kni.get(podResources), podResources);
+    const devinfo = parseConfig(undefined).networks.deviceInfoDir;
+    assert.equal(kni.get(devinfo), devinfo);
     const cmd: string[] = load('mesh-redirect-daemonset.yaml').spec.template.spec.containers[0].command;
     assert.ok(cmd[cmd.indexOf('--socket') + 1].startsWith('/run/kni-extensions/'));
   });

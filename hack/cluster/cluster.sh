@@ -54,10 +54,10 @@ start() { # start NAME NODE CMD...
 
 # A worker's own mount namespace, as a kind node container has: its own /etc/cni/net.d,
 # /opt/cni/bin, /run/kni, /run/kni-extensions, /var/lib/kni, /run/nri, /run/containerd, /run/netns and the
-# kubelet's device-plugins and pod-resources directories (bind mounts of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
+# kubelet's device-plugins and pod-resources directories and the device-info files (bind mounts of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
 # The host only gets the empty mount point dirs, which `down` removes again.
 NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /run/kni-extensions /var/lib/kni /run/nri /run/containerd /run/netns
-  /var/lib/kubelet/device-plugins /var/lib/kubelet/pod-resources)
+  /var/lib/kubelet/device-plugins /var/lib/kubelet/pod-resources /run/k8s.cni.cncf.io/devinfo)
 make_node_mountns() {
   local w=$1 d=$CL/$1
   mkdir -p "$CL/mnt"

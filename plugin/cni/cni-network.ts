@@ -89,6 +89,11 @@ export class CniNetwork {
     this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, ...(rt.cniArgs ? { cniArgs: rt.cniArgs } : {}), result, config: this.list });
   }
 
+  /** A capability arg ADD ran with (undefined: none, or nothing cached). */
+  cachedCapability(containerId: string, ifName: string, name: string): unknown {
+    return this.cache.get(this.name, containerId, ifName)?.capabilityArgs?.[name];
+  }
+
   /** What ADD returned for an attachment, in the config's version (undefined: none cached). */
   cachedResult(containerId: string, ifName: string): unknown {
     return this.cache.get(this.name, containerId, ifName)?.result;

@@ -1,9 +1,12 @@
 // A CNI network behind the backend interface: the default network's conflist
 // (defaultNetwork.cni) or a network definition (NetworkAttachmentDefinition, file). The plugins
 // do the wiring and the IPAM; the core keeps the record, rollback, release and the rest.
+import path from 'node:path';
 import { KniError } from './errors';
+import { log } from './log';
 import type { AttachmentRequest, NetworkBackend } from './network-backend';
 import { CniNetwork, CniRuntime } from '../cni/cni-network';
+import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
 import { CniPluginError } from '../cni/plugin-exec';
 import { formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
@@ -18,7 +21,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
   if (req?.bandwidth) capabilityArgs.bandwidth = req.bandwidth;
   if (req?.ips.length) capabilityArgs.ips = req.ips.map((i) => i.text ?? formatIp(i.family, i.value));
   if (req?.mac) capabilityArgs.mac = req.mac;
-  if (req?.deviceId) capabilityArgs.deviceID = req.deviceId;
+  if (req?.device) capabilityArgs.deviceID = req.device.id;
   return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
 }
 
@@ -50,7 +53,8 @@ export function cniError(e: unknown, network: string, sandboxId: string): KniErr
 export class CniBackend implements NetworkBackend {
   readonly kind = 'cni';
 
-  constructor(readonly network: CniNetwork, private readonly displayName = network.name) {}
+  /** deviceInfoDir: where device information files are (for attachments with a device). */
+  constructor(readonly network: CniNetwork, private readonly displayName = network.name, private readonly deviceInfoDir = '') {}
 
   get name(): string {
     return this.displayName;
@@ -62,18 +66,35 @@ export class CniBackend implements NetworkBackend {
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, _ns: unknown, req: AttachmentRequest): Promise<void> {
+    const rt = cniRuntimeOf(rec, itf.name, req);
+    // As Multus: the device plugin's information on the device, as the attachment's own file.
+    const infoFile = req.device && this.deviceInfoDir ? cniDeviceInfoPath(this.deviceInfoDir, this.displayName, rec.id, itf.name) : '';
+    if (infoFile) {
+      try {
+        copyFromDevicePlugin(this.deviceInfoDir, req.device!.resource, req.device!.id, infoFile);
+      } catch (e) {
+        log('warn', 'cannot copy the device plugin\'s device information for the plugins', { sandbox: rec.id, interface: itf.name, file: infoFile, error: (e as Error).message });
+      }
+      rt.capabilityArgs!.CNIDeviceInfoFile = infoFile;
+    }
     try {
-      const result = await withSpan('cni.add', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.add(cniRuntimeOf(rec, itf.name, req)));
+      const result = await withSpan('cni.add', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.add(rt));
       fillFromResult(itf, result, this.network.name);
     } catch (e) {
+      if (infoFile) removeDeviceInfo(infoFile);
       throw cniError(e, this.displayName, rec.id);
     }
+    const info = infoFile ? readDeviceInfo(infoFile) : undefined;
+    if (info) itf.deviceInfo = info;
   }
 
   /** The plugins' DEL, whatever the mode: what they made is theirs to undo, now. */
   async detach(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
-    // CNI_ARGS and capability args come from ADD's cache entry.
+    // CNI_ARGS and capability args come from ADD's cache entry, the device information file too.
+    const infoFile = this.network.cachedCapability(rec.id, itf.name, 'CNIDeviceInfoFile');
     await withSpan('cni.del', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.del({ containerId: rec.id, netns: rec.netnsPath, ifName: itf.name }));
+    // Only a file of the name kni gives it: the cache is on disk, not to be trusted to name any file.
+    if (typeof infoFile === 'string' && path.basename(infoFile) === cniDeviceInfoName(this.displayName, rec.id, itf.name)) removeDeviceInfo(infoFile);
   }
 
   async check(rec: SandboxRecord, itf: InterfaceRecord): Promise<string[]> {

@@ -107,7 +107,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const n = r.networks as Record<string, unknown>;
     if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('networks must be a map of settings');
     else {
-      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces', 'podResourcesSocket', 'everyPod', 'systemNamespaces'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
+      for (const key of Object.keys(n)) if (!['dir', 'attachmentDefinitions', 'podStatus', 'namespaceIsolation', 'globalNamespaces', 'podResourcesSocket', 'deviceInfoDir', 'everyPod', 'systemNamespaces'].includes(key)) problems.push(`unknown setting "networks.${key}"`);
       if (n.dir !== undefined) {
         if (typeof n.dir !== 'string' || (n.dir !== '' && !path.isAbsolute(n.dir))) problems.push('networks.dir must be an absolute directory (or empty: no file definitions)');
         else cfg.networks.dir = n.dir;
@@ -138,6 +138,10 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
       if (n.podResourcesSocket !== undefined) {
         if (typeof n.podResourcesSocket !== 'string' || !path.isAbsolute(n.podResourcesSocket)) problems.push('networks.podResourcesSocket must be an absolute path (the kubelet\'s pod-resources socket)');
         else cfg.networks.podResourcesSocket = n.podResourcesSocket;
+      }
+      if (n.deviceInfoDir !== undefined) {
+        if (typeof n.deviceInfoDir !== 'string' || !path.isAbsolute(n.deviceInfoDir)) problems.push('networks.deviceInfoDir must be an absolute directory');
+        else cfg.networks.deviceInfoDir = n.deviceInfoDir;
       }
     }
   }

@@ -79,6 +79,8 @@ export interface NetworksConfig {
    * definitions that take one (k8s.v1.cni.cncf.io/resourceName, as SR-IOV networks do).
    */
   podResourcesSocket: string;
+  /** Where device plugins and kni keep device information files (the device-info spec's directory). */
+  deviceInfoDir: string;
   /**
    * Networks every pod gets after its default network, before those its annotation asks for
    * (Multus's defaultNetworks): "name" (in kube-system) or "namespace/name[@interface]".
@@ -169,7 +171,7 @@ export const defaultConfig = (): Config => ({
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
-  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', everyPod: [], systemNamespaces: ['kube-system'] },
+  networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo', everyPod: [], systemNamespaces: ['kube-system'] },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',
   netnsPoolSize: 4,

@@ -34,7 +34,7 @@ export async function assignDevices(rt: NetworkRuntime, rec: SandboxRecord, plan
       );
     }
     taken.add(free);
-    p.req.deviceId = free;
+    p.req.device = { id: free, resource };
     p.itf.deviceId = free;
   }
 }

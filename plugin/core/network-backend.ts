@@ -19,8 +19,8 @@ export interface AttachmentRequest {
   cniArgs?: Record<string, unknown>;
   /** A selection's default-route gateways: the pod's default route goes through this interface. */
   defaultRoute?: string[];
-  /** The device the kubelet gave the pod for this network (plugin/core/device-assignment.ts). */
-  deviceId?: string;
+  /** The device the kubelet gave the pod for this network, and its resource (plugin/core/device-assignment.ts). */
+  device?: { id: string; resource: string };
 }
 
 /**

@@ -27,6 +27,7 @@ export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<st
     mac: i.mac,
     ...(carriesDefaultRoute(i) ? { default: true } : {}),
     dns: {},
+    ...(i.deviceInfo ? { 'device-info': i.deviceInfo } : {}),
   }));
 }
 

@@ -132,7 +132,7 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
   return selections;
 }
 
-/** networks.everyPod as selections: a name alone is in kube-system (Multus's defaultNetworks are). */
+/** networks.everyPod as selections: a name alone is looked up in kube-system, as Multus looks up its defaultNetworks. */
 export function parseEveryPod(entries: string[], defaultInterface = 'eth0'): NetworkSelection[] {
   if (!entries.length) return [];
   if (entries.some((e) => e.includes(','))) throw new SelectionError('networks.everyPod: one network per entry');

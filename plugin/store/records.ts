@@ -27,6 +27,8 @@ export interface InterfaceRecord {
   defaultNetwork?: string;
   /** The device the kubelet gave the pod for this interface (its definition's resourceName), handed to the plugins as deviceID. */
   deviceId?: string;
+  /** That device's information file as the plugins left it (device-info in network-status). */
+  deviceInfo?: Record<string, unknown>;
   /** Who wires it: kni's built-in network (absent) or a CNI network's plugins. */
   backend?: 'builtin' | 'cni';
   /** A CNI interface's network name (the conflist's): the key of its cached ADD result. */

@@ -141,7 +141,8 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     const bin = `${CL}/w1/root/opt/cni/bin/kni-test-device`;
     fs.writeFileSync(bin, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
     const logFile = `${CL}/device-cni.log`;
-    const plugin = new TestDevicePlugin(`${CL}/w1/root/var/lib/kubelet/device-plugins`, resource, vfs);
+    const infoDir = `${CL}/w1/root/run/k8s.cni.cncf.io/devinfo`;
+    const plugin = new TestDevicePlugin(`${CL}/w1/root/var/lib/kubelet/device-plugins`, resource, vfs, infoDir);
     try {
       await plugin.start();
       await waitFor(() => kubectlJson('get', 'node', 'kc-w1').status.allocatable?.[resource] === '2', 60_000, () => JSON.stringify(kubectlJson('get', 'node', 'kc-w1').status.allocatable));
@@ -149,7 +150,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
 kind: NetworkAttachmentDefinition
 metadata: {name: vf-net, namespace: default, annotations: {k8s.v1.cni.cncf.io/resourceName: ${resource}}}
 spec:
-  config: '${JSON.stringify({ cniVersion: '1.0.0', name: 'vf-net', type: 'kni-test-device', capabilities: { deviceID: true }, logFile })}'
+  config: '${JSON.stringify({ cniVersion: '1.0.0', name: 'vf-net', type: 'kni-test-device', capabilities: { deviceID: true, CNIDeviceInfoFile: true }, logFile })}'
 `);
       const vfPod = (name: string, devices: number) =>
         MULTINET(name, 'w1', [{ name: 'vf-net' }]).replace('  imagePullPolicy: Never', `  imagePullPolicy: Never${devices ? `\n    resources: {limits: {${resource}: ${devices}}}` : ''}`);
@@ -169,14 +170,25 @@ spec:
         assert.match(kubectl('exec', name, '--', '/bin/busybox', 'ip', 'link', 'show', 'net1'), new RegExp(net1.mac));
       }
       assert.deepEqual(seen.sort(), [...vfs].sort(), 'both pods got the same device');
+      // The device plugin's information on each device, in network-status (as Multus puts it there).
+      for (const name of ['vf-a', 'vf-b']) {
+        const net1 = knictl('w1', 'pod', pods.find((p: any) => p.pod.name === name).sandbox_id).interfaces.find((i: any) => i.name === 'net1');
+        await waitFor(() => status(name).some((s) => s.interface === 'net1' && s['device-info']), 60_000, () => JSON.stringify(status(name)));
+        assert.deepEqual(status(name).find((s) => s.interface === 'net1')['device-info'], plugin.infoOf(net1.device_id));
+      }
+      assert.equal(fs.readdirSync(`${infoDir}/cni`).length, 2);
       const adds = fs.readFileSync(logFile, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.cmd === 'ADD');
-      for (const a of adds) assert.deepEqual([a.pciBusID, a.runtimeConfig.deviceID], [a.deviceID, a.deviceID]);
+      for (const a of adds) {
+        assert.deepEqual([a.pciBusID, a.runtimeConfig.deviceID], [a.deviceID, a.deviceID]);
+        assert.equal(a.runtimeConfig.CNIDeviceInfoFile, `/var/run/k8s.cni.cncf.io/devinfo/cni/default-vf-net-${a.containerId}_net1`);
+      }
       assert.equal(knictl('w1', 'networks').find((n: any) => n.name === 'vf-net').resource_name, resource);
       await waitFor(() => /network default\/vf-net takes one device of kni\.dev\/test-nic per attachment .*the kubelet gave pod default\/vf-none none/.test(podEvents('vf-none')), 90_000, () => podEvents('vf-none'));
       assert.equal(phase('vf-none'), 'Pending');
       // Deleted, each pod's DEL gives its device back to the node under its own name.
       kubectl('delete', 'pod', 'vf-a', 'vf-b', 'vf-none', '--wait=true', '--timeout=120s');
       for (const [i, vf] of vfs.entries()) assert.equal(mac(vf), macs[i], `${vf} is not back on kc-w1`);
+      assert.deepEqual(fs.readdirSync(`${infoDir}/cni`), [], 'the attachments\' device information files are left');
     } finally {
       plugin.stop();
       for (const vf of vfs) trySh('ip', ['-n', 'kc-w1', 'link', 'del', vf]);

@@ -4,6 +4,7 @@
 import * as grpc from '@grpc/grpc-js';
 import fs from 'node:fs';
 import path from 'node:path';
+import { devicePluginInfoPath } from '../../plugin/cni/device-info';
 import { loadProto } from '../../plugin/server/protos';
 
 export class TestDevicePlugin {
@@ -11,10 +12,22 @@ export class TestDevicePlugin {
   private server?: grpc.Server;
   private streams = new Set<grpc.ServerWritableStream<unknown, unknown>>();
 
-  /** dir: the kubelet's device-plugins directory as this process sees it. */
-  constructor(private readonly dir: string, readonly resource: string, readonly ids: string[], private readonly endpoint = `kni-test-${process.pid}.sock`) {}
+  /**
+   * dir: the kubelet's device-plugins directory as this process sees it; infoDir: the node's
+   * device-info directory, where it leaves a file per device as the SR-IOV device plugin does.
+   */
+  constructor(private readonly dir: string, readonly resource: string, readonly ids: string[], private readonly infoDir = '', private readonly endpoint = `kni-test-${process.pid}.sock`) {}
+
+  /** The device information it leaves for a device (type "pci", the device's index as its function). */
+  infoOf(id: string): Record<string, unknown> {
+    return { type: 'pci', version: '1.1.0', pci: { 'pci-address': `0000:65:00.${this.ids.indexOf(id) + 1}` } };
+  }
 
   async start(): Promise<void> {
+    for (const id of this.infoDir ? this.ids : []) {
+      fs.mkdirSync(path.dirname(devicePluginInfoPath(this.infoDir, this.resource, id)), { recursive: true });
+      fs.writeFileSync(devicePluginInfoPath(this.infoDir, this.resource, id), JSON.stringify(this.infoOf(id)));
+    }
     const pkg = loadProto('kubelet/deviceplugin_v1beta1.proto') as any;
     const api = pkg.v1beta1;
     const socket = path.join(this.dir, this.endpoint);
@@ -49,5 +62,6 @@ export class TestDevicePlugin {
     for (const s of this.streams) s.end();
     this.server?.forceShutdown();
     fs.rmSync(path.join(this.dir, this.endpoint), { force: true });
+    for (const id of this.infoDir ? this.ids : []) fs.rmSync(devicePluginInfoPath(this.infoDir, this.resource, id), { force: true });
   }
 }
