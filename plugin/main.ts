@@ -22,6 +22,7 @@ import { connectKube, KubeApi } from './kube/kube-api';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
+import { everyPodProblem } from './core/network-plan';
 import { PodNetworks } from './kube/pod-networks';
 import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
@@ -117,8 +118,13 @@ async function main(): Promise<void> {
   agent?.start();
   const configWatch = api && cfg.kubernetes.configMap ? new ConfigWatch(rt, cfg, api, { flagLogLevel: opts.logLevel, resyncRoutes: () => agent?.resync() }) : undefined;
   configWatch?.start();
-  const nads = api && cfg.networks.attachmentDefinitions ? new NadWatch(rt, api) : undefined;
+  // networks.everyPod naming a definition kni lacks fails every pod: said once, on the node.
+  let nads: NadWatch | undefined;
+  const checkEveryPod = () => cfg.networks.everyPod.length && (!nads || nads.isSynced) && rt.node.warn('every-pod', everyPodProblem(rt));
+  nads = api && cfg.networks.attachmentDefinitions ? new NadWatch(rt, api, checkEveryPod) : undefined;
   nads?.start();
+  rt.networks.onChange(checkEveryPod);
+  if (!nads) checkEveryPod();
   const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
   podNetworks?.start();
   registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });

@@ -237,6 +237,20 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       assert.deepEqual((await every.rt().ListPods({})).pods, []);
       for (const n of ['shared-every', 'store']) assert.deepEqual(fs.existsSync(`${every.stateDir}/cni-ipam/${n}`) ? fs.readdirSync(`${every.stateDir}/cni-ipam/${n}`).filter((f) => /^\d/.test(f)) : [], [], `${n} kept a lease`);
     });
+
+    it('one of them gone: the node says so (GetNode warnings, knictl node) until it is back', async () => {
+      const warnings = async () => (await every.rt().GetNode({})).warnings.filter((w: string) => w.includes('everyPod'));
+      // A pod naming a network kni does not know makes it read networks.dir again.
+      const rescan = () => attachIn(`ev-s${Date.now() % 1000}`, 'default', 'not-there').catch(() => undefined);
+      assert.deepEqual(await warnings(), []);
+      fs.renameSync(`${dir}/team/store.conf`, `${dir}/team/store.off`);
+      await rescan();
+      assert.deepEqual(await warnings(), ['networks.everyPod: team/store is not defined: every new pod outside kube-system, infra fails to start until it is fixed']);
+      assert.match(knictl(every.socket, 'node').stdout, /networks\.everyPod: team\/store is not defined/);
+      fs.renameSync(`${dir}/team/store.off`, `${dir}/team/store.conf`);
+      await rescan();
+      assert.deepEqual(await warnings(), []);
+    });
   });
 
   describe('networks.namespaceIsolation (as Multus has it)', () => {

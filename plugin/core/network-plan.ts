@@ -50,6 +50,16 @@ export function everyPodSelections(rt: NetworkRuntime, namespace: string, defaul
   }
 }
 
+/** What is wrong with networks.everyPod now ('' when nothing is): a definition kni does not know, or an invalid one. */
+export function everyPodProblem(rt: NetworkRuntime): string {
+  const n = rt.cfg.networks;
+  const problems = parseEveryPod(n.everyPod).map((s) => {
+    const def = rt.networks.get(networkKey(s));
+    return !def ? `${networkKey(s)} is not defined` : !def.config ? `${networkKey(s)} is invalid (${def.error})` : '';
+  }).filter(Boolean);
+  return problems.length ? `networks.everyPod: ${problems.join('; ')}: every new pod outside ${n.systemNamespaces.join(', ') || 'the system namespaces'} fails to start until it is fixed` : '';
+}
+
 /**
  * With networks.namespaceIsolation (Multus's), why a pod of `namespace` may not use these
  * selections ('' when it may): only definitions of its own namespace, of `default` and of

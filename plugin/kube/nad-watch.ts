@@ -24,7 +24,13 @@ export class NadWatch {
   private reported = new Set<string>();
   private synced = false;
 
-  constructor(private readonly rt: NetworkRuntime, private readonly api: KubeApi) {}
+  /** Listed at least once: a definition not known now is not defined. */
+  get isSynced(): boolean {
+    return this.synced;
+  }
+
+  /** onSynced: after each full list (the definitions are then all known). */
+  constructor(private readonly rt: NetworkRuntime, private readonly api: KubeApi, private readonly onSynced = () => {}) {}
 
   start(): void {
     const { k8s, kc } = this.api;
@@ -53,6 +59,7 @@ export class NadWatch {
     this.rt.networks.replace('api', objs.map((o) => this.parse(o)));
     if (!this.synced) log('info', 'NetworkAttachmentDefinitions listed', { count: objs.length });
     this.synced = true;
+    this.onSynced();
   }
 
   private parse(o: Nad) {
