@@ -1,5 +1,6 @@
 // What the cluster tests share: the cluster script, kubectl, and the web Deployment.
 import { execFileSync, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 
@@ -16,6 +17,18 @@ export const cluster = (cmd: string): string => {
   const r = spawnSync('bash', [script, ...cmd.split(' ')], { encoding: 'utf8', timeout: 600_000 });
   if (r.status !== 0) throw new Error(`cluster.sh ${cmd} failed (${r.status}):\n${r.stderr.slice(-3000)}`);
   return r.stdout;
+};
+/** kni on every worker (cluster.sh kni) with settings of a test's own added to its config (top-level YAML keys). */
+export const kniWith = (settings: string): void => {
+  const extra = `${CL}-kni-extra.yaml`;
+  fs.writeFileSync(extra, settings);
+  process.env.KNI_CLUSTER_KNI_EXTRA = extra;
+  try {
+    cluster('kni');
+  } finally {
+    delete process.env.KNI_CLUSTER_KNI_EXTRA;
+    fs.rmSync(extra, { force: true });
+  }
 };
 export const knictl = (w: string, ...args: string[]): any =>
   JSON.parse(execFileSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, ...args, '-o', 'json'], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] }));

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, getFromNode, knictl, kubectl, kubectlJson, POD, ready, WEB, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, knictl, kniWith, kubectl, kubectlJson, POD, ready, WEB, WORKERS } from './cluster-helpers';
 
 const leases = (w: string): string[] => {
   const d = `${CL}/${w}/root/var/lib/kni/host-local/chain`;
@@ -16,7 +16,6 @@ const webPods = () => kubectlJson('get', 'pods', '-l', 'app=web').items.filter((
 
 describe('cluster: a chained CNI conflist as every node\'s default network', function () {
   this.timeout(300_000);
-  const extra = `${CL}-cni-default.yaml`;
 
   before(() => {
     cluster('down');
@@ -36,17 +35,10 @@ describe('cluster: a chained CNI conflist as every node\'s default network', fun
         ],
       }));
     }
-    fs.writeFileSync(extra, 'defaultNetwork: { cni: /var/lib/kni/chain.conflist }\n');
-    process.env.KNI_CLUSTER_KNI_EXTRA = extra;
-    try {
-      cluster('kni');
-    } finally {
-      delete process.env.KNI_CLUSTER_KNI_EXTRA;
-    }
+    kniWith('defaultNetwork: { cni: /var/lib/kni/chain.conflist }\n');
   });
   after(() => {
     cluster('down');
-    fs.rmSync(extra, { force: true });
   });
 
   it('nodes Ready; pods get the plugins\' addresses from their node\'s podCIDR and reach pods on the other node', async () => {

@@ -12,7 +12,7 @@ import { packageRoot } from '../../plugin/server/protos';
 import { RUN, trySh } from '../helpers/sh';
 import { TestDevicePlugin } from '../helpers/test-device-plugin';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictl, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 
 const NAD = (name: string, config: unknown) => `apiVersion: k8s.cni.cncf.io/v1
 kind: NetworkAttachmentDefinition
@@ -46,18 +46,10 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
 
   // networks.everyPod for the pods of every namespace but default (and kube-system): the other
   // tests' pods are in default.
-  const extra = `${CL}-networks-extra.yaml`;
   before(() => {
     cluster('down');
     cluster('up');
-    fs.writeFileSync(extra, 'networks: { everyPod: [default/macvlan-hl], systemNamespaces: [kube-system, default] }\n');
-    process.env.KNI_CLUSTER_KNI_EXTRA = extra;
-    try {
-      cluster('kni');
-    } finally {
-      delete process.env.KNI_CLUSTER_KNI_EXTRA;
-      fs.rmSync(extra, { force: true });
-    }
+    kniWith('networks: { everyPod: [default/macvlan-hl], systemNamespaces: [kube-system, default] }\n');
     apply([NAD('macvlan-static', MACVLAN), NAD('macvlan-hl', MACVLAN_HL), NAD('bridge-static', BRIDGE)].join('---\n'));
   });
   after(() => {
