@@ -25,6 +25,7 @@ export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<st
     interface: i.name,
     ips: i.addresses.map((a) => a.address),
     mac: i.mac,
+    ...(i.mtu ? { mtu: i.mtu } : {}),
     ...(carriesDefaultRoute(i) ? { default: true } : {}),
     dns: {},
     ...(i.deviceInfo ? { 'device-info': i.deviceInfo } : {}),

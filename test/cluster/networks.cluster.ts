@@ -73,6 +73,9 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     const sandbox = knictl('w1', 'pods').find((p: any) => p.pod.name === 'mn-a');
     const pod = knictl('w1', 'pod', sandbox.sandbox_id);
     assert.deepEqual(pod.interfaces.map((i: any) => [i.name, i.network, i.addresses.map((a: any) => a.address).filter((a: string) => !a.includes(':'))]), sa.map((s) => [s.interface, s.name === 'kni' ? '' : s.name, s.ips.filter((ip: string) => !ip.includes(':'))]));
+    // The MTU as Multus writes it (mtu, from each interface), where kni knows it.
+    assert.deepEqual(sa.map((s) => s.mtu), pod.interfaces.map((i: any) => i.mtu || undefined));
+    assert.ok(sa[0].mtu > 0, 'the default network\'s interface has no mtu in network-status');
     const nets = knictl('w1', 'networks');
     assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
   });
