@@ -120,7 +120,9 @@ async function main(): Promise<void> {
   configWatch?.start();
   // networks.everyPod naming a definition kni lacks fails every pod: said once, on the node.
   let nads: NadWatch | undefined;
-  const checkEveryPod = () => cfg.networks.everyPod.length && (!nads || nads.isSynced) && rt.node.warn('every-pod', everyPodProblem(rt));
+  const checkEveryPod = () => {
+    if (cfg.networks.everyPod.length && (!nads || nads.isSynced)) rt.node.warn('every-pod', everyPodProblem(rt));
+  };
   nads = api && cfg.networks.attachmentDefinitions ? new NadWatch(rt, api, checkEveryPod) : undefined;
   nads?.start();
   rt.networks.onChange(checkEveryPod);

@@ -252,7 +252,7 @@ export class NodeAgent {
     if (now - (this.eventSent.get(message) ?? -Infinity) < 10 * 60_000) return;
     this.eventSent.set(message, now);
     for (const [m, at] of this.eventSent) if (now - at >= 10 * 60_000) this.eventSent.delete(m);
-    const self = this.informer?.list().find((n) => n.metadata?.name === this.nodeName);
+    const self = this.informer?.get(this.nodeName);
     void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: self?.metadata?.uid }, 'Warning', reason, message);
   }
 

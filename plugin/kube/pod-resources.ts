@@ -4,7 +4,7 @@
 // and Multus, which SR-IOV setups know, asks the same way.
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
-import { GRPC_COMMON_OPTIONS, loadProto } from '../server/protos';
+import { loadProto, unaryOnce } from '../server/protos';
 
 interface PodResourcesMsg {
   name: string;
@@ -31,16 +31,10 @@ export function devicesOfPod(pods: PodResourcesMsg[], namespace: string, name: s
 /** One question to the kubelet: the devices pod namespace/name holds. */
 export async function podDevices(socket: string, namespace: string, name: string, timeoutMs = 5_000): Promise<PodDeviceMap> {
   const pkg = loadProto('kubelet/podresources_v1.proto') as any;
-  const Ctor = pkg.v1.PodResourcesLister as grpc.ServiceClientConstructor;
-  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure(), GRPC_COMMON_OPTIONS);
   try {
-    const res = await new Promise<{ pod_resources: PodResourcesMsg[] }>((resolve, reject) =>
-      (client as any).List({}, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: any) => (e ? reject(e) : resolve(r))),
-    );
+    const res = await unaryOnce<{ pod_resources: PodResourcesMsg[] }>(pkg.v1.PodResourcesLister, socket, 'List', {}, timeoutMs);
     return devicesOfPod(res.pod_resources, namespace, name);
   } catch (e) {
     throw new KniError('UNAVAILABLE', `the kubelet's pod-resources API at ${socket} did not answer (${(e as grpc.ServiceError).details || (e as Error).message}); is networks.podResourcesSocket right, and mounted into kni's container?`);
-  } finally {
-    client.close();
   }
 }

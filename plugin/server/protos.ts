@@ -21,6 +21,16 @@ export function packageRoot(): string {
  */
 export const GRPC_COMMON_OPTIONS = { 'grpc.enable_channelz': 0 } as const;
 
+/** One unary call on a fresh client to a unix socket, closed after (the kubelet's and the runtime's APIs, asked now and then). */
+export async function unaryOnce<T>(Ctor: grpc.ServiceClientConstructor, socket: string, method: string, request: unknown, timeoutMs: number): Promise<T> {
+  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure(), GRPC_COMMON_OPTIONS) as unknown as Record<string, (req: unknown, opts: grpc.CallOptions, cb: (e: Error | null, r: T) => void) => void> & grpc.Client;
+  try {
+    return await new Promise<T>((resolve, reject) => client[method](request, { deadline: Date.now() + timeoutMs }, (e, r) => (e ? reject(e) : resolve(r))));
+  } finally {
+    client.close();
+  }
+}
+
 export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true };
 
 /**

@@ -1,22 +1,13 @@
 // Reconcile with the container runtime over CRI: whatever sandbox kni holds that the runtime
 // no longer lists (removed while kni was down, a DEL that never came) is released.
-import * as grpc from '@grpc/grpc-js';
 import { log } from '../../plugin/core/log';
 import { NetworkRuntime } from '../../plugin/core/network-runtime';
-import { GRPC_COMMON_OPTIONS, loadProto } from '../../plugin/server/protos';
+import { loadProto, unaryOnce } from '../../plugin/server/protos';
 
 export async function listCriSandboxes(socket: string, timeoutMs = 10_000): Promise<string[]> {
   const pkg = loadProto('cri/runtime_v1.proto') as any;
-  const Ctor = pkg.runtime.v1.RuntimeService as grpc.ServiceClientConstructor;
-  const client = new Ctor(`unix://${socket}`, grpc.credentials.createInsecure(), GRPC_COMMON_OPTIONS);
-  try {
-    const res = await new Promise<{ items: { id: string }[] }>((resolve, reject) =>
-      (client as any).ListPodSandbox({}, { deadline: Date.now() + timeoutMs }, (e: Error | null, r: any) => (e ? reject(e) : resolve(r))),
-    );
-    return res.items.map((s) => s.id);
-  } finally {
-    client.close();
-  }
+  const res = await unaryOnce<{ items: { id: string }[] }>(pkg.runtime.v1.RuntimeService, socket, 'ListPodSandbox', {}, timeoutMs);
+  return res.items.map((s) => s.id);
 }
 
 export async function reconcileWithCri(rt: NetworkRuntime, socket: string, graceMs: number): Promise<void> {
