@@ -135,13 +135,11 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
           }
         }
       }
-      if (n.podResourcesSocket !== undefined) {
-        if (typeof n.podResourcesSocket !== 'string' || !path.isAbsolute(n.podResourcesSocket)) problems.push('networks.podResourcesSocket must be an absolute path (the kubelet\'s pod-resources socket)');
-        else cfg.networks.podResourcesSocket = n.podResourcesSocket;
-      }
-      if (n.deviceInfoDir !== undefined) {
-        if (typeof n.deviceInfoDir !== 'string' || !path.isAbsolute(n.deviceInfoDir)) problems.push('networks.deviceInfoDir must be an absolute directory');
-        else cfg.networks.deviceInfoDir = n.deviceInfoDir;
+      for (const [key, what] of [['podResourcesSocket', "an absolute path (the kubelet's pod-resources socket)"], ['deviceInfoDir', 'an absolute directory']] as const) {
+        const v = n[key];
+        if (v === undefined) continue;
+        if (typeof v !== 'string' || !path.isAbsolute(v)) problems.push(`networks.${key} must be ${what}`);
+        else cfg.networks[key] = v;
       }
     }
   }
