@@ -239,14 +239,19 @@ export class Bench {
 
   /**
    * In-daemon attach against the floor, in alternating blocks (kni's pods detached before the
-   * floor's block, so both see the same bridge): on a shared machine the two phases of a
-   * comparison drift apart by 30–50 % minutes apart, and alternating cancels that drift.
+   * floor's blocks, so all see the same bridge): on a shared machine the two phases of a
+   * comparison drift apart by 30–50 % minutes apart, and alternating cancels that drift. The
+   * floor runs twice a block, in turn first: back to back, and paced, sleeping before each
+   * attach as long as kni's daemon waited for the client's next call in that block (the call's
+   * p50 less the in-daemon attach's), since an attach on a CPU that was idle runs slower here.
    */
-  async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats; plainDetach: Stats }> {
+  async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats; floorPaced: Stats; gapMs: number; plainDetach: Stats }> {
     const inDaemon: number[] = [];
     const grpc: number[] = [];
     const plainDetach: number[] = [];
     const floor: number[] = [];
+    const floorPaced: number[] = [];
+    const gaps: number[] = [];
     const kept: { netns: string }[] = [];
     const floorRuns: (() => void)[] = [];
     const t0 = performance.now();
@@ -255,12 +260,16 @@ export class Bench {
         const pods = this.newPods(perBlock);
         kept.push(...pods);
         const mark = this.daemonOut.length;
+        const calls: number[] = [];
         for (const p of pods) {
           const s = performance.now();
           await this.client.Attach({ sandbox_id: p.id, netns_path: p.netns });
-          grpc.push(performance.now() - s);
+          calls.push(performance.now() - s);
         }
-        inDaemon.push(...this.inDaemonAttachMs(mark));
+        const attaches = this.inDaemonAttachMs(mark);
+        grpc.push(...calls);
+        inDaemon.push(...attaches);
+        gaps.push(Math.max(0, percentile(calls, 50) - percentile(attaches, 50)));
         // Plain detaches: the netns stay (see floorRun); the floor's block starts once the veths are gone.
         for (const p of pods) {
           const s = performance.now();
@@ -268,16 +277,18 @@ export class Bench {
           plainDetach.push(performance.now() - s);
         }
         await vethsGone(this.links, pods.map((p) => p.id));
-        const f = floorRun(path.join(this.podDir, `versus${b}`), perBlock, true, this.o.podLink);
-        floorRuns.push(f.drop);
-        floor.push(...f.attachMs);
+        for (const paced of b % 2 ? [true, false] : [false, true]) {
+          const f = floorRun(path.join(this.podDir, `versus${b}${paced ? 'p' : ''}`), perBlock, true, this.o.podLink, paced ? gaps.at(-1)! * 1000 : 0);
+          floorRuns.push(f.drop);
+          (paced ? floorPaced : floor).push(...f.attachMs);
+        }
       }
     } finally {
       this.dropPods(kept);
       for (const drop of floorRuns) drop();
     }
     const wall = performance.now() - t0;
-    return { inDaemon: stats(inDaemon, wall), grpc: stats(grpc, wall), floor: stats(floor, wall), plainDetach: stats(plainDetach, wall) };
+    return { inDaemon: stats(inDaemon, wall), grpc: stats(grpc, wall), floor: stats(floor, wall), floorPaced: stats(floorPaced, wall), gapMs: percentile(gaps, 50), plainDetach: stats(plainDetach, wall) };
   }
 
   /**

@@ -16,8 +16,9 @@ export interface FloorRun { attachMs: number[]; detachMs: number[]; groupDeleteM
  * n attaches then n detaches on kni's bridge (kni0, in the current netns), or routed as kni's
  * podLink "routed" wires them; dir holds the netns pins. `keep`: the netns stay until drop()
  * (the kernel dismantles a dropped netns in the background, under locks the next attaches need).
+ * `gapUs`: an untimed sleep before each attach, as kni's daemon waits for its client's next call.
  */
-export function floorRun(dir: string, n: number, keep = false, podLink: PodWiring = 'bridge'): FloorRun & { drop(): void } {
+export function floorRun(dir: string, n: number, keep = false, podLink: PodWiring = 'bridge', gapUs = 0): FloorRun & { drop(): void } {
   fs.mkdirSync(dir, { recursive: true });
   const pins = Array.from({ length: n }, (_, i) => createPinnedNetns(dir, `floor${i}`));
   const drop = () => {
@@ -25,7 +26,7 @@ export function floorRun(dir: string, n: number, keep = false, podLink: PodWirin
     fs.rmSync(dir, { recursive: true, force: true });
   };
   try {
-    const r = spawnSync(FLOOR, ['kni0', dir, String(n), ...(podLink === 'routed' ? ['routed'] : [])], { encoding: 'utf8' });
+    const r = spawnSync(FLOOR, ['kni0', dir, String(n), ...(podLink === 'routed' ? ['routed'] : []), ...(gapUs > 0 ? [`gap=${Math.round(gapUs)}`] : [])], { encoding: 'utf8' });
     if (r.status !== 0) throw new Error(`kernel-floor failed: ${r.stderr}`);
     return { ...(JSON.parse(r.stdout) as FloorRun), drop };
   } catch (e) {

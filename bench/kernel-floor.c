@@ -2,7 +2,8 @@
 // the same kind of sockets, with the same netns handling, timed in C with nothing else around
 // them (no IPC, no state dir, no allocation worth the name). npm run bench prints kni ÷ this.
 //
-//   kernel-floor BRIDGE NETNS_DIR N [routed]   (run inside the node netns; BRIDGE exists and is up)
+//   kernel-floor BRIDGE NETNS_DIR N [routed] [gap=US]
+//     (run inside the node netns; BRIDGE exists and is up)
 //
 // For i in 0..N-1, with a netns pinned at NETNS_DIR/floor<i> by the caller:
 //   attach: open the pin O_PATH, readlink /proc/self/fd, fstat, reopen O_RDONLY, NS_GET_NSTYPE
@@ -24,6 +25,10 @@
 //           Kubernetes runtime): one RTM_NEWLINK moving the host end to the reap group with its
 //           released alias; then, untimed per pod, one RTM_DELLINK of the whole group (what the
 //           reaper thread does after the answers), reported as groupDeleteMs.
+//   gap=US: sleep US microseconds before each attach, untimed, as kni's daemon waits for a
+//           client's next call between its attaches: an attach that starts on a CPU that was
+//           idle runs slower on this machine kind than one right after the last (the bench's
+//           paced floor; docs/performance-rounds.md, twenty-fourth round).
 // Prints one line of JSON: {"attachMs":[...],"detachMs":[...],"groupDeleteMs":x}.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -230,11 +235,16 @@ static int open_netns(const char *path) {
 static double tv_ms(struct timeval t) { return t.tv_sec * 1e3 + t.tv_usec / 1e3; }
 
 int main(int argc, char **argv) {
-    if (argc != 4 && !(argc == 5 && !strcmp(argv[4], "routed"))) {
-        fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N [routed]\n");
+    int routed = 0, gap_us = 0, usage = argc < 4;
+    for (int a = 4; a < argc; a++) {
+        if (!strcmp(argv[a], "routed")) routed = 1;
+        else if (!strncmp(argv[a], "gap=", 4) && (gap_us = atoi(argv[a] + 4)) > 0 && gap_us <= 1000000) continue;
+        else usage = 1;
+    }
+    if (usage) {
+        fprintf(stderr, "usage: kernel-floor BRIDGE NETNS_DIR N [routed] [gap=US]\n");
         return 2;
     }
-    int routed = argc == 5;
     const char *bridge = argv[1], *dir = argv[2];
     int n = atoi(argv[3]);
     home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
@@ -251,6 +261,7 @@ int main(int argc, char **argv) {
         snprintf(name, sizeof name, "kfl%09d", i);
         snprintf(alias, sizeof alias, "kni:floor%d", i);
         uint8_t mac[6] = {0x0a, 0x58, 10, 200, (uint8_t)(i >> 8), (uint8_t)i};
+        if (gap_us) usleep((useconds_t)gap_us);
         double t0 = now_ms();
         int ns = open_netns(path);
         if (setns(ns, CLONE_NEWNET) < 0) die("setns pod");
