@@ -9,10 +9,17 @@ run="kni-demo-$$"
 dir="/tmp/$run"
 mkdir -p "$dir"
 daemon=""
+# `ip netns add` makes /run/netns a mount of itself and leaves it; the demo takes it down again
+# if it made it and nothing else is pinned there (as the bench and the tests do).
+run_netns_was_mounted=0
+if mountpoint -q /run/netns 2>/dev/null; then run_netns_was_mounted=1; fi
 cleanup() {
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
   ip netns del "$run-node" 2>/dev/null || true
   rm -rf "$dir"
+  if [ "$run_netns_was_mounted" = 0 ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
+    umount /run/netns 2>/dev/null || true
+  fi
 }
 trap cleanup EXIT
 
