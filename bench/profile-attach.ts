@@ -10,6 +10,7 @@ import { runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
 import { floorRun } from './kernel-floor-run';
+import { guardRunNetnsMount } from './run-netns-mount';
 import { cpuMs, percentile, perPod, rssMb, threadCpuMs } from './stats';
 import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 
@@ -110,6 +111,7 @@ async function main(): Promise<void> {
   const name = `kp${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
+  const releaseRunNetns = guardRunNetnsMount();
   spawnSync('ip', ['netns', 'add', `${name}-node`]);
   try {
     spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
@@ -117,6 +119,7 @@ async function main(): Promise<void> {
     if (r.status !== 0) throw new Error(`profile run failed (exit ${r.status})`);
   } finally {
     spawnSync('ip', ['netns', 'del', `${name}-node`]);
+    releaseRunNetns();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

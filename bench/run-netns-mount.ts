@@ -1,5 +1,6 @@
-// `ip netns add` makes /run/netns a mount of itself and leaves it there. The bench and the test
-// suite both use it (as a runtime would) and take that mount back down when they made it.
+// `ip netns add` makes /run/netns a mount of itself and leaves it there. The bench, its profilers
+// and the test suite use it (as a runtime would) and take that mount back down when they made it
+// (hack/demo.sh does the same in shell).
 import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
