@@ -106,7 +106,7 @@ async function inner(n: number, out: string, dir: string, detach: boolean, cpuPr
 
 async function main(): Promise<void> {
   const o = new Command().option('--n <n>', 'pods', '300').option('--out <dir>', 'where the .cpuprofile goes', '/tmp/kni-profile').option('--no-detach', 'attach only (the pods go with their netns)').option('--no-cpu-prof', "time and CPU figures only, without the profiler's own cost").option('--inner <dir>').parse().opts<{ n: string; out: string; detach: boolean; cpuProf: boolean; inner?: string }>();
-  fs.mkdirSync(o.out, { recursive: true });
+  if (o.cpuProf) fs.mkdirSync(o.out, { recursive: true });
   if (o.inner) return inner(Number(o.n), o.out, o.inner, o.detach, o.cpuProf);
   const name = `kp${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;

@@ -13,6 +13,10 @@ daemon=""
 # if it made it and nothing else is pinned there (as the bench and the tests do).
 run_netns_was_mounted=0
 if mountpoint -q /run/netns 2>/dev/null; then run_netns_was_mounted=1; fi
+# The embedded default serves CNI on /run/kni/cni.sock; the daemon removes the socket, the demo
+# the directory if it was not there before.
+run_kni_existed=0
+if [ -e /run/kni ]; then run_kni_existed=1; fi
 cleanup() {
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
   ip netns del "$run-node" 2>/dev/null || true
@@ -20,6 +24,7 @@ cleanup() {
   if [ "$run_netns_was_mounted" = 0 ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
     umount /run/netns 2>/dev/null || true
   fi
+  if [ "$run_kni_existed" = 0 ]; then rmdir /run/kni 2>/dev/null || true; fi
 }
 trap cleanup EXIT
 
