@@ -33,6 +33,10 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     return fs.existsSync(p) ? fs.readdirSync(p).filter((f) => /^\d/.test(f)) : [];
   };
   const addrOf = (netns: string, ifName: string) => inNetns(netns, 'ip', ['-o', '-4', 'addr', 'show', 'dev', ifName]).out;
+  /** The pod's default routes as "gateway interface": the kernel's, and GetPod's. */
+  const kernelDefaults = (netns: string) =>
+    ['-4', '-6'].flatMap((f) => inNetns(netns, 'ip', [f, 'route', 'show', 'default']).out.split('\n').filter(Boolean).map((l) => /via (\S+) dev (\S+)/.exec(l)?.slice(1).join(' ') ?? l)).sort();
+  const reportedDefaults = async (id: string) => (await rt.GetPod({ sandbox_id: id })).routes.filter((r: any) => r.gateway).map((r: any) => `${r.gateway} ${r.interface}`).sort();
 
   before(async () => {
     write('macvlan-static.conf', { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' } });
@@ -130,11 +134,17 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(p.interfaces[1].selected_by, 'api');
     assert.match(addrOf(netns, 'net1'), /10\.92\.0\./);
     await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'bridge-net', interface_name: 'net1' }), grpc.status.ALREADY_EXISTS, /already has an interface net1/);
+    assert.deepEqual(await reportedDefaults('mn-dyn'), kernelDefaults(netns));
     const q = await rt.AttachNetwork({ sandbox_id: 'mn-dyn', network: 'team/macvlan-hl', interface_name: 'up0', default_route: ['10.91.0.1'] });
     assert.deepEqual(q.interfaces.filter((i: any) => i.default).map((i: any) => i.name), ['up0']);
     assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /via 10\.91\.0\.1 dev up0/);
+    // GetPod's routes say what the kernel has: IPv4's default through up0, IPv6's still through eth0.
+    const taken = kernelDefaults(netns);
+    assert.ok(taken.includes('10.91.0.1 up0') && taken.some((r) => r.endsWith(' eth0')), taken.join(', '));
+    assert.deepEqual(await reportedDefaults('mn-dyn'), taken);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'up0' })).removed, true);
     assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
+    assert.deepEqual(await reportedDefaults('mn-dyn'), kernelDefaults(netns));
     assert.match(knictl(d.socket, 'detach-network', 'mn-dyn', 'net1').stdout, /removed net1/);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, false);
     await rejectsWith(rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'eth0' }), grpc.status.FAILED_PRECONDITION, /default network's interface/);

@@ -136,7 +136,11 @@ function takeDefaultRoute(rec: SandboxRecord, itf: InterfaceRecord, gateways: st
   } finally {
     pod.close();
   }
-  for (const other of rec.interfaces) other.defaultRoute = other === itf;
+  for (const other of rec.interfaces) {
+    other.defaultRoute = other === itf;
+    delete other.defaultGateways;
+  }
+  itf.defaultGateways = gateways;
 }
 
 /** After the interface with the pod's default route went away: the default network's is put back. */
@@ -151,5 +155,8 @@ export function restoreDefaultRoute(rec: SandboxRecord, ns: NetnsHandle): void {
   } finally {
     pod.close();
   }
-  for (const i of rec.interfaces) delete i.defaultRoute;
+  for (const i of rec.interfaces) {
+    delete i.defaultRoute;
+    delete i.defaultGateways;
+  }
 }

@@ -59,3 +59,15 @@ export const isDefaultNetwork = (itf: InterfaceRecord): boolean => !itf.network;
 export const definitionOf = (itf: InterfaceRecord): string => itf.network || itf.defaultNetwork || '';
 /** The default network's interface has the default route unless a selection's default-route took it. */
 export const carriesDefaultRoute = (itf: InterfaceRecord): boolean => itf.defaultRoute ?? !itf.network;
+
+/**
+ * The gateways of the pod's default routes through itf, one per family: a selection's
+ * default-route where one took them (it replaces only the families it names: the default
+ * network's interface keeps the others), else the default network's addresses' gateways.
+ */
+export function defaultGateways(rec: SandboxRecord, itf: InterfaceRecord): string[] {
+  if (itf.defaultGateways) return itf.defaultGateways;
+  if (!carriesDefaultRoute(itf) && (itf.network || rec.interfaces.some((o) => o.defaultRoute && !o.defaultGateways))) return [];
+  const taken = new Set(rec.interfaces.flatMap((o) => o.defaultGateways ?? []).map((g) => (g.includes(':') ? 6 : 4)));
+  return itf.addresses.filter((a) => a.gateway && !taken.has(a.family)).map((a) => a.gateway);
+}

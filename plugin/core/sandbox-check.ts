@@ -8,7 +8,7 @@ import { routeGetOif } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
 import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
-import { carriesDefaultRoute, isBuiltIn } from './network-backend';
+import { defaultGateways, isBuiltIn } from './network-backend';
 
 /** A sandbox's interfaces compared with the kernel, each through its backend (Check). */
 export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): Promise<string[]> {
@@ -30,14 +30,12 @@ export function interfaceProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: I
 }
 
 export function podRoutes(rec: SandboxRecord): RouteInfo[] {
-  return rec.interfaces.flatMap((itf) =>
-    itf.addresses.flatMap((a) => [
-      // A CNI network's address names no kni range: its subnet is the address's own prefix. A
-      // routed pod has no subnet on its link, only the gateway.
-      { destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${bitsOf(a.family)}` : a.range, gateway: '', interface: itf.name },
-      ...(a.gateway && carriesDefaultRoute(itf) ? [{ destination: a.family === 4 ? '0.0.0.0/0' : '::/0', gateway: a.gateway, interface: itf.name }] : []),
-    ]),
-  );
+  return rec.interfaces.flatMap((itf) => [
+    // A CNI network's address names no kni range: its subnet is the address's own prefix. A
+    // routed pod has no subnet on its link, only the gateway.
+    ...itf.addresses.map((a) => ({ destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${bitsOf(a.family)}` : a.range, gateway: '', interface: itf.name })),
+    ...defaultGateways(rec, itf).map((g) => ({ destination: g.includes(':') ? '::/0' : '0.0.0.0/0', gateway: g, interface: itf.name })),
+  ]);
 }
 
 function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {

@@ -7,7 +7,7 @@
 import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
-import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
+import { carriesDefaultRoute, defaultGateways, definitionOf } from '../core/network-backend';
 import type { PodEvent } from '../core/events';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { isolationProblem } from '../core/network-plan';
@@ -18,18 +18,26 @@ import { WatchRestart } from './watch-restart';
 
 const RESYNC_MS = 30_000;
 
-/** network-status as the multi-net spec has it: one entry per interface, the default network's first. */
+/**
+ * network-status as the multi-net spec has it: one entry per interface, the default network's
+ * first; gateway lists the gateways of the pod's default routes through that interface (as
+ * Multus takes them from the default routes of each attachment's result).
+ */
 export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown>[] {
-  return rec.interfaces.filter((i) => !i.adding && !i.removing).map((i) => ({
-    name: definitionOf(i) || rt.defaultBackend.name,
-    interface: i.name,
-    ips: i.addresses.map((a) => a.address),
-    mac: i.mac,
-    ...(i.mtu ? { mtu: i.mtu } : {}),
-    ...(carriesDefaultRoute(i) ? { default: true } : {}),
-    dns: {},
-    ...(i.deviceInfo ? { 'device-info': i.deviceInfo } : {}),
-  }));
+  return rec.interfaces.filter((i) => !i.adding && !i.removing).map((i) => {
+    const gateway = defaultGateways(rec, i);
+    return {
+      name: definitionOf(i) || rt.defaultBackend.name,
+      interface: i.name,
+      ips: i.addresses.map((a) => a.address),
+      mac: i.mac,
+      ...(i.mtu ? { mtu: i.mtu } : {}),
+      ...(carriesDefaultRoute(i) ? { default: true } : {}),
+      dns: {},
+      ...(gateway.length ? { gateway } : {}),
+      ...(i.deviceInfo ? { 'device-info': i.deviceInfo } : {}),
+    };
+  });
 }
 
 export class PodNetworks {

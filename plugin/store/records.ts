@@ -37,6 +37,8 @@ export interface InterfaceRecord {
   selectedBy?: SelectedBy;
   /** The pod's default route goes through this interface (the default network's, unless a selection took it). */
   defaultRoute?: boolean;
+  /** The gateways a selection's default-route put the pod's default routes through, here (absent in records before them). */
+  defaultGateways?: string[];
   /** Being added to (or removed from) an attached sandbox: a crash leaves it so, and the next start removes it. */
   adding?: boolean;
   removing?: boolean;

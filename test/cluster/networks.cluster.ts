@@ -76,6 +76,8 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     // The MTU as Multus writes it (mtu, from each interface), where kni knows it.
     assert.deepEqual(sa.map((s) => s.mtu), pod.interfaces.map((i: any) => i.mtu || undefined));
     assert.ok(sa[0].mtu > 0, 'the default network\'s interface has no mtu in network-status');
+    // The default routes' gateways on the interface holding them (as Multus writes gateway).
+    assert.deepEqual(sa.map((s) => s.gateway), [pod.interfaces[0].addresses.map((a: any) => a.gateway), undefined, undefined]);
     const nets = knictl('w1', 'networks');
     assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
   });
