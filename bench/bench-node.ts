@@ -243,7 +243,7 @@ export class Bench {
    * comparison drift apart by 30–50 % minutes apart, and alternating cancels that drift. The
    * floor runs twice a block, in turn first: back to back, and paced, sleeping before each
    * attach as long as kni's daemon waited for the client's next call in that block (the call's
-   * p50 less the in-daemon attach's), since an attach on a CPU that was idle runs slower here.
+   * p50 less the in-daemon attach's): whether the pace matters on this machine (twenty-fourth round).
    */
   async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats; floorPaced: Stats; gapMs: number; plainDetach: Stats }> {
     const inDaemon: number[] = [];

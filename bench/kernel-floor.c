@@ -26,9 +26,9 @@
 //           released alias; then, untimed per pod, one RTM_DELLINK of the whole group (what the
 //           reaper thread does after the answers), reported as groupDeleteMs.
 //   gap=US: sleep US microseconds before each attach, untimed, as kni's daemon waits for a
-//           client's next call between its attaches: an attach that starts on a CPU that was
-//           idle runs slower on this machine kind than one right after the last (the bench's
-//           paced floor; docs/performance-rounds.md, twenty-fourth round).
+//           client's next call between its attaches: the bench's paced floor, which says
+//           whether the pace matters (here pauses of milliseconds slow the same kernel work;
+//           docs/performance-rounds.md, twenty-third and twenty-fourth rounds).
 // Prints one line of JSON: {"attachMs":[...],"detachMs":[...],"groupDeleteMs":x}.
 #define _GNU_SOURCE
 #include <errno.h>

@@ -67,7 +67,8 @@ export const carriesDefaultRoute = (itf: InterfaceRecord): boolean => itf.defaul
  */
 export function defaultGateways(rec: SandboxRecord, itf: InterfaceRecord): string[] {
   if (itf.defaultGateways) return itf.defaultGateways;
-  if (!carriesDefaultRoute(itf) && (itf.network || rec.interfaces.some((o) => o.defaultRoute && !o.defaultGateways))) return [];
+  // A secondary carries one only through a selection; records from before the gateways were kept name no families.
+  if (!carriesDefaultRoute(itf) && (!isDefaultNetwork(itf) || rec.interfaces.some((o) => o.defaultRoute && !o.defaultGateways))) return [];
   const taken = new Set(rec.interfaces.flatMap((o) => o.defaultGateways ?? []).map((g) => (g.includes(':') ? 6 : 4)));
   return itf.addresses.filter((a) => a.gateway && !taken.has(a.family)).map((a) => a.gateway);
 }
