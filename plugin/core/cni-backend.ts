@@ -8,7 +8,7 @@ import type { AttachmentRequest, NetworkBackend } from './network-backend';
 import { CniNetwork, CniRuntime } from '../cni/cni-network';
 import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
 import { CniPluginError } from '../cni/plugin-exec';
-import { formatIp } from '../ipam/ip';
+import { familyOf, formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
 import { withSpan } from '../observe/tracing';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -35,7 +35,7 @@ export function fillFromResult(itf: InterfaceRecord, result: unknown, network: s
     .filter((ip) => typeof ip.address === 'string' && (ip.interface === undefined || ip.interface === podIndex))
     .map((ip): AllocatedAddress => {
       const [address, prefix] = ip.address!.split('/');
-      return { family: address.includes(':') ? 6 : 4, address, prefixLength: Number(prefix), gateway: ip.gateway ?? '', range: `cni:${network}` };
+      return { family: familyOf(address), address, prefixLength: Number(prefix), gateway: ip.gateway ?? '', range: `cni:${network}` };
     });
   itf.mac = pod?.mac ?? '';
   itf.mtu = pod?.mtu ?? 0;

@@ -3,6 +3,7 @@
 // core keeps what every sandbox needs whatever wires it: ids, the lock, the record written
 // before any kernel work and its commit after it, rollback, release, reconcile, GC,
 // metrics, spans and events.
+import { familyOf } from '../ipam/ip';
 import type { NetnsHandle } from '../netns/open-netns';
 import type { PortMapping } from '../node/host-ports';
 import type { Bandwidth } from '../pod/bandwidth';
@@ -69,6 +70,6 @@ export function defaultGateways(rec: SandboxRecord, itf: InterfaceRecord): strin
   if (itf.defaultGateways) return itf.defaultGateways;
   // A secondary carries one only through a selection; records from before the gateways were kept name no families.
   if (!carriesDefaultRoute(itf) && (!isDefaultNetwork(itf) || rec.interfaces.some((o) => o.defaultRoute && !o.defaultGateways))) return [];
-  const taken = new Set(rec.interfaces.flatMap((o) => o.defaultGateways ?? []).map((g) => (g.includes(':') ? 6 : 4)));
+  const taken = new Set(rec.interfaces.flatMap((o) => o.defaultGateways ?? []).map(familyOf));
   return itf.addresses.filter((a) => a.gateway && !taken.has(a.family)).map((a) => a.gateway);
 }

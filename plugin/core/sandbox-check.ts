@@ -1,7 +1,7 @@
 // A record's interfaces compared with the kernel (Check, reconcile: the built-in network's here,
 // a CNI network's through its plugins), and the routes a record implies (GetPod).
 import type { NetworkRuntime, RouteInfo } from './network-runtime';
-import { bitsOf, parseCidr, parseIp } from '../ipam/ip';
+import { bitsOf, defaultDestination, familyOf, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, Link, linkByName } from '../netlink/link';
 import { routeGetOif } from '../netlink/route';
@@ -34,7 +34,7 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
     // A CNI network's address names no kni range: its subnet is the address's own prefix. A
     // routed pod has no subnet on its link, only the gateway.
     ...itf.addresses.map((a) => ({ destination: a.range.startsWith('cni:') ? parseCidr(`${a.address}/${a.prefixLength}`).text : itf.routed ? `${a.gateway}/${bitsOf(a.family)}` : a.range, gateway: '', interface: itf.name })),
-    ...defaultGateways(rec, itf).map((g) => ({ destination: g.includes(':') ? '::/0' : '0.0.0.0/0', gateway: g, interface: itf.name })),
+    ...defaultGateways(rec, itf).map((g) => ({ destination: defaultDestination(familyOf(g)), gateway: g, interface: itf.name })),
   ]);
 }
 

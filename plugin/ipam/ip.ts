@@ -14,6 +14,10 @@ export interface Cidr {
 }
 
 export const bitsOf = (f: Family): number => (f === 4 ? 32 : 128);
+/** The family of an address's text already known valid (no parse: an IPv6 text has a colon, an IPv4 one none). */
+export const familyOf = (ip: string): Family => (ip.includes(':') ? 6 : 4);
+/** The default route's destination in a family. */
+export const defaultDestination = (f: Family): string => (f === 4 ? '0.0.0.0/0' : '::/0');
 
 /**
  * Parsed addresses by text: the same few (gateways, a pod's own) are parsed several times per

@@ -4,7 +4,7 @@
 // release or a restart can leave nothing behind — the next write has only what records hold.
 // Written only when a pod with port mappings comes or goes (and at node setup and reconcile
 // when any rule exists): a pod without port mappings costs no iptables call.
-import { Cidr, Family } from '../ipam/ip';
+import { Cidr, Family, familyOf } from '../ipam/ip';
 import { ensureNatRule, restoreNatChains } from './iptables';
 
 export const HOSTPORT_CHAIN = 'KNI-HOSTPORTS';
@@ -40,7 +40,7 @@ export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: s
     const pod = t.addresses.find((a) => a.family === f)?.address;
     if (!pod) continue;
     for (const m of t.mappings) {
-      if (m.hostIp && (m.hostIp.includes(':') ? 6 : 4) !== f) continue;
+      if (m.hostIp && familyOf(m.hostIp) !== f) continue;
       const to = f === 4 ? `${pod}:${m.containerPort}` : `[${pod}]:${m.containerPort}`;
       dnat.push([...(m.hostIp ? ['-d', m.hostIp] : []), '-p', m.protocol, '--dport', String(m.hostPort), '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'DNAT', '--to-destination', to]);
       for (const range of podRanges) snat.push(['-s', range, '-d', pod, '-p', m.protocol, '--dport', String(m.containerPort), '-m', 'conntrack', '--ctstate', 'DNAT', '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'MASQUERADE']);
