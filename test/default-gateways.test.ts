@@ -1,11 +1,12 @@
-// Which interface a pod's default routes go through, as GetPod's routes and the Pod's
-// network-status report it: the default network's gateways, a selection's default-route taking
-// the families it names, and records written before the gateways were kept.
+// Which interface a pod's default routes go through, as GetPod's routes, kni-cni's result and
+// the Pod's network-status report it: the default network's gateways, a selection's
+// default-route taking the families it names, and records written before the gateways were kept.
 import assert from 'node:assert/strict';
 import { defaultGateways } from '../plugin/core/network-backend';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { podRoutes } from '../plugin/core/sandbox-check';
 import { networkStatus } from '../plugin/kube/pod-networks';
+import { cniResult } from '../runtime-hooks/cni/cni-result';
 import type { InterfaceRecord, SandboxRecord } from '../plugin/store/records';
 
 const eth0 = (): InterfaceRecord => ({
@@ -40,6 +41,8 @@ describe('the pod\'s default routes (GetPod routes, network-status gateway)', ()
     const [a, b] = networkStatus(rt, rec);
     assert.deepEqual([a.default, a.gateway], [undefined, ['fd00:10:244::1']]);
     assert.deepEqual([b.default, b.gateway], [true, ['10.91.0.254']]);
+    // kni-cni's result, which has the default network's interface only, says the same.
+    assert.deepEqual(cniResult('1.1.0', rec).routes, [{ dst: '::/0', gw: 'fd00:10:244::1' }]);
   });
 
   it('a record from before the gateways were kept: the selection\'s interface has its addresses\' gateways, as before', () => {

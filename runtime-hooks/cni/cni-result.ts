@@ -1,5 +1,7 @@
 // CNI result and error objects (spec 0.4.0, 1.0.0, 1.1.0) from a sandbox record.
 import { ErrorCode } from '../../plugin/core/errors';
+import { defaultGateways } from '../../plugin/core/network-backend';
+import { defaultDestination, familyOf } from '../../plugin/ipam/ip';
 import { SandboxRecord } from '../../plugin/store/records';
 
 // kni-cni answers VERSION itself with the same list: keep them equal.
@@ -15,10 +17,9 @@ export function cniResult(version: string, rec: SandboxRecord): Record<string, u
     interfaces.push({ name: itf.hostVeth });
     const podIndex = interfaces.length;
     interfaces.push({ name: itf.name, mac: itf.mac, sandbox: rec.netnsPath, ...(version === '1.1.0' ? { mtu: itf.mtu } : {}) });
-    for (const a of itf.addresses) {
-      ips.push({ ...(version === '0.4.0' ? { version: String(a.family) } : {}), address: `${a.address}/${a.prefixLength}`, gateway: a.gateway, interface: podIndex });
-      routes.push({ dst: a.family === 4 ? '0.0.0.0/0' : '::/0', gw: a.gateway });
-    }
+    for (const a of itf.addresses) ips.push({ ...(version === '0.4.0' ? { version: String(a.family) } : {}), address: `${a.address}/${a.prefixLength}`, gateway: a.gateway, interface: podIndex });
+    // The default routes the pod has through it: a network's default-route may have taken some.
+    for (const gw of defaultGateways(rec, itf)) routes.push({ dst: defaultDestination(familyOf(gw)), gw });
   }
   return { cniVersion: version, interfaces, ips, routes, dns: {} };
 }
