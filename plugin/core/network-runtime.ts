@@ -7,13 +7,12 @@ import { AttachRequest } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
-import { isoTime, log, logMs, msSince } from './log';
+import { log, logMs, msSince } from './log';
 import { reconcile, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
 import { ensureNetnsDir } from '../netns/netns';
-import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { InterfaceRecord, NetnsRecord, PodRef, SandboxRecord, SelectedBy } from '../store/records';
 import { StateStore } from '../store/state-store';
 import { saveLastGiven } from '../ipam/allocation-cursor';
@@ -30,14 +29,13 @@ import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
 import { loadCniNetwork } from '../cni/load-network';
 import { cniIpamStatus } from '../cni/cni-ipam-status';
-import { emitAttached, EventLog } from './events';
+import { EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
-import { AttachmentRequest, NetworkBackend } from './network-backend';
+import { NetworkBackend } from './network-backend';
 import { BuiltInBackend } from './builtin-backend';
 import { CniBackend } from './cni-backend';
-import { attachPlanned } from './attach-pipeline';
-import { backendOfInterface, planSandbox } from './network-plan';
-import { assignDevices } from './device-assignment';
+import { attachSandbox } from './sandbox-attach';
+import { backendOfInterface } from './network-plan';
 import { attachNetwork, detachNetwork, NetworkRequest } from './running-networks';
 import { releaseSandbox, removeInterface } from './sandbox-release';
 import { sandboxProblems } from './sandbox-check';
@@ -204,7 +202,7 @@ export class NetworkRuntime {
     const attrs = () => ({ 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint });
     this.attachesInFlight++;
     try {
-      const rec = await withSpan('kni.attach', attrs, () => this.attachSandbox(req));
+      const rec = await withSpan('kni.attach', attrs, () => attachSandbox(this, req));
       const s = Number(process.hrtime.bigint() - started) / 1e9;
       attachSeconds.of(entryPoint).observe(s);
       log('info', 'attach', { ...fields, kind: rec.kind, ms: logMs(s * 1e3) });
@@ -221,70 +219,6 @@ export class NetworkRuntime {
     const code = e instanceof KniError ? e.code : 'INTERNAL';
     errorsTotal.inc({ entry_point: entryPoint, operation, code });
     log(code === 'INTERNAL' ? 'error' : 'warn', `${operation} failed`, { ...fields, code, error: (e as Error)?.message ?? String(e), ms: msSince(started) });
-  }
-
-  private async attachSandbox(req: AttachRequest): Promise<SandboxRecord> {
-    const id = validate.sandboxId(req.sandboxId);
-    const ifName = validate.interfaceName(req.interfaceName || 'eth0');
-    const netnsPath = validate.netnsPath(req.netnsPath);
-    const pod = this.podRef(req.pod);
-    const labels = validate.stringMap(req.labels, 'labels');
-    const annotations = validate.stringMap(req.annotations, 'annotations');
-    const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
-    const kind = this.sandboxKind(runtimeHandler, annotations);
-    const requested: AttachmentRequest = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings), bandwidth: validate.bandwidth(req.bandwidth, annotations) };
-    // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
-    const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: this.cfg.allowedNetnsRoots }));
-    try {
-      return await this.locks.run(id, () => this.attachLocked(id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni' }, requested));
-    } finally {
-      ns.close();
-    }
-  }
-
-  private async attachLocked(
-    id: string,
-    ifName: string,
-    ns: NetnsHandle,
-    meta: Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>,
-    requested: AttachmentRequest,
-  ): Promise<SandboxRecord> {
-    let existing = this.sandboxes.get(id);
-    if (existing && existing.phase !== 'attached') {
-      // An earlier release (or rolled-back attach) that could not finish: finish it first.
-      await this.release(existing, false);
-      existing = undefined;
-    }
-    if (existing) {
-      if (existing.netnsPath !== ns.path) {
-        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached in netns ${existing.netnsPath}, not ${ns.path}`);
-      }
-      if (existing.netnsInode !== undefined && existing.netnsInode !== ns.inode) {
-        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is attached in another network namespace than the one now at ${ns.path}`);
-      }
-      if (!existing.interfaces.some((i) => i.name === ifName)) {
-        throw new KniError('ALREADY_EXISTS', `sandbox ${id} is already attached with interface ${existing.interfaces[0]?.name}`);
-      }
-      return existing;
-    }
-    await this.node.ensure();
-    const gate = this.extensions.gateReason();
-    if (gate) throw new KniError('UNAVAILABLE', `no pods on this node yet: ${gate}`);
-    // A netns kni made is pinned at <netnsDir>/<its name>: found by name, not by a walk of them all.
-    const mine = this.netns.get(path.basename(ns.path));
-    const owned = mine?.path === ns.path ? mine : undefined;
-    const rec: SandboxRecord = {
-      id, phase: 'attaching', ...meta, netnsPath: ns.path, netnsInode: ns.inode, ownedNetns: owned?.name ?? '', interfaces: [],
-      ...(requested.ports.length ? { portMappings: requested.ports } : {}),
-      ...(requested.bandwidth ? { bandwidth: requested.bandwidth } : {}),
-      createdAt: isoTime(),
-    };
-    const plan = planSandbox(this, rec, ifName, requested);
-    if (plan.some((p) => p.resourceName)) await assignDevices(this, rec, plan); // no await hop for the others
-    const done = await attachPlanned(this, rec, plan, ns);
-    if (owned) owned.sandboxId = id;
-    emitAttached(this.events, done);
-    return done;
   }
 
   /** Undoes an attach that did not commit; what cannot be undone now stays for reconcile. */
