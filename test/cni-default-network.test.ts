@@ -9,6 +9,9 @@ import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { stateRecords } from './helpers/state-records';
+import type { NetworkRuntime } from '../plugin/core/network-runtime';
+import { networkStatus } from '../plugin/kube/pod-networks';
 
 describe('a CNI conflist as the default network', () => {
   let d: TestDaemon;
@@ -25,7 +28,7 @@ describe('a CNI conflist as the default network', () => {
       cniVersion: '1.0.0',
       name: 'chain',
       plugins: [
-        { type: 'bridge', bridge: 'cni-k1', isGateway: true, ipMasq: false, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.78.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }] } },
+        { type: 'bridge', bridge: 'cni-k1', isGateway: true, ipMasq: false, dns: { nameservers: ['10.78.0.53'], search: ['chain.example'] }, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.78.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }] } },
         { type: 'portmap', capabilities: { portMappings: true } },
         { type: 'tuning', sysctl: { 'net.ipv4.conf.eth0.arp_notify': '1' } },
       ],
@@ -53,6 +56,9 @@ describe('a CNI conflist as the default network', () => {
     assert.equal(inNetns(a.netns, 'cat', ['/proc/sys/net/ipv4/conf/eth0/arp_notify']).out.trim(), '1', 'tuning, last in the chain, did not run');
     const pod = await rt.GetPod({ sandbox_id: 'cd-a' });
     assert.equal(pod.interfaces[0].addresses[0].prefix_length, 24);
+    // The bridge plugin's result carries its config's dns: kept for the Pod's network-status.
+    const rec = stateRecords(d.stateDir, 'sandboxes').get('cd-a');
+    assert.deepEqual(networkStatus({ defaultBackend: { name: 'chain' } } as unknown as NetworkRuntime, rec)[0].dns, { nameservers: ['10.78.0.53'], search: ['chain.example'] });
     assert.deepEqual((await rt.Check({ sandbox_id: 'cd-a' })).problems, []);
     // IPAM status from the plugins' config: host-local's range and the addresses handed out in it.
     const ipam = await rt.GetIPAMStatus({});

@@ -11,7 +11,7 @@ import { CniPluginError } from '../cni/plugin-exec';
 import { familyOf, formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
 import { withSpan } from '../observe/tracing';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { DnsSettings, InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** What the plugins get for an interface: CNI_ARGS as runtimes set them, and the capability args. */
 export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: AttachmentRequest): CniRuntime {
@@ -39,6 +39,31 @@ export function fillFromResult(itf: InterfaceRecord, result: unknown, network: s
     });
   itf.mac = pod?.mac ?? '';
   itf.mtu = pod?.mtu ?? 0;
+  const dns = dnsOf((result as { dns?: unknown } | undefined)?.dns);
+  if (dns) itf.dns = dns;
+  else delete itf.dns;
+}
+
+/** A text a resolver could use: at most 253 characters (a DNS name's length; an address or option is shorter). */
+const resolverText = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 253;
+const resolverList = (v: unknown): string[] => (Array.isArray(v) ? v.filter(resolverText).slice(0, 32) : []);
+
+/**
+ * A result's `dns` as kni keeps it, or undefined when it has none. A plugin's output is not
+ * trusted: entries of the wrong type or size are left out (the addresses and the attach stand).
+ */
+export function dnsOf(raw: unknown): DnsSettings | undefined {
+  if (!raw || typeof raw !== 'object') return undefined;
+  const r = raw as Record<string, unknown>;
+  const dns: DnsSettings = {};
+  const nameservers = resolverList(r.nameservers);
+  const search = resolverList(r.search);
+  const options = resolverList(r.options);
+  if (nameservers.length) dns.nameservers = nameservers;
+  if (resolverText(r.domain)) dns.domain = r.domain;
+  if (search.length) dns.search = search;
+  if (options.length) dns.options = options;
+  return Object.keys(dns).length ? dns : undefined;
 }
 
 const codeOf = (e: CniPluginError): KniError['code'] => (e.code === 11 || e.code === 50 ? 'UNAVAILABLE' : e.code === 4 || e.code === 7 ? 'INVALID_ARGUMENT' : 'INTERNAL');

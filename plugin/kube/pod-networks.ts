@@ -33,7 +33,7 @@ export function networkStatus(rt: NetworkRuntime, rec: SandboxRecord): Record<st
       mac: i.mac,
       ...(i.mtu ? { mtu: i.mtu } : {}),
       ...(carriesDefaultRoute(i) ? { default: true } : {}),
-      dns: {},
+      dns: i.dns ?? {},
       ...(gateway.length ? { gateway } : {}),
       ...(i.deviceInfo ? { 'device-info': i.deviceInfo } : {}),
     };

@@ -11,6 +11,14 @@ export interface PodRef {
 
 export type SelectedBy = 'annotation' | 'api' | 'config';
 
+/** DNS settings as a CNI result carries them (its `dns`): network-status reports them, as Multus does. */
+export interface DnsSettings {
+  nameservers?: string[];
+  domain?: string;
+  search?: string[];
+  options?: string[];
+}
+
 export interface InterfaceRecord {
   name: string;
   hostVeth: string;
@@ -39,6 +47,8 @@ export interface InterfaceRecord {
   defaultRoute?: boolean;
   /** The gateways a selection's default-route put the pod's default routes through, here (absent in records before them). */
   defaultGateways?: string[];
+  /** A CNI network's DNS settings, from its plugins' result (absent: none, or kni's built-in network). */
+  dns?: DnsSettings;
   /** Being added to (or removed from) an attached sandbox: a crash leaves it so, and the next start removes it. */
   adding?: boolean;
   removing?: boolean;
