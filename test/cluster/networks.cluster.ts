@@ -24,7 +24,7 @@ spec:
 const MULTINET = (name: string, node: string, networks: unknown) =>
   POD(name, node, { labels: { app: 'multinet' }, annotations: { 'k8s.v1.cni.cncf.io/networks': JSON.stringify(networks) } });
 
-const MACVLAN = { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' } };
+const MACVLAN = { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' }, dns: { nameservers: ['10.250.0.53'], search: ['static.example'] } };
 const MACVLAN_HL = { cniVersion: '1.0.0', name: 'macvlan-hl', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'host-local', ranges: [[{ subnet: '10.251.0.0/24' }]] } }] };
 const BRIDGE = { cniVersion: '0.4.0', name: 'bridge-static', type: 'bridge', bridge: 'secbr', capabilities: { ips: true }, ipam: { type: 'static' } };
 
@@ -78,6 +78,8 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     assert.ok(sa[0].mtu > 0, 'the default network\'s interface has no mtu in network-status');
     // The default routes' gateways on the interface holding them (as Multus writes gateway).
     assert.deepEqual(sa.map((s) => s.gateway), [pod.interfaces[0].addresses.map((a: any) => a.gateway), undefined, undefined]);
+    // The plugins' dns, from the definition that gives one (as Multus writes dns); {} for the others.
+    assert.deepEqual(sa.map((s) => s.dns), [{}, { nameservers: ['10.250.0.53'], search: ['static.example'] }, {}]);
     const nets = knictl('w1', 'networks');
     assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
   });
