@@ -83,12 +83,20 @@ program.command('pod <sandbox>').description(`one sandbox's network: interfaces,
       const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : `default network${i.default_network ? ` ${i.default_network} (the pod's choice)` : ''}`;
       s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}${i.device_id ? ` device ${i.device_id}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
+      if (i.dns) s += `  dns${dnsText(i.dns)}\n`;
     }
     s += 'routes:\n';
     for (const r of p.routes) s += `  ${r.destination}${r.gateway ? ` via ${r.gateway}` : ''} dev ${r.interface}\n`;
     return s;
   });
 });
+
+/** A CNI network's DNS settings on one line: each part that is set, as resolv.conf names it. */
+const dnsText = (d: any): string =>
+  [['nameserver', d.nameservers?.join(' ')], ['domain', d.domain], ['search', d.search?.join(' ')], ['options', d.options?.join(' ')]]
+    .filter(([, v]) => v)
+    .map(([k, v]) => ` ${k} ${v}`)
+    .join(';');
 
 function clusterText(c: any): string {
   const api = c.api ?? {};

@@ -2,7 +2,9 @@
 // cluster already has (Debian's reference plugins: bridge + host-local + portmap + tuning).
 // Every entry point reaches it; the core keeps records, rollback, release, CHECK, GC.
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
@@ -12,6 +14,7 @@ import { TestDaemon } from './helpers/test-daemon';
 import { stateRecords } from './helpers/state-records';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { networkStatus } from '../plugin/kube/pod-networks';
+import { packageRoot } from '../plugin/server/protos';
 
 describe('a CNI conflist as the default network', () => {
   let d: TestDaemon;
@@ -59,6 +62,10 @@ describe('a CNI conflist as the default network', () => {
     // The bridge plugin's result carries its config's dns: kept for the Pod's network-status.
     const rec = stateRecords(d.stateDir, 'sandboxes').get('cd-a');
     assert.deepEqual(networkStatus({ defaultBackend: { name: 'chain' } } as unknown as NetworkRuntime, rec)[0].dns, { nameservers: ['10.78.0.53'], search: ['chain.example'] });
+    // And in kni's API and knictl, the one place an operator looks.
+    assert.deepEqual(pod.interfaces[0].dns, { nameservers: ['10.78.0.53'], domain: '', search: ['chain.example'], options: [] });
+    const shown = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'pod', 'cd-a'], { encoding: 'utf8' });
+    assert.match(shown.stdout, /\n {2}dns nameserver 10\.78\.0\.53; search chain\.example\n/, shown.stdout + shown.stderr);
     assert.deepEqual((await rt.Check({ sandbox_id: 'cd-a' })).problems, []);
     // IPAM status from the plugins' config: host-local's range and the addresses handed out in it.
     const ipam = await rt.GetIPAMStatus({});

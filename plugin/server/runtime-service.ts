@@ -27,6 +27,7 @@ export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
     selected_by: i.selectedBy ?? '',
     default_network: i.defaultNetwork ?? '',
     device_id: i.deviceId ?? '',
+    ...(i.dns ? { dns: i.dns } : {}),
     addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
   };
 }
