@@ -8,6 +8,7 @@ import * as grpc from '@grpc/grpc-js';
 import { packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { RUN, sh, trySh } from './helpers/sh';
+import { KNICTL } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
 const NOBODY = 65534;
@@ -26,7 +27,7 @@ describe('access', () => {
       assert.equal(st.mode & 0o777, 0o600, s);
       assert.equal(st.uid, 0, s);
     }
-    const knictl = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'pods'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
+    const knictl = spawnSync(process.execPath, [KNICTL, '--socket', d.socket, 'pods'], { uid: NOBODY, gid: NOBODY, encoding: 'utf8' });
     assert.equal(knictl.status, 1);
     assert.match(knictl.stderr, /permission denied on .*kni\.sock: the kni socket is root-only \(0600\)/);
     const shim = spawnSync(path.join(packageRoot(), 'dist/bin/kni-cni'), [], {

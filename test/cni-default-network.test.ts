@@ -2,19 +2,17 @@
 // cluster already has (Debian's reference plugins: bridge + host-local + portmap + tuning).
 // Every entry point reaches it; the core keeps records, rollback, release, CHECK, GC.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
+import { knictl } from './helpers/knictl';
 import { stateRecords } from './helpers/state-records';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { networkStatus } from '../plugin/kube/pod-networks';
-import { packageRoot } from '../plugin/server/protos';
 
 describe('a CNI conflist as the default network', () => {
   let d: TestDaemon;
@@ -64,7 +62,7 @@ describe('a CNI conflist as the default network', () => {
     assert.deepEqual(networkStatus({ defaultBackend: { name: 'chain' } } as unknown as NetworkRuntime, rec)[0].dns, { nameservers: ['10.78.0.53'], search: ['chain.example'] });
     // And in kni's API and knictl, the one place an operator looks.
     assert.deepEqual(pod.interfaces[0].dns, { nameservers: ['10.78.0.53'], domain: '', search: ['chain.example'], options: [] });
-    const shown = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'pod', 'cd-a'], { encoding: 'utf8' });
+    const shown = knictl('--socket', d.socket, 'pod', 'cd-a');
     assert.match(shown.stdout, /\n {2}dns nameserver 10\.78\.0\.53; search chain\.example\n/, shown.stdout + shown.stderr);
     assert.deepEqual((await rt.Check({ sandbox_id: 'cd-a' })).problems, []);
     // IPAM status from the plugins' config: host-local's range and the addresses handed out in it.

@@ -3,12 +3,11 @@
 // once; repairs by reconcile show; stale and foreign tokens are refused precisely.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Client, watchEvents } from '../plugin/client/clients';
-import { packageRoot } from '../plugin/server/protos';
 import { inParallel } from './helpers/pool';
 import { sh } from './helpers/sh';
+import { KNICTL } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -125,7 +124,7 @@ describe('Watch: pod network events', () => {
     w.close();
     await attach('ev-k2');
     const out = await new Promise<string>((resolve) => {
-      const p = spawn(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'events', '--since', w.events[1].resume_token, '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
+      const p = spawn(process.execPath, [KNICTL, '--socket', d.socket, 'events', '--since', w.events[1].resume_token, '-o', 'json'], { stdio: ['ignore', 'pipe', 'pipe'] });
       let s = '';
       p.stdout.on('data', (b) => (s += b));
       p.stderr.on('data', (b) => (s += b));

@@ -6,11 +6,10 @@ import path from 'node:path';
 import { watchEvents } from '../plugin/client/clients';
 import { packageRoot } from '../plugin/server/protos';
 import { sh } from './helpers/sh';
+import { KNICTL, knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
-const knictl = (...args: string[]) =>
-  spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), ...args], { encoding: 'utf8' });
 
 describe('knictl', () => {
   let d: TestDaemon;
@@ -115,7 +114,7 @@ describe('knictl', () => {
     const host = JSON.parse(knictl('--socket', d.socket, 'pod', 'cli-sandbox', '-o', 'json').stdout).interfaces[0].host_interface;
     sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', host]);
     const env = { ...process.env, KNI_SOCKET: d.socket };
-    const check = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'check', 'cli-sandbox'], { encoding: 'utf8', env });
+    const check = spawnSync(process.execPath, [KNICTL, 'check', 'cli-sandbox'], { encoding: 'utf8', env });
     assert.equal(check.status, 2, check.stderr);
     assert.match(check.stdout, new RegExp(`problem: host veth ${host} is missing`));
     // Without a sandbox: the node and every sandbox, changing nothing.
@@ -123,7 +122,7 @@ describe('knictl', () => {
     assert.equal(all.status, 2, all.stderr);
     assert.match(all.stdout, new RegExp(`^node: ready\\nsandboxes: 1 checked, 1 with problems\\nproblem: cli-sandbox \\(ns1/cli\\): host veth ${host} is missing`));
     assert.deepEqual(JSON.parse(knictl('--socket', d.socket, 'check', '-o', 'json').stdout).sandboxes.map((x: any) => x.sandbox_id), ['cli-sandbox']);
-    const rec = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), 'reconcile', '-o', 'json'], { encoding: 'utf8', env });
+    const rec = spawnSync(process.execPath, [KNICTL, 'reconcile', '-o', 'json'], { encoding: 'utf8', env });
     assert.equal(rec.status, 0, rec.stderr);
     assert.deepEqual(JSON.parse(rec.stdout).repaired_sandbox_ids, ['cli-sandbox']);
     assert.equal(knictl('--socket', d.socket, 'reconcile').stdout, 'kernel and records agree\n');

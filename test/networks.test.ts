@@ -5,19 +5,16 @@
 // DetachNetwork. The default network (eth0) comes first; a failure anywhere undoes every
 // interface; a restart still releases with the config ADD ran with.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, netnsLinks, ping, RUN, sh } from './helpers/sh';
+import { knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
 const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
-const knictl = (socket: string, ...args: string[]) => spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', socket, ...args], { encoding: 'utf8' });
 
 describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   let d: TestDaemon;
@@ -88,12 +85,12 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
     assert.equal(byName['team/macvlan-hl'].source, 'file');
     assert.equal(leases('macvlan-hl').length, 2, 'host-local kept its leases elsewhere than kni\'s state dir');
-    const table = knictl(d.socket, 'networks');
+    const table = knictl('--socket', d.socket, 'networks');
     assert.equal(table.status, 0, table.stderr);
     assert.match(table.stdout, /default\/broken\s+file\s+-\s+-\s+0\s+.*not JSON/);
     assert.match(table.stdout, /team\/macvlan-hl\s+file\s+macvlan\s+-\s+2/);
     assert.match(table.stdout, /team\/macvlan-hl: mn-a\/net2 mn-b\/net2 \(pods default\/mn-a default\/mn-b\)/);
-    const pod = knictl(d.socket, 'pod', 'mn-a');
+    const pod = knictl('--socket', d.socket, 'pod', 'mn-a');
     assert.match(pod.stdout, /interface net1: network default\/macvlan-static \(by annotation\); mac/);
     assert.match(pod.stdout, /interface eth0: default network, default route;/);
     await rt.Detach({ sandbox_id: 'mn-b' });
@@ -127,7 +124,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
 
   it('AttachNetwork and DetachNetwork add and remove a network on a running pod; default-route moves the default route and gives it back', async () => {
     const { netns } = await attach('mn-dyn');
-    const cli = knictl(d.socket, 'attach-network', 'mn-dyn', 'bridge-net', '-o', 'json');
+    const cli = knictl('--socket', d.socket, 'attach-network', 'mn-dyn', 'bridge-net', '-o', 'json');
     assert.equal(cli.status, 0, cli.stderr);
     const p = JSON.parse(cli.stdout);
     assert.deepEqual(p.interfaces.map((i: any) => i.name), ['eth0', 'net1']);
@@ -145,7 +142,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'up0' })).removed, true);
     assert.match(inNetns(netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
     assert.deepEqual(await reportedDefaults('mn-dyn'), kernelDefaults(netns));
-    assert.match(knictl(d.socket, 'detach-network', 'mn-dyn', 'net1').stdout, /removed net1/);
+    assert.match(knictl('--socket', d.socket, 'detach-network', 'mn-dyn', 'net1').stdout, /removed net1/);
     assert.equal((await rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'net1' })).removed, false);
     await rejectsWith(rt.DetachNetwork({ sandbox_id: 'mn-dyn', interface_name: 'eth0' }), grpc.status.FAILED_PRECONDITION, /default network's interface/);
     assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo']);
@@ -187,7 +184,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(leases('bridge-def').length, 1);
     assert.deepEqual((await rt.Check({ sandbox_id: 'dn-a' })).problems, []);
     assert.deepEqual((await rt.ListNetworks({})).networks.find((n: any) => n.name === 'bridge-def').attachments, ['dn-a/eth0']);
-    assert.match(knictl(d.socket, 'pod', 'dn-a').stdout, /interface eth0: default network kube-system\/bridge-def \(the pod's choice\), default route;/);
+    assert.match(knictl('--socket', d.socket, 'pod', 'dn-a').stdout, /interface eth0: default network kube-system\/bridge-def \(the pod's choice\), default route;/);
 
     // The CNI entry point (containerd hands the pod annotations over): the runtime's pod IPs are the chosen network's.
     const cniNetns = d.makePodNetns('dn-c');
@@ -241,7 +238,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       const sys = await attachIn('ev-c', 'infra', 'default/bridge-net');
       assert.deepEqual(shape(sys), [['eth0', '', ''], ['net1', 'default/bridge-net', 'annotation']]);
       await rejectsWith(attachIn('ev-d', 'default', 'bridge-net@st0'), grpc.status.INVALID_ARGUMENT, /interface st0 is used twice/);
-      const knictlPod = knictl(every.socket, 'pod', 'ev-a');
+      const knictlPod = knictl('--socket', every.socket, 'pod', 'ev-a');
       assert.match(knictlPod.stdout, /interface st0: network team\/store \(by config\)/);
       for (const id of ['ev-a', 'ev-b', 'ev-c']) await every.rt().Detach({ sandbox_id: id });
       assert.deepEqual((await every.rt().ListPods({})).pods, []);
@@ -256,7 +253,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       fs.renameSync(`${dir}/team/store.conf`, `${dir}/team/store.off`);
       await rescan();
       assert.deepEqual(await warnings(), ['networks.everyPod: team/store is not defined: every new pod outside kube-system, infra fails to start until it is fixed']);
-      assert.match(knictl(every.socket, 'node').stdout, /networks\.everyPod: team\/store is not defined/);
+      assert.match(knictl('--socket', every.socket, 'node').stdout, /networks\.everyPod: team\/store is not defined/);
       fs.renameSync(`${dir}/team/store.off`, `${dir}/team/store.conf`);
       await rescan();
       assert.deepEqual(await warnings(), []);

@@ -2,11 +2,9 @@
 // forwarding turned off, the masquerade rules flushed — is found by reconcile, named, and set up
 // again; an untouched node gives no finding at all.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
-import path from 'node:path';
-import { packageRoot } from '../plugin/server/protos';
 import { Client } from '../plugin/client/clients';
 import { inNetns, sh } from './helpers/sh';
+import { knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
 describe('node network drift (real kernel, iptables)', () => {
@@ -103,7 +101,7 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.match(repairs[1].what, /^gateway 10\.71\.0\.1\/24 is missing from kni0; gateway fd00:71::1\/64 is missing from kni0$/);
     assert.match(repairs[5].what, /IPv4 nat chain KNI-MASQ is missing/);
     assert.ok(Date.parse(repairs[0].time) <= Date.parse(repairs[5].time));
-    const text = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', d.socket, 'node'], { encoding: 'utf8' }).stdout;
+    const text = knictl('--socket', d.socket, 'node').stdout;
     assert.match(text, /put back lately \(found undone on the node\):\n- \S+  bridge kni0 set down behind kni's back\n/);
   });
 });
