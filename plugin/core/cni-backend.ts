@@ -27,7 +27,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
 
 /** The pod interface of a CNI result as kni records it (the interface's other fields are kept). */
 export function fillFromResult(itf: InterfaceRecord, result: unknown, network: string): void {
-  const r = (result ?? {}) as { interfaces?: { name?: string; mac?: string; sandbox?: string; mtu?: number }[]; ips?: { address?: string; gateway?: string; interface?: number }[] };
+  const r = (result ?? {}) as { interfaces?: { name?: string; mac?: string; sandbox?: string; mtu?: number }[]; ips?: { address?: string; gateway?: string; interface?: number }[]; dns?: unknown };
   const itfs = r.interfaces ?? [];
   const podIndex = itfs.findIndex((i) => i.sandbox && i.name === itf.name);
   const pod = itfs[podIndex];
@@ -39,7 +39,7 @@ export function fillFromResult(itf: InterfaceRecord, result: unknown, network: s
     });
   itf.mac = pod?.mac ?? '';
   itf.mtu = pod?.mtu ?? 0;
-  const dns = dnsOf((result as { dns?: unknown } | undefined)?.dns);
+  const dns = dnsOf(r.dns);
   if (dns) itf.dns = dns;
   else delete itf.dns;
 }
