@@ -244,6 +244,9 @@ describe('hostile input (fast-check)', () => {
       mac: fc.option(fc.oneof(fc.constantFrom('c2:11:22:33:44:55', 'zz'), fc.anything()), { nil: undefined }),
       'default-route': fc.option(fc.oneof(fc.array(fc.constantFrom('10.1.1.1', 'x')), fc.anything()), { nil: undefined }),
       'cni-args': fc.option(fc.anything(), { nil: undefined }),
+      interfaceRequest: fc.option(fc.oneof(fc.constantFrom('net7', 'a:b', ''), fc.anything()), { nil: undefined }),
+      'infiniband-guid': fc.option(fc.oneof(fc.constantFrom('24:8A:07:03:00:8d:ae:2e', 'c2:11:22:33:44:55', ''), fc.anything()), { nil: undefined }),
+      deviceID: fc.option(fc.oneof(fc.constantFrom('0000:03:02.3', 'a b', 'x'.repeat(254)), fc.anything()), { nil: undefined }),
       other: fc.option(fc.anything(), { nil: undefined }),
     }, { requiredKeys: [] });
     const textForm = fc.array(fc.tuple(fc.option(name, { nil: undefined }), name, fc.option(fc.string({ maxLength: 16 }), { nil: undefined })), { maxLength: 5 })
@@ -258,12 +261,22 @@ describe('hostile input (fast-check)', () => {
           names.add(s.interface);
           assert.match(s.name, /^[a-z0-9]/);
           assert.match(s.namespace, /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/);
+          if (s.infinibandGuid !== undefined) assert.match(s.infinibandGuid, /^[0-9a-f]{2}(:[0-9a-f]{2}){7}$/);
+          if (s.deviceId !== undefined) assert.ok(typeof s.deviceId === 'string' && s.deviceId.length <= 253 && !/\s/.test(s.deviceId));
         }
       } catch (e) {
         if (!(e instanceof SelectionError)) throw e;
       }
     }), { seed: SEED, numRuns: 3000 });
     assert.deepEqual(parseNetworkSelections('a, other/b@x1 ,c', 'pods').map((s) => `${s.namespace}/${s.name}@${s.interface}`), ['pods/a@net1', 'other/b@x1', 'pods/c@net3']);
+    // Multus's keys: interfaceRequest (the name of interface before Multus 3.2) only when interface is not given.
+    const [ib, old, both] = parseNetworkSelections(JSON.stringify([
+      { name: 'ib', 'infiniband-guid': '24:8A:07:03:00:8D:AE:2E', deviceID: '0000:03:02.3' },
+      { name: 'old', interfaceRequest: 'data0' },
+      { name: 'both', interface: 'data1', interfaceRequest: 'ignored' },
+    ]), 'pods');
+    assert.deepEqual([ib.interface, ib.infinibandGuid, ib.deviceId, old.interface, both.interface], ['net1', '24:8a:07:03:00:8d:ae:2e', '0000:03:02.3', 'data0', 'data1']);
+    assert.throws(() => parseNetworkSelections('[{"name":"ib","infiniband-guid":"c2:11:22:33:44:55","deviceID":"a b"}]', 'pods'), /infiniband-guid must be eight hex pairs.*deviceID must be a device id/);
     // The same texts as a pod's default network: none, exactly one on the runtime's interface, or a SelectionError.
     const { parseDefaultNetwork } = await import('../plugin/networks/network-selection');
     await check(fc.property(text, (t) => {

@@ -6,11 +6,13 @@
 // interface; a restart still releases with the config ADD ran with.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
-import { inNetns, netnsLinks, ping, RUN, sh } from './helpers/sh';
+import { inNetns, netnsLinks, ping, RUN, sh, trySh } from './helpers/sh';
+import { packageRoot } from '../plugin/server/protos';
 import { knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
@@ -20,6 +22,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   let d: TestDaemon;
   let rt: Client;
   const dir = `/tmp/${RUN}-nets`;
+  const bin = `${dir}-bin`;
+  const deviceLog = `${dir}-device.log`;
   const bridge2 = `${RUN}b2`;
   const write = (file: string, conf: unknown) => {
     fs.mkdirSync(`${dir}/${file.split('/').slice(0, -1).join('/')}`, { recursive: true });
@@ -41,7 +45,10 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     write('ipvlan-hl.conf', { cniVersion: '1.0.0', name: 'ipvlan-hl', type: 'ipvlan', master: 'sec1', ipam: { type: 'host-local', ranges: [[{ subnet: '10.94.0.0/24' }]] } });
     write('bridge-net.conf', { cniVersion: '0.4.0', name: 'bridge-net', type: 'bridge', bridge: bridge2, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.92.0.0/24' }]] } });
     write('broken.conf', '{"cniVersion": "1.0.0", "name": "broken", "type": ');
-    d = await TestDaemon.start({ networks: { dir }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni'] } });
+    write('dev-net.conf', { cniVersion: '1.0.0', name: 'dev-net', type: 'kni-test-device', capabilities: { deviceID: true, infinibandGUID: true, CNIDeviceInfoFile: true }, logFile: deviceLog });
+    fs.mkdirSync(bin, { recursive: true });
+    fs.writeFileSync(`${bin}/kni-test-device`, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {
       sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', l, 'type', 'veth', 'peer', 'name', `${l}p`]);
@@ -51,7 +58,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   });
   after(() => {
     d?.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    for (const p of [dir, bin, deviceLog, `${dir}-devinfo`]) fs.rmSync(p, { recursive: true, force: true });
   });
 
   async function attach(id: string, networks?: string) {
@@ -79,7 +86,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual((await rt.Check({ sandbox_id: 'mn-a' })).problems, []);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
-    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/ipvlan-hl', 'default/macvlan-static', 'team/macvlan-hl']);
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'team/macvlan-hl']);
     assert.equal(byName['default/broken'].valid, false);
     assert.match(byName['default/broken'].error, /not JSON/);
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
@@ -110,7 +117,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     await rejectsWith(req('bridge-net, nope@n2'), grpc.status.NOT_FOUND, /network default\/nope: no NetworkAttachmentDefinition/);
     await rejectsWith(req('broken'), grpc.status.FAILED_PRECONDITION, /network default\/broken: its definition is invalid: .*not JSON/);
     await rejectsWith(req('bridge-net@eth0'), grpc.status.INVALID_ARGUMENT, /interface eth0 is used twice/);
-    await rejectsWith(req('[{"name":"bridge-net","infiniband-guid":"x"}]'), grpc.status.INVALID_ARGUMENT, /does not support "infiniband-guid"/);
+    await rejectsWith(req('[{"name":"bridge-net","ipam-claim-reference":"x"}]'), grpc.status.INVALID_ARGUMENT, /does not support "ipam-claim-reference"/);
+    await rejectsWith(req('[{"name":"bridge-net","infiniband-guid":"x"}]'), grpc.status.INVALID_ARGUMENT, /infiniband-guid must be eight hex pairs/);
     assert.deepEqual(netnsLinks(netns), ['lo']);
     assert.equal(leases('bridge-net').length, bridgeLeases);
     assert.deepEqual((await rt.GetIPAMStatus({})).ranges.map((r: any) => r.used), usedBefore);
@@ -148,6 +156,34 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo']);
     assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-dyn' })).interfaces.map((i: any) => i.name), ['eth0']);
     await rt.Detach({ sandbox_id: 'mn-dyn' });
+  });
+
+  it('a selection\'s own device (deviceID) and InfiniBand GUID reach its plugins as Multus gives them; the old interfaceRequest names the interface; one device is one attachment\'s', async () => {
+    // The kernel here has no dummy driver: a veth end plays the device.
+    const dev = `${RUN.slice(0, 9)}nic`;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]);
+    try {
+      const mac = JSON.parse(sh('ip', ['-n', d.nodeNetnsName, '-j', 'link', 'show', 'dev', dev]))[0].address;
+      const guid = '24:8a:07:03:00:8d:ae:2e';
+      const { netns, pod } = await attach('mn-dev', JSON.stringify([{ name: 'dev-net', interfaceRequest: 'ib0', 'infiniband-guid': guid.toUpperCase(), deviceID: dev }]));
+      const ib0 = pod.interfaces.find((i: any) => i.name === 'ib0');
+      assert.deepEqual([ib0?.device_id, ib0?.mac], [dev, mac]);
+      assert.match(inNetns(netns, 'ip', ['link', 'show', 'ib0']).out, new RegExp(mac));
+      const add = JSON.parse(fs.readFileSync(deviceLog, 'utf8').trim().split('\n').at(-1)!);
+      assert.deepEqual([add.cmd, add.deviceID, add.runtimeConfig.deviceID, add.runtimeConfig.infinibandGUID], ['ADD', dev, dev, guid]);
+      // No device plugin's file to copy: the path is the plugins' to write, as Multus gives it.
+      assert.equal(add.runtimeConfig.CNIDeviceInfoFile, `${dir}-devinfo/cni/default-dev-net-mn-dev_ib0`);
+      // The same device for a second attachment of the pod: refused by name, nothing left.
+      const twice = JSON.stringify([{ name: 'dev-net', deviceID: dev }, { name: 'dev-net', deviceID: dev }]);
+      const netns2 = d.makePodNetns('mn-dev2');
+      await rejectsWith(rt.Attach({ sandbox_id: 'mn-dev2', netns_path: netns2, pod: { name: 'mn-dev2', namespace: 'default', uid: 'u' }, annotations: { [NETWORKS]: twice } }), grpc.status.INVALID_ARGUMENT, new RegExp(`asks for device ${dev}, which net1 of sandbox mn-dev2 already has`));
+      assert.deepEqual(netnsLinks(netns2), ['lo']);
+      await rt.Detach({ sandbox_id: 'mn-dev' });
+      assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', dev]), new RegExp(mac), 'the device is not back on the node');
+      assert.deepEqual(netnsLinks(netns), ['lo']);
+    } finally {
+      trySh('ip', ['-n', d.nodeNetnsName, 'link', 'del', dev]);
+    }
   });
 
   it('kni killed, the definition deleted meanwhile: the detach after the restart runs DEL with the config ADD ran with, and frees the lease', async () => {

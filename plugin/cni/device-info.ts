@@ -3,7 +3,8 @@
 // before the plugins' ADD it is copied to the attachment's own <dir>/cni/<file>, whose path
 // the plugins get as the CNIDeviceInfoFile capability (SR-IOV CNI may add to it); after ADD it
 // is read into the Pod's network-status ("device-info"), where a DPDK app finds its VF's PCI
-// address; DEL removes it. Only attachments with a device touch these files.
+// address; DEL removes it. Only attachments with a device touch these files. A device the pod
+// names itself (its selection's deviceID) has no device plugin's file: the path is the plugins'.
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -31,6 +32,11 @@ export function copyFromDevicePlugin(dir: string, resource: string, deviceId: st
   fs.mkdirSync(path.dirname(to), { recursive: true, mode: 0o755 });
   fs.writeFileSync(to, text, { mode: 0o444 });
   return true;
+}
+
+/** The directory of an attachment's file, made for a plugin that writes the file itself (a device the pod named). */
+export function makeDeviceInfoDir(file: string): void {
+  fs.mkdirSync(path.dirname(file), { recursive: true, mode: 0o755 });
 }
 
 /** The attachment's device information: a JSON object naming its type, else undefined (absent, too large, not that). */

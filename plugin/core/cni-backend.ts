@@ -6,7 +6,7 @@ import { KniError } from './errors';
 import { log } from './log';
 import type { AttachmentRequest, NetworkBackend } from './network-backend';
 import { CniNetwork, CniRuntime } from '../cni/cni-network';
-import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
+import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, makeDeviceInfoDir, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
 import { CniPluginError } from '../cni/plugin-exec';
 import { familyOf, formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
@@ -22,6 +22,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
   if (req?.ips.length) capabilityArgs.ips = req.ips.map((i) => i.text ?? formatIp(i.family, i.value));
   if (req?.mac) capabilityArgs.mac = req.mac;
   if (req?.device) capabilityArgs.deviceID = req.device.id;
+  if (req?.infinibandGuid) capabilityArgs.infinibandGUID = req.infinibandGuid;
   return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
 }
 
@@ -96,9 +97,11 @@ export class CniBackend implements NetworkBackend {
     const infoFile = req.device && this.deviceInfoDir ? cniDeviceInfoPath(this.deviceInfoDir, this.displayName, rec.id, itf.name) : '';
     if (infoFile) {
       try {
-        copyFromDevicePlugin(this.deviceInfoDir, req.device!.resource, req.device!.id, infoFile);
+        // A device the pod named itself comes from no device plugin: the file is the plugins' to write.
+        if (req.device!.resource) copyFromDevicePlugin(this.deviceInfoDir, req.device!.resource, req.device!.id, infoFile);
+        else makeDeviceInfoDir(infoFile);
       } catch (e) {
-        log('warn', 'cannot copy the device plugin\'s device information for the plugins', { sandbox: rec.id, interface: itf.name, file: infoFile, error: (e as Error).message });
+        log('warn', 'cannot prepare the device information file for the plugins', { sandbox: rec.id, interface: itf.name, file: infoFile, error: (e as Error).message });
       }
       rt.capabilityArgs!.CNIDeviceInfoFile = infoFile;
     }

@@ -12,14 +12,21 @@ import { RESOURCE_NAME_ANNOTATION } from '../networks/network-definitions';
 import { SandboxRecord } from '../store/records';
 
 export async function assignDevices(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[]): Promise<void> {
+  // A device the pod names (a selection's deviceID) is one attachment's alone.
+  const held = new Map(rec.interfaces.filter((i) => i.deviceId).map((i) => [i.deviceId!, i.name]));
+  for (const p of plan.filter((q) => q.req.device && !q.resourceName)) {
+    const other = held.get(p.req.device!.id);
+    if (other) throw new KniError('INVALID_ARGUMENT', `network ${definitionOf(p.itf)} (${p.itf.name}) asks for device ${p.req.device!.id}, which ${other} of sandbox ${rec.id} already has`);
+    held.set(p.req.device!.id, p.itf.name);
+  }
   const wanting = plan.filter((p) => p.resourceName);
   if (!wanting.length) return;
   const first = wanting[0];
   const pod = `${rec.pod.namespace}/${rec.pod.name}`;
   if (!rec.pod.name) throw new KniError('FAILED_PRECONDITION', `network ${definitionOf(first.itf)} takes a device of ${first.resourceName}, but sandbox ${rec.id} names no pod to ask the kubelet about`);
   const given = await rt.podDevices(rec.pod.namespace, rec.pod.name);
-  // Devices already on the sandbox's other interfaces (a network added to a running pod).
-  const taken = new Set(rec.interfaces.map((i) => i.deviceId).filter((d): d is string => !!d));
+  // Devices already on the sandbox's other interfaces (a network added to a running pod) or named by the pod.
+  const taken = new Set(held.keys());
   for (const p of wanting) {
     const resource = p.resourceName!;
     const ids = given.get(resource) ?? [];

@@ -20,8 +20,13 @@ export interface AttachmentRequest {
   cniArgs?: Record<string, unknown>;
   /** A selection's default-route gateways: the pod's default route goes through this interface. */
   defaultRoute?: string[];
-  /** The device the kubelet gave the pod for this network, and its resource (plugin/core/device-assignment.ts). */
+  /**
+   * The device for this network: one the kubelet gave the pod, with its resource
+   * (plugin/core/device-assignment.ts), or one the pod's selection names (deviceID; resource '').
+   */
   device?: { id: string; resource: string };
+  /** A selection's InfiniBand GUID, given to the plugins as the infinibandGUID capability. */
+  infinibandGuid?: string;
 }
 
 /**

@@ -3,6 +3,7 @@
 // (k8s.v1.cni.cncf.io/networks), each resolved to its definition here. A selection of a network
 // kni does not know, or whose definition does not parse, fails the attach with that reason.
 import { KniError, invalid } from './errors';
+import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { AttachmentRequest, definitionOf, isBuiltIn, NetworkBackend } from './network-backend';
 import { blankInterface, PlannedInterface } from './attach-pipeline';
@@ -100,7 +101,7 @@ function planChosenDefault(rt: NetworkRuntime, sel: NetworkSelection, runtimeReq
     ...(bandwidth ? { bandwidth } : {}),
     ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
   };
-  return { backend, itf: blankInterface(sel.interface, { defaultNetwork: networkKey(sel) }), req, ...resourceOf(rt, sel) };
+  return withOwnDevice({ backend, itf: blankInterface(sel.interface, { defaultNetwork: networkKey(sel) }), req, ...resourceOf(rt, sel) }, sel);
 }
 
 /** The CNI network a selection names, as it is defined now. */
@@ -125,7 +126,23 @@ export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selecte
     ...(sel.cniArgs ? { cniArgs: sel.cniArgs } : {}),
     ...(sel.defaultRoute ? { defaultRoute: sel.defaultRoute } : {}),
   };
-  return { backend, itf: blankInterface(sel.interface, { network: networkKey(sel), selectedBy }), req, ...resourceOf(rt, sel) };
+  return withOwnDevice({ backend, itf: blankInterface(sel.interface, { network: networkKey(sel), selectedBy }), req, ...resourceOf(rt, sel) }, sel);
+}
+
+/**
+ * A selection's infiniband-guid and deviceID, for its plugins. As Multus: a device the
+ * definition's resourceName gives (device-assignment.ts) wins over one the pod names.
+ */
+function withOwnDevice(p: PlannedInterface, sel: NetworkSelection): PlannedInterface {
+  if (sel.infinibandGuid) p.req.infinibandGuid = sel.infinibandGuid;
+  if (!sel.deviceId) return p;
+  if (p.resourceName) {
+    log('warn', 'a selection\'s deviceID is not used: its network gives a device of its resource', { network: networkKey(sel), interface: sel.interface, deviceID: sel.deviceId, resource: p.resourceName });
+    return p;
+  }
+  p.req.device = { id: sel.deviceId, resource: '' };
+  p.itf.deviceId = sel.deviceId;
+  return p;
 }
 
 /** The device plugin resource a selected definition draws a device from, if it names one. */

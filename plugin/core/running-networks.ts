@@ -23,6 +23,11 @@ export interface NetworkRequest {
   mac?: string;
   defaultRoute?: string[];
   cniArgs?: Record<string, unknown>;
+  /** The rest of a Multus selection, as the annotation has them (checked as its are). */
+  portMappings?: unknown[];
+  bandwidth?: unknown;
+  infinibandGuid?: string;
+  deviceId?: string;
 }
 
 /**
@@ -43,7 +48,7 @@ export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selec
     if (ns.state !== 'same') throw new KniError('FAILED_PRECONDITION', `sandbox ${id}: ${ns.reason}`);
     try {
       const planned = planSelection(rt, sel, selectedBy);
-      await assignDevices(rt, rec, [planned]);
+      if (planned.resourceName || planned.req.device) await assignDevices(rt, rec, [planned]);
       const itf = await withSpan('kni.attach_network', { 'kni.sandbox.id': id, 'kni.network': sel.name }, () => addPlanned(rt, rec, planned, ns.handle));
       rt.events.emit('interface_added', rec, `network ${itf.network} added`, [itf]);
       log('info', 'network added', { sandbox: id, network: itf.network, interface: itf.name, by: selectedBy });
@@ -60,7 +65,12 @@ function parseSelection(rec: SandboxRecord, s: NetworkRequest, ifName: string): 
   const parts = s.network.split('/');
   if (parts.length > 2) throw invalid(`network ${JSON.stringify(s.network.slice(0, 80))} is not namespace/name or name`);
   const [namespace, name] = parts.length === 2 ? parts : [rec.pod.namespace || 'default', s.network];
-  const el = { name, namespace, interface: ifName, ...(s.ips?.length ? { ips: s.ips } : {}), ...(s.mac ? { mac: s.mac } : {}), ...(s.defaultRoute?.length ? { 'default-route': s.defaultRoute } : {}), ...(s.cniArgs ? { 'cni-args': s.cniArgs } : {}) };
+  const el = {
+    name, namespace, interface: ifName,
+    ...(s.ips?.length ? { ips: s.ips } : {}), ...(s.mac ? { mac: s.mac } : {}), ...(s.defaultRoute?.length ? { 'default-route': s.defaultRoute } : {}), ...(s.cniArgs ? { 'cni-args': s.cniArgs } : {}),
+    ...(s.portMappings !== undefined ? { portMappings: s.portMappings } : {}), ...(s.bandwidth !== undefined ? { bandwidth: s.bandwidth } : {}),
+    ...(s.infinibandGuid ? { 'infiniband-guid': s.infinibandGuid } : {}), ...(s.deviceId ? { deviceID: s.deviceId } : {}),
+  };
   try {
     return parseNetworkSelections(JSON.stringify([el]), namespace, rec.interfaces.find((i) => !i.network)?.name ?? 'eth0')[0];
   } catch (e) {

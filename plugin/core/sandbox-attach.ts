@@ -59,7 +59,7 @@ async function attachLocked(rt: NetworkRuntime, id: string, ifName: string, ns: 
     createdAt: isoTime(),
   };
   const plan = planSandbox(rt, rec, ifName, requested);
-  if (plan.some((p) => p.resourceName)) await assignDevices(rt, rec, plan); // no await hop for the others
+  if (plan.some((p) => p.resourceName || p.req.device)) await assignDevices(rt, rec, plan); // no await hop for the others
   const done = await attachPlanned(rt, rec, plan, ns);
   if (owned) owned.sandboxId = id;
   emitAttached(rt.events, done);

@@ -168,7 +168,7 @@ export class PodNetworks {
         continue;
       }
       try {
-        await this.rt.attachNetwork(rec.id, { network: networkKey(s), interface: s.interface, ips: s.ips, mac: s.mac, defaultRoute: s.defaultRoute, cniArgs: s.cniArgs }, 'annotation');
+        await this.rt.attachNetwork(rec.id, { ...s, network: networkKey(s) }, 'annotation');
       } catch (e) {
         failures.push(`adding ${networkKey(s)} as ${s.interface}: ${(e as Error).message}`);
       }

@@ -2,7 +2,9 @@
 // Network Plumbing WG's multi-net spec as Multus reads it), in both forms:
 //   "ns/name@ifname, other"                        (text: namespace and interface optional)
 //   [{"name":"x","namespace":"ns","interface":"net5","ips":["10.1.1.5/24"],"mac":"…",
-//     "default-route":["10.1.1.1"],"cni-args":{…},"portMappings":[…],"bandwidth":{…}}]
+//     "default-route":["10.1.1.1"],"cni-args":{…},"portMappings":[…],"bandwidth":{…},
+//     "infiniband-guid":"…","deviceID":"0000:03:02.3"}]
+// (and "interfaceRequest", the name of "interface" before Multus 3.2, which Multus still reads)
 // Checked whole: a bad annotation fails the attach with every problem named.
 import net from 'node:net';
 
@@ -24,6 +26,10 @@ export interface NetworkSelection {
   cniArgs?: Record<string, unknown>;
   portMappings?: unknown[];
   bandwidth?: unknown;
+  /** An InfiniBand GUID for the attachment (the infinibandGUID capability). */
+  infinibandGuid?: string;
+  /** A device for the attachment, named by the pod (the deviceID capability). */
+  deviceId?: string;
 }
 
 export class SelectionError extends Error {}
@@ -32,7 +38,11 @@ export const MAX_SELECTIONS = 32;
 /** Kubernetes object names: a namespace (DNS label) and a definition's name (DNS subdomain). */
 export const DNS_LABEL = /^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/;
 export const DNS_SUBDOMAIN = /^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
-const JSON_KEYS = new Set(['name', 'namespace', 'interface', 'ips', 'mac', 'default-route', 'cni-args', 'portMappings', 'bandwidth']);
+const JSON_KEYS = new Set(['name', 'namespace', 'interface', 'interfaceRequest', 'ips', 'mac', 'default-route', 'cni-args', 'portMappings', 'bandwidth', 'infiniband-guid', 'deviceID']);
+/** An InfiniBand GUID: eight hex pairs (the form ib-sriov-cni and Multus read). */
+const GUID = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){7}$/;
+/** A device id as device plugins name them (a PCI address, an auxiliary device's name): no white space, not overlong. */
+const DEVICE_ID = /^[^\s\0]{1,253}$/;
 
 export const networkKey = (s: { namespace: string; name: string }): string => `${s.namespace}/${s.name}`;
 
@@ -78,6 +88,11 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
         if (typeof e.interface !== 'string') problems.push(`${at}.interface must be a string`);
         else s.interface = e.interface;
       }
+      // As Multus: the old name counts only when the new one is not given.
+      if (e.interfaceRequest !== undefined && e.interfaceRequest !== '') {
+        if (typeof e.interfaceRequest !== 'string') problems.push(`${at}.interfaceRequest must be a string`);
+        else if (s.interface === undefined) s.interface = e.interfaceRequest;
+      }
       if (e.ips !== undefined) {
         if (!Array.isArray(e.ips) || e.ips.some((x) => typeof x !== 'string' || !isIpOrCidr(x))) problems.push(`${at}.ips must list addresses (10.1.1.5 or 10.1.1.5/24)`);
         else if (e.ips.length) s.ips = e.ips as string[];
@@ -103,6 +118,15 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
       if (e.bandwidth !== undefined && e.bandwidth !== null) {
         if (typeof e.bandwidth !== 'object' || Array.isArray(e.bandwidth)) problems.push(`${at}.bandwidth must be an object`);
         else s.bandwidth = e.bandwidth;
+      }
+      if (e['infiniband-guid'] !== undefined && e['infiniband-guid'] !== '') {
+        const g = e['infiniband-guid'];
+        if (typeof g !== 'string' || !GUID.test(g)) problems.push(`${at}.infiniband-guid must be eight hex pairs like 24:8a:07:03:00:8d:ae:2e`);
+        else s.infinibandGuid = g.toLowerCase();
+      }
+      if (e.deviceID !== undefined && e.deviceID !== '') {
+        if (typeof e.deviceID !== 'string' || !DEVICE_ID.test(e.deviceID)) problems.push(`${at}.deviceID must be a device id (1 to 253 characters, no white space), like 0000:03:02.3`);
+        else s.deviceId = e.deviceID;
       }
       out.push(s);
     });
@@ -159,7 +183,8 @@ export function parseDefaultNetwork(annotation: string | undefined, ifName: stri
   if (!list.length) return undefined;
   if (list.length > 1) throw new SelectionError(`annotation ${key} names ${list.length} networks; a pod has one default network`);
   const trimmed = annotation!.trim();
-  const named = trimmed.startsWith('[') ? (JSON.parse(trimmed)[0] as { interface?: unknown }).interface : /@(.*)$/.exec(trimmed)?.[1];
+  const el = trimmed.startsWith('[') ? (JSON.parse(trimmed)[0] as { interface?: unknown; interfaceRequest?: unknown }) : undefined;
+  const named = el ? el.interface || el.interfaceRequest : /@(.*)$/.exec(trimmed)?.[1];
   if (named !== undefined && named !== '' && named !== ifName) throw new SelectionError(`annotation ${key}: the default network's interface is the one the runtime names (${ifName}), not ${JSON.stringify(named)}`);
   if (list[0].defaultRoute) throw new SelectionError(`annotation ${key}: default-route does not apply (the default network's interface carries the default route)`);
   return { ...list[0], interface: ifName };

@@ -27,6 +27,7 @@ const MULTINET = (name: string, node: string, networks: unknown) =>
 const MACVLAN = { cniVersion: '1.0.0', name: 'macvlan-static', type: 'macvlan', master: 'sec0', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'static' }, dns: { nameservers: ['10.250.0.53'], search: ['static.example'] } };
 const MACVLAN_HL = { cniVersion: '1.0.0', name: 'macvlan-hl', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', capabilities: { ips: true }, ipam: { type: 'host-local', ranges: [[{ subnet: '10.251.0.0/24' }]] } }] };
 const BRIDGE = { cniVersion: '0.4.0', name: 'bridge-static', type: 'bridge', bridge: 'secbr', capabilities: { ips: true }, ipam: { type: 'static' } };
+const BRIDGE_BW = { cniVersion: '1.0.0', name: 'bridge-bw', plugins: [{ type: 'bridge', bridge: 'secbw', ipam: { type: 'host-local', ranges: [[{ subnet: '10.253.0.0/24' }]] } }, { type: 'bandwidth', capabilities: { bandwidth: true } }] };
 
 const status = (pod: string): any[] => JSON.parse(kubectlJson('get', 'pod', pod).metadata.annotations?.['k8s.v1.cni.cncf.io/network-status'] ?? '[]');
 const phase = (pod: string): string => kubectlJson('get', 'pod', pod).status.phase;
@@ -50,7 +51,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     cluster('down');
     cluster('up');
     kniWith('networks: { everyPod: [default/macvlan-hl], systemNamespaces: [kube-system, default] }\n');
-    apply([NAD('macvlan-static', MACVLAN), NAD('macvlan-hl', MACVLAN_HL), NAD('bridge-static', BRIDGE)].join('---\n'));
+    apply([NAD('macvlan-static', MACVLAN), NAD('macvlan-hl', MACVLAN_HL), NAD('bridge-static', BRIDGE), NAD('bridge-bw', BRIDGE_BW)].join('---\n'));
   });
   after(() => {
     cluster('down');
@@ -81,7 +82,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     // The plugins' dns, from the definition that gives one (as Multus writes dns); {} for the others.
     assert.deepEqual(sa.map((s) => s.dns), [{}, { nameservers: ['10.250.0.53'], search: ['static.example'] }, {}]);
     const nets = knictl('w1', 'networks');
-    assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
+    assert.deepEqual(nets.map((n: any) => [`${n.namespace}/${n.name}`, n.source, n.attachments.length]), [['default/bridge-bw', 'api', 0], ['default/bridge-static', 'api', 0], ['default/macvlan-hl', 'api', 1], ['default/macvlan-static', 'api', 1]]);
   });
 
   it('a pod choosing its default network (v1.multus-cni.io/default-network) gets eth0 and its pod IP from that definition, and reaches its peer on the other node over it', async () => {
@@ -119,13 +120,20 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     await waitFor(() => phase('mn-broken') === 'Running', 120_000, () => podEvents('mn-broken'));
   });
 
-  it('editing the networks annotation of a running pod adds and removes interfaces live; network-status follows', async () => {
+  it('editing the networks annotation of a running pod adds and removes interfaces live, with what each selection asks (bandwidth); network-status follows', async () => {
     const set = (networks: unknown) => kubectl('annotate', '--overwrite', 'pod', 'mn-a', `k8s.v1.cni.cncf.io/networks=${JSON.stringify(networks)}`);
     set([{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }, { name: 'bridge-static', ips: ['10.252.0.11/24'], interface: 'br1' }]);
     await waitFor(() => addrsInPod('mn-a').br1?.[0] === '10.252.0.11' && status('mn-a').some((s) => s.interface === 'br1'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
+    // A selection's bandwidth (and port mappings) reach the plugins of a network added live too.
+    const shaped = () => execFileSync('tc', ['-n', 'kc-w1', 'qdisc', 'show'], { encoding: 'utf8' }).split('\n').filter((l) => / tbf .*rate 7Mbit/.test(l));
+    const bw = { ingressRate: 7_000_000, ingressBurst: 7_000_000, egressRate: 7_000_000, egressBurst: 7_000_000 };
+    set([{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'macvlan-hl' }, { name: 'bridge-static', ips: ['10.252.0.11/24'], interface: 'br1' }, { name: 'bridge-bw', interface: 'bw1', bandwidth: bw }]);
+    await waitFor(() => !!addrsInPod('mn-a').bw1 && status('mn-a').some((s) => s.interface === 'bw1'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]) + podEvents('mn-a'));
+    assert.equal(shaped().length, 2, 'the bandwidth plugin shaped the added interface (its host veth and ifb)');
     set([{ name: 'macvlan-static', ips: ['10.250.0.11/24'] }, { name: 'bridge-static', ips: ['10.252.0.11/24'], interface: 'br1' }]);
-    await waitFor(() => !addrsInPod('mn-a').net2 && !status('mn-a').some((s) => s.interface === 'net2'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
+    await waitFor(() => !addrsInPod('mn-a').net2 && !addrsInPod('mn-a').bw1 && !status('mn-a').some((s) => s.interface === 'net2'), 60_000, () => JSON.stringify([addrsInPod('mn-a'), status('mn-a')]));
     assert.deepEqual(status('mn-a').map((s) => s.interface), ['eth0', 'net1', 'br1']);
+    assert.deepEqual(shaped(), []);
     assert.deepEqual(knictl('w1', 'networks').find((n: any) => n.name === 'macvlan-hl').attachments, []);
   });
 
@@ -151,9 +159,10 @@ metadata: {name: vf-net, namespace: default, annotations: {k8s.v1.cni.cncf.io/re
 spec:
   config: '${JSON.stringify({ cniVersion: '1.0.0', name: 'vf-net', type: 'kni-test-device', capabilities: { deviceID: true, CNIDeviceInfoFile: true }, logFile })}'
 `);
-      const vfPod = (name: string, devices: number) =>
-        MULTINET(name, 'w1', [{ name: 'vf-net' }]).replace('  imagePullPolicy: Never', `  imagePullPolicy: Never${devices ? `\n    resources: {limits: {${resource}: ${devices}}}` : ''}`);
-      apply([vfPod('vf-a', 1), vfPod('vf-b', 1), vfPod('vf-none', 0)].join('---\n'));
+      const vfPod = (name: string, devices: number, selection: Record<string, unknown> = {}) =>
+        MULTINET(name, 'w1', [{ name: 'vf-net', ...selection }]).replace('  imagePullPolicy: Never', `  imagePullPolicy: Never${devices ? `\n    resources: {limits: {${resource}: ${devices}}}` : ''}`);
+      // vf-a names a device too: its network's resource wins (as Multus has it).
+      apply([vfPod('vf-a', 1, { deviceID: 'not-the-kubelets' }), vfPod('vf-b', 1), vfPod('vf-none', 0)].join('---\n'));
       await waitFor(() => phase('vf-a') === 'Running' && phase('vf-b') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide') + podEvents('vf-a') + podEvents('vf-b'));
       const given = plugin.allocated.map((ids) => ids[0]).sort();
       assert.deepEqual(given, [...vfs].sort(), 'the kubelet did not allocate both devices');
