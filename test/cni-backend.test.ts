@@ -148,6 +148,16 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     assert.throws(() => parseNetworkConfig('{', 'f.conflist'), /not JSON/);
     const single = parseNetworkConfig('{"cniVersion":"0.4.0","name":"one","type":"bridge","bridge":"x"}', 'one.conf');
     assert.deepEqual(single.plugins, [{ type: 'bridge', bridge: 'x' }]);
+    // As libcni: cniVersions (CNI 1.1) gives the highest version kni speaks, a later one left to a
+    // newer runtime; disableCheck and disableGC may be written as strings.
+    const listed = (extra: object) => parseNetworkConfig(JSON.stringify({ name: 'v', plugins: [{ type: 'bridge' }], ...extra }), 'v.conflist');
+    assert.equal(listed({ cniVersions: ['0.4.0', '1.0.0', '1.1.0', '2.0.0'] }).cniVersion, '1.1.0');
+    assert.equal(listed({ cniVersion: '1.0.0', cniVersions: ['0.4.0', '1.1.5'] }).cniVersion, '1.0.0');
+    assert.deepEqual([listed({ cniVersion: '1.1.0', disableCheck: 'TRUE', disableGC: 'false' })].map((l) => [l.disableCheck, l.disableGC]), [[true, false]]);
+    assert.throws(() => listed({ cniVersions: ['2.0.0'] }), /cniVersions \["2\.0\.0"\] and cniVersion name no version up to 1\.1\.0/);
+    assert.throws(() => listed({ cniVersions: '1.0.0' }), /cniVersions must list versions/);
+    assert.throws(() => listed({}), /cniVersion is missing/);
+    assert.throws(() => listed({ cniVersion: '1.1.0', disableGC: 'yes' }), /disableGC must be true or false/);
     const r = run('add', conflist('1.0.0', [{ type: 'nonexistent-plugin' }]), { rt: pod('m').rt });
     assert.equal(r.ok, false);
     assert.match(r.error.msg, /no executable nonexistent-plugin in \/usr\/lib\/cni/);

@@ -218,14 +218,15 @@ describe('hostile input (fast-check)', () => {
   });
 
   it('the CNI conflist parser: any JSON (near-valid configs included) gives a well-formed list or a CniConfigError, nothing else', async () => {
-    const { CniConfigError, parseNetworkConfig } = await import('../plugin/cni/conflist');
+    const { CNI_VERSIONS, CniConfigError, parseNetworkConfig } = await import('../plugin/cni/conflist');
     const plugin = fc.record({ type: fc.oneof(fc.constantFrom('bridge', 'host-local', '../x', ''), fc.string({ maxLength: 10 }), fc.integer()), capabilities: fc.option(fc.dictionary(fc.string({ maxLength: 8 }), fc.oneof(fc.boolean(), fc.integer())), { nil: undefined }) }, { requiredKeys: [] });
-    const nearValid = fc.record({ cniVersion: fc.oneof(fc.constantFrom('0.3.1', '0.4.0', '1.0.0', '1.1.0', '2.0'), fc.string({ maxLength: 6 })), name: fc.oneof(fc.constantFrom('net', 'a b', ''), fc.string({ maxLength: 12 })), plugins: fc.oneof(fc.array(plugin, { maxLength: 4 }), fc.anything()), disableCheck: fc.option(fc.anything(), { nil: undefined }) }, { requiredKeys: [] });
+    const nearValid = fc.record({ cniVersion: fc.oneof(fc.constantFrom('0.3.1', '0.4.0', '1.0.0', '1.1.0', '2.0'), fc.string({ maxLength: 6 })), name: fc.oneof(fc.constantFrom('net', 'a b', ''), fc.string({ maxLength: 12 })), plugins: fc.oneof(fc.array(plugin, { maxLength: 4 }), fc.anything()), disableCheck: fc.option(fc.oneof(fc.constantFrom('TRUE', 'false', 'yes'), fc.anything()), { nil: undefined }), cniVersions: fc.option(fc.oneof(fc.array(fc.constantFrom('0.4.0', '1.0.0', '1.1.0', '1.2.0', '9.0.0', '1.0', 'x')), fc.anything()), { nil: undefined }) }, { requiredKeys: [] });
     const text = fc.oneof(fc.json(), nearValid.map((v) => JSON.stringify(v)), fc.string({ maxLength: 60 }));
     await check(fc.property(text, (t) => {
       try {
         const l = parseNetworkConfig(t, 'fuzz');
         assert.ok(l.plugins.length > 0 && l.plugins.every((p) => typeof p.type === 'string' && !p.type.includes('/')));
+        assert.ok(CNI_VERSIONS.includes(l.cniVersion) && typeof l.disableCheck === 'boolean', `${l.cniVersion} ${l.disableCheck}`);
         assert.equal(typeof l.name, 'string');
       } catch (e) {
         if (!(e instanceof CniConfigError)) throw e;

@@ -1,5 +1,6 @@
-// A CNI network configuration as libcni reads it: a conflist ({cniVersion, name, plugins}) or a
-// single plugin config (.conf, wrapped as a one-plugin list). Checked whole: every problem named.
+// A CNI network configuration as libcni reads it: a conflist ({cniVersion, name, plugins}, and
+// CNI 1.1's cniVersions) or a single plugin config (.conf, wrapped as a one-plugin list).
+// Checked whole: every problem named.
 export const CNI_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
 
 export interface PluginConf {
@@ -37,7 +38,8 @@ export function parseNetworkConfig(text: string, source: string): NetworkConfLis
   const r = raw as Record<string, unknown>;
   const problems: string[] = [];
   const single = r.plugins === undefined && typeof r.type === 'string';
-  if (typeof r.cniVersion !== 'string' || !CNI_VERSIONS.includes(r.cniVersion)) problems.push(`cniVersion ${JSON.stringify(r.cniVersion)} is not one of ${CNI_VERSIONS.join(', ')}`);
+  const cniVersion = chosenVersion(r, problems);
+  if (cniVersion !== null && !CNI_VERSIONS.includes(cniVersion)) problems.push(`cniVersion ${JSON.stringify(cniVersion)} is not one of ${CNI_VERSIONS.join(', ')}`);
   if (typeof r.name !== 'string' || !/^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$/.test(r.name)) problems.push(`name ${JSON.stringify(r.name)} is not a network name (letters, digits, _ . -)`);
   const plugins = single ? [r] : r.plugins;
   if (!Array.isArray(plugins) || plugins.length === 0 || plugins.length > 32) problems.push('plugins must list 1 to 32 plugin configs');
@@ -51,13 +53,13 @@ export function parseNetworkConfig(text: string, source: string): NetworkConfLis
       }
     });
   }
-  for (const k of ['disableCheck', 'disableGC'] as const) if (r[k] !== undefined && typeof r[k] !== 'boolean') problems.push(`${k} must be true or false`);
+  const [disableCheck, disableGC] = (['disableCheck', 'disableGC'] as const).map((k) => flag(r[k], k, problems));
   if (problems.length) throw new CniConfigError(`${source}: ${problems.join('; ')}`);
   return {
-    cniVersion: r.cniVersion as string,
+    cniVersion: cniVersion!,
     name: r.name as string,
-    disableCheck: (r.disableCheck as boolean) ?? false,
-    disableGC: (r.disableGC as boolean) ?? false,
+    disableCheck,
+    disableGC,
     plugins: (plugins as PluginConf[]).map((p) => {
       // A single .conf carries name and cniVersion itself: the list's copy wins when invoking.
       const { cniVersion: _v, name: _n, ...rest } = p as Record<string, unknown>;
@@ -66,4 +68,31 @@ export function parseNetworkConfig(text: string, source: string): NetworkConfLis
       return rest as PluginConf;
     }),
   };
+}
+
+const SEMVER = /^\d{1,9}\.\d{1,9}\.\d{1,9}$/;
+const LATEST = CNI_VERSIONS[CNI_VERSIONS.length - 1];
+
+/**
+ * The version the plugins are run with, as libcni picks it: with cniVersions (CNI 1.1), the
+ * highest of it and cniVersion that is not later than the latest kni speaks (later ones are a
+ * newer runtime's to use); else cniVersion. null when a problem was pushed.
+ */
+function chosenVersion(r: Record<string, unknown>, problems: string[]): string | null {
+  const one = r.cniVersion;
+  if (one !== undefined && typeof one !== 'string') return void problems.push(`cniVersion ${JSON.stringify(one)} is not a version string`), null;
+  const list = r.cniVersions;
+  if (list === undefined) return one === undefined ? (problems.push('cniVersion is missing (and there is no cniVersions)'), null) : one;
+  if (!Array.isArray(list) || list.length > 32 || list.some((v) => typeof v !== 'string' || !SEMVER.test(v))) return void problems.push('cniVersions must list versions like "1.1.0"'), null;
+  const candidates = [...(list as string[]), ...(one && SEMVER.test(one) ? [one] : [])].filter((v) => versionAtLeast(LATEST, v));
+  if (!candidates.length) return void problems.push(`cniVersions ${JSON.stringify(list)} and cniVersion name no version up to ${LATEST}`), null;
+  return candidates.reduce((a, b) => (versionAtLeast(a, b) ? a : b));
+}
+
+/** disableCheck and disableGC: a boolean, or "true"/"false" in any case as libcni also takes. */
+function flag(v: unknown, key: string, problems: string[]): boolean {
+  if (v === undefined || typeof v === 'boolean') return v ?? false;
+  if (typeof v === 'string' && /^(true|false)$/i.test(v)) return v.toLowerCase() === 'true';
+  problems.push(`${key} must be true or false`);
+  return false;
 }
