@@ -9,6 +9,7 @@ import path from 'node:path';
 import { CniConfigError, parseNetworkConfig } from '../plugin/cni/conflist';
 import { packageRoot } from '../plugin/server/protos';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { installTestPlugin } from './helpers/test-plugins';
 
 const BIN = ['/usr/lib/cni'];
 
@@ -121,8 +122,7 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
 
   it('a device from the kubelet reaches every plugin as deviceID and pciBusID (and runtimeConfig where declared); DEL from a new process gives the device back', () => {
     const bin = `${dir}/bin`;
-    fs.mkdirSync(bin, { recursive: true });
-    fs.writeFileSync(`${bin}/kni-test-device`, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    installTestPlugin(bin, 'kni-test-device', 'device-cni');
     const dev = `${RUN.slice(0, 9)}vf0`;
     sh('ip', ['-n', node, 'link', 'add', dev, 'type', 'veth', 'peer', 'name', `${dev}p`]); // this kernel has no dummy links
     const mac = JSON.parse(sh('ip', ['-n', node, '-j', 'link', 'show', 'dev', dev]))[0].address;

@@ -10,6 +10,7 @@ import { rejectsWith } from './helpers/expect';
 import { inNetns, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { knictl } from './helpers/knictl';
+import { installTestPlugin } from './helpers/test-plugins';
 import { stateRecords } from './helpers/state-records';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { networkStatus } from '../plugin/kube/pod-networks';
@@ -19,6 +20,10 @@ describe('a CNI conflist as the default network', () => {
   let rt: Client;
   const dir = `/tmp/${RUN}-cnidef`;
   const conflistFile = `${dir}/chain.conflist`;
+  const recordLog = `${dir}/record.log`;
+  /** What the last plugin of the chain was given on its last call of `cmd` for a container. */
+  const recorded = (cmd: string, containerId: string) =>
+    fs.readFileSync(recordLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.cmd === cmd && l.containerId === containerId).at(-1);
   const ipamFiles = () => (fs.existsSync(`${dir}/ipam/chain`) ? fs.readdirSync(`${dir}/ipam/chain`).filter((f) => /^\d/.test(f)) : []);
   const veths = () => sh('ip', ['-n', d.nodeNetnsName, '-o', 'link', 'show', 'type', 'veth']).trim();
   const dnat = () => inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S']).out.split('\n').filter((l) => l.includes('8089'));
@@ -32,9 +37,11 @@ describe('a CNI conflist as the default network', () => {
         { type: 'bridge', bridge: 'cni-k1', isGateway: true, ipMasq: false, dns: { nameservers: ['10.78.0.53'], search: ['chain.example'] }, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.78.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }] } },
         { type: 'portmap', capabilities: { portMappings: true } },
         { type: 'tuning', sysctl: { 'net.ipv4.conf.eth0.arp_notify': '1' } },
+        { type: 'kni-test-record', capabilities: { cgroupPath: true }, logFile: recordLog },
       ],
     }));
-    d = await TestDaemon.start({ defaultNetwork: { cni: conflistFile, binDirs: ['/usr/lib/cni'] }, cni: { confDir: '', binDir: '' } });
+    installTestPlugin(`${dir}/bin`, 'kni-test-record', 'record-cni');
+    d = await TestDaemon.start({ defaultNetwork: { cni: conflistFile, binDirs: ['/usr/lib/cni', `${dir}/bin`] }, cni: { confDir: '', binDir: '' } });
     rt = d.rt();
   });
   after(() => {
@@ -42,16 +49,20 @@ describe('a CNI conflist as the default network', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  async function attach(id: string): Promise<{ netns: string; ip: string }> {
+  async function attach(id: string, cgroupParent = ''): Promise<{ netns: string; ip: string }> {
     const netns = d.makePodNetns(id);
-    const p = await rt.Attach({ sandbox_id: id, netns_path: netns, pod: { name: id, namespace: 'default', uid: `u-${id}` } });
+    const p = await rt.Attach({ sandbox_id: id, netns_path: netns, pod: { name: id, namespace: 'default', uid: `u-${id}` }, cgroup_parent: cgroupParent });
     return { netns, ip: p.interfaces[0].addresses[0].address };
   }
 
   it('pods attached over gRPC get addresses from the plugins\' IPAM and reach each other; GetPod and GetNode tell it', async () => {
     assert.equal((await rt.GetNode({})).ready, true);
-    const a = await attach('cd-a');
+    const a = await attach('cd-a', '/kubepods/besteffort/podu-cd-a');
     const b = await attach('cd-b');
+    // The pod's cgroup parent reaches plugins declaring cgroupPath, as from containerd and CRI-O.
+    assert.equal(recorded('ADD', 'cd-a').runtimeConfig.cgroupPath, '/kubepods/besteffort/podu-cd-a');
+    assert.deepEqual(recorded('ADD', 'cd-b').runtimeConfig, {});
+    await rejectsWith(rt.Attach({ sandbox_id: 'cd-bad', netns_path: d.makePodNetns('cd-bad'), cgroup_parent: 'kubepods\nslice' }), grpc.status.INVALID_ARGUMENT, /cgroup parent "kubepods\\nslice" is not a cgroup path or slice/);
     assert.match(a.ip, /^10\.78\.0\.\d+$/);
     assert.ok(ping(a.netns, b.ip), `${a.ip} cannot ping ${b.ip}`);
     assert.equal(inNetns(a.netns, 'cat', ['/proc/sys/net/ipv4/conf/eth0/arp_notify']).out.trim(), '1', 'tuning, last in the chain, did not run');
@@ -78,7 +89,7 @@ describe('a CNI conflist as the default network', () => {
       const id = `cd-shim${i}`;
       const netns = d.makePodNetns(id);
       const env = { CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${id};K8S_POD_UID=u` };
-      const conf = { cniVersion: v, name: 'kni', type: 'kni-cni', socket: d.cniSocket, ...(i === 0 ? { runtimeConfig: { portMappings: [{ hostPort: 8089, containerPort: 80, protocol: 'tcp' }] } } : {}) };
+      const conf = { cniVersion: v, name: 'kni', type: 'kni-cni', socket: d.cniSocket, ...(i === 0 ? { runtimeConfig: { portMappings: [{ hostPort: 8089, containerPort: 80, protocol: 'tcp' }] } } : { runtimeConfig: { cgroupPath: `kubepods-besteffort-pod${i}.slice` } }) };
       const r = cni('ADD', env, conf);
       assert.equal(r.code, 0, r.raw);
       assert.equal(r.out.cniVersion, v);
@@ -86,6 +97,7 @@ describe('a CNI conflist as the default network', () => {
       assert.equal(r.out.ips[0].version, v === '0.4.0' ? '4' : undefined);
       assert.ok(r.out.interfaces.some((x: any) => x.name === 'cni-k1'), 'not the bridge plugin\'s own result');
       if (i === 0) assert.ok(dnat().length > 0, 'portmap got no port mappings');
+      else assert.equal(recorded('ADD', id).runtimeConfig.cgroupPath, `kubepods-besteffort-pod${i}.slice`);
       assert.equal(cni('DEL', env, conf).code, 0);
     }
     assert.deepEqual(dnat(), [], 'portmap DEL did not run with the mappings');

@@ -6,13 +6,12 @@
 // interface; a restart still releases with the config ADD ran with.
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
-import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, netnsLinks, ping, RUN, sh, trySh } from './helpers/sh';
-import { packageRoot } from '../plugin/server/protos';
+import { installTestPlugin } from './helpers/test-plugins';
 import { knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
@@ -46,8 +45,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     write('bridge-net.conf', { cniVersion: '0.4.0', name: 'bridge-net', type: 'bridge', bridge: bridge2, isGateway: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.92.0.0/24' }]] } });
     write('broken.conf', '{"cniVersion": "1.0.0", "name": "broken", "type": ');
     write('dev-net.conf', { cniVersion: '1.0.0', name: 'dev-net', type: 'kni-test-device', capabilities: { deviceID: true, infinibandGUID: true, CNIDeviceInfoFile: true }, logFile: deviceLog });
-    fs.mkdirSync(bin, { recursive: true });
-    fs.writeFileSync(`${bin}/kni-test-device`, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    installTestPlugin(bin, 'kni-test-device', 'device-cni');
     d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {

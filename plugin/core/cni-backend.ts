@@ -23,6 +23,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
   if (req?.mac) capabilityArgs.mac = req.mac;
   if (req?.device) capabilityArgs.deviceID = req.device.id;
   if (req?.infinibandGuid) capabilityArgs.infinibandGUID = req.infinibandGuid;
+  if (rec.cgroupParent) capabilityArgs.cgroupPath = rec.cgroupParent;
   return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
 }
 

@@ -21,6 +21,8 @@ export interface AttachRequest {
   bandwidth?: unknown;
   /** Host ports to DNAT to the pod: { protocol, containerPort, hostPort, hostIp } each. */
   portMappings?: unknown[];
+  /** The pod's cgroup parent as the runtime knows it (CRI's linux.cgroup_parent; the CNI cgroupPath capability). */
+  cgroupParent?: unknown;
   /** Who asked (metrics, spans, logs); default kni. */
   entryPoint?: EntryPoint;
 }

@@ -17,7 +17,7 @@ import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { SandboxRecord } from '../store/records';
 
-type SandboxMeta = Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint'>;
+type SandboxMeta = Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint' | 'cgroupParent'>;
 
 export async function attachSandbox(rt: NetworkRuntime, req: AttachRequest): Promise<SandboxRecord> {
   const id = validate.sandboxId(req.sandboxId);
@@ -28,11 +28,12 @@ export async function attachSandbox(rt: NetworkRuntime, req: AttachRequest): Pro
   const annotations = validate.stringMap(req.annotations, 'annotations');
   const runtimeHandler = typeof req.runtimeHandler === 'string' ? req.runtimeHandler.slice(0, 253) : '';
   const kind = rt.sandboxKind(runtimeHandler, annotations);
+  const cgroupParent = validate.cgroupParent(req.cgroupParent);
   const requested: AttachmentRequest = { ips: validate.requestedIps(req.requestedIps), mac: validate.requestedMac(req.requestedMac), ports: validate.portMappings(req.portMappings), bandwidth: validate.bandwidth(req.bandwidth, annotations) };
   // Opened once and checked as opened; this fd is the only way the attach reaches the netns.
   const ns = withSpan('netns.open', { 'kni.netns.path': netnsPath }, () => openNetns(netnsPath, { allowedRoots: rt.cfg.allowedNetnsRoots }));
   try {
-    return await rt.locks.run(id, () => attachLocked(rt, id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni' }, requested));
+    return await rt.locks.run(id, () => attachLocked(rt, id, ifName, ns, { pod, labels, annotations, runtimeHandler, kind, entryPoint: req.entryPoint ?? 'kni', ...(cgroupParent ? { cgroupParent } : {}) }, requested));
   } finally {
     ns.close();
   }

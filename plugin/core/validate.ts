@@ -119,6 +119,16 @@ export function requestedMac(v: unknown): string | undefined {
   return mac;
 }
 
+/**
+ * The pod's cgroup parent: a cgroupfs path (/kubepods/besteffort/pod…) or a systemd slice
+ * (kubepods-besteffort-pod….slice), as runtimes pass it; kni only hands it on.
+ */
+export function cgroupParent(v: unknown): string | undefined {
+  if (v === undefined || v === null || v === '') return undefined;
+  if (typeof v !== 'string' || v.length > 4096 || /[\0-\x1f\x7f]/.test(v)) throw invalid(`cgroup parent ${JSON.stringify(String(v).slice(0, 80))} is not a cgroup path or slice (text up to 4096 characters, no control characters)`);
+  return v;
+}
+
 const PROTOCOLS = ['tcp', 'udp', 'sctp'];
 
 /** Port mappings as entry points hand them over (protocol in any case; '' or absent = tcp). */

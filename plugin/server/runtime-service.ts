@@ -107,6 +107,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
         labels: req.labels,
         annotations: req.annotations,
         runtimeHandler: req.runtime_handler,
+        cgroupParent: req.cgroup_parent,
       });
       return podNetwork(rt, rec);
     }),

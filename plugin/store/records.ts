@@ -82,6 +82,8 @@ export interface SandboxRecord {
   bandwidth?: Bandwidth;
   /** Host ports DNATed to this pod (absent: none). */
   portMappings?: PortMapping[];
+  /** The pod's cgroup parent as its runtime gave it: CNI plugins that declare cgroupPath get it. */
+  cgroupParent?: string;
   createdAt: string;
 }
 

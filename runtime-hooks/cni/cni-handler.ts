@@ -67,6 +67,7 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
               return { protocol: f?.protocol, containerPort: f?.containerPort, hostPort: f?.hostPort, hostIp: f?.hostIP };
             })
             : conf.runtimeConfig?.portMappings,
+          cgroupParent: conf.runtimeConfig?.cgroupPath,
           entryPoint: 'cni',
         });
         // A CNI default network: the plugins' own result, in the version the caller asked.

@@ -16,7 +16,7 @@ export function conflist(cfg: CniConfig, networkName: string): Record<string, un
         type: 'kni-cni',
         socket: cfg.socket,
         // containerd hands the pod annotations over (used to tell VM sandboxes apart).
-        capabilities: { 'io.kubernetes.cri.pod-annotations': true, ips: true, mac: true, portMappings: true, bandwidth: true },
+        capabilities: { 'io.kubernetes.cri.pod-annotations': true, ips: true, mac: true, portMappings: true, bandwidth: true, cgroupPath: true },
       },
     ],
   };

@@ -48,6 +48,7 @@ export function podNetworkLifecycleHandlers(rt: NetworkRuntime): grpc.UntypedSer
         labels: req.labels,
         annotations: req.annotations,
         portMappings: (req.port_mappings ?? []).map((m: { protocol: string; container_port: number; host_port: number; host_ip: string }) => ({ protocol: m.protocol, containerPort: m.container_port, hostPort: m.host_port, hostIp: m.host_ip })),
+        cgroupParent: req.cgroup_parent,
         entryPoint: 'containerd',
       });
       return setupResponse(rt, rec, req.dns_config);

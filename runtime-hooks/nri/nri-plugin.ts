@@ -219,7 +219,7 @@ export class NriPlugin {
       // Kata scans the netns when the sandbox is created, before NRI's RunPodSandbox: too late.
       log('warn', 'vm sandbox reached kni only through NRI, after it started: its VMM will not see the network; use the CNI shim or the KNI API', { entry: 'nri', sandbox: pod.id, runtimeHandler: pod.runtimeHandler });
     }
-    await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta, entryPoint: 'nri' });
+    await this.rt.attach({ sandboxId: pod.id, netnsPath: netns, ...meta, cgroupParent: pod.linux?.cgroupParent, entryPoint: 'nri' });
   }
 
   private async onStop(pod: NriPod): Promise<void> {

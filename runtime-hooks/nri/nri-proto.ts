@@ -27,7 +27,7 @@ export interface NriPod {
   labels: Record<string, string>;
   annotations: Record<string, string>;
   runtimeHandler: string;
-  linux?: { namespaces: { type: string; path: string }[] };
+  linux?: { namespaces: { type: string; path: string }[]; cgroupParent?: string };
   ips: string[];
 }
 

@@ -7,10 +7,9 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
-import { packageRoot } from '../../plugin/server/protos';
 import { RUN, trySh } from '../helpers/sh';
 import { TestDevicePlugin } from '../helpers/test-device-plugin';
+import { installTestPlugin } from '../helpers/test-plugins';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 
@@ -145,8 +144,7 @@ describe('cluster: several networks per pod (NetworkAttachmentDefinitions)', fun
     const mac = (name: string, ns = 'kc-w1') => JSON.parse(execFileSync('ip', ['-n', ns, '-j', 'link', 'show', 'dev', name], { encoding: 'utf8' }))[0].address;
     for (const vf of vfs) execFileSync('ip', ['-n', 'kc-w1', 'link', 'add', vf, 'type', 'veth', 'peer', 'name', `${vf}p`]);
     const macs = vfs.map((vf) => mac(vf));
-    const bin = `${CL}/w1/root/opt/cni/bin/kni-test-device`;
-    fs.writeFileSync(bin, `#!/bin/sh\nexec ${process.execPath} ${path.join(packageRoot(), 'dist/test/helpers/device-cni.js')} "$@"\n`, { mode: 0o755 });
+    const bin = installTestPlugin(`${CL}/w1/root/opt/cni/bin`, 'kni-test-device', 'device-cni');
     const logFile = `${CL}/device-cni.log`;
     const infoDir = `${CL}/w1/root/run/k8s.cni.cncf.io/devinfo`;
     const plugin = new TestDevicePlugin(`${CL}/w1/root/var/lib/kubelet/device-plugins`, resource, vfs, infoDir);

@@ -48,6 +48,13 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
       assert.ok(p.status.podIPs[0].ip.startsWith(v4.split('.').slice(0, 3).join('.') + '.'), `${p.metadata.name} ${p.status.podIPs[0].ip} is not in ${v4}`);
       assert.ok(p.status.podIPs[1].ip.startsWith(v6.split('::')[0] + '::'), `${p.metadata.name} ${p.status.podIPs[1].ip} is not in ${v6}`);
     }
+    // containerd passed each pod's cgroup parent (the kubelet's pod cgroup) as the CNI cgroupPath
+    // capability: kni keeps it for the plugins of the pod's CNI networks.
+    const records = new Map(WORKERS.map((w) => [`kc-${w}`, stateRecords(`${CL}/${w}/root/var/lib/kni`, 'sandboxes')]));
+    for (const p of pods) {
+      const rec = [...records.get(p.spec.nodeName)!.values()].find((r: any) => r.pod.uid === p.metadata.uid);
+      assert.match(rec?.cgroupParent ?? '', new RegExp(`kubepods.*pod${p.metadata.uid.replace(/-/g, '[-_]')}`), `${p.metadata.name}: ${JSON.stringify(rec?.cgroupParent)}`);
+    }
   });
 
   it('pods on one node reach each other over HTTP (IPv4 and IPv6)', () => {
