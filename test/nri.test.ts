@@ -10,6 +10,7 @@ import { packageRoot } from '../plugin/server/protos';
 import { cni } from './helpers/cni-exec';
 import { FakeNriRuntime, FakeNriSession } from './helpers/fake-nri-runtime';
 import { inNetns } from './helpers/sh';
+import { stateRecords } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -101,10 +102,12 @@ describe('NRI plugin', () => {
 
   it('RunPodSandbox wires the pod; StopPodSandbox releases; RemovePodSandbox after that is fine', async () => {
     const netns = d.makePodNetns('nri-run');
-    const pod = { id: 'nri-run', name: 'web', namespace: 'nri', uid: 'uid-1', labels: { a: 'b' }, netns };
+    const pod = { id: 'nri-run', name: 'web', namespace: 'nri', uid: 'uid-1', labels: { a: 'b' }, netns, cgroupParent: '/kubepods/besteffort/poduid-1' };
     await s.runPodSandbox(pod);
     const p = await d.rt().GetPod({ sandbox_id: 'nri-run' });
     assert.deepEqual(p.pod, { name: 'web', namespace: 'nri', uid: 'uid-1' });
+    // Kept for the plugins of the pod's CNI networks (the cgroupPath capability).
+    assert.equal(stateRecords(d.stateDir, 'sandboxes').get('nri-run')?.cgroupParent, '/kubepods/besteffort/poduid-1');
     assert.match(inNetns(netns, 'ip', ['-o', 'addr']).out, new RegExp(`inet ${p.interfaces[0].addresses[0].address.replace(/\./g, '\\.')}/`));
     await s.stopPodSandbox({ id: 'nri-run' }); // containerd < 2.3 sends no netns on stop
     assert.deepEqual(await pods(), []);

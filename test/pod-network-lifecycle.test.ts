@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { loadProto } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { inNetns, ping } from './helpers/sh';
+import { stateRecords } from './helpers/state-records';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -46,6 +47,7 @@ describe('containerd PodNetworkLifecycle', () => {
     assert.match(eth0.addresses[1], /^fd00:10:244::[0-9a-f]+\/128$/);
     assert.deepEqual(res.routes.filter((r: any) => r.destination === 'default').map((r: any) => r.gateway), ['10.244.0.1', 'fd00:10:244::1']);
     assert.deepEqual(res.dns, dns);
+    assert.equal(stateRecords(d.stateDir, 'sandboxes').get('pnl-1')?.cgroupParent, '/kubepods', 'the cgroup parent is not kept for CNI plugins (cgroupPath)');
     assert.ok(ping(netns, '10.244.0.1'));
     const again = await call('SetupPodNetwork', { sandbox_id: 'pnl-1', netns_path: netns, pod_name: 'api', pod_namespace: 'prod' });
     assert.deepEqual(again.interfaces, res.interfaces);

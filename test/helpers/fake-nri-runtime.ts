@@ -20,6 +20,7 @@ export interface FakePod {
   annotations?: Record<string, string>;
   runtimeHandler?: string;
   netns?: string;
+  cgroupParent?: string;
 }
 
 const podMessage = (p: FakePod) => ({
@@ -30,7 +31,7 @@ const podMessage = (p: FakePod) => ({
   labels: p.labels ?? {},
   annotations: p.annotations ?? {},
   runtimeHandler: p.runtimeHandler ?? '',
-  linux: { namespaces: p.netns ? [{ type: 'network', path: p.netns }] : [] },
+  linux: { namespaces: p.netns ? [{ type: 'network', path: p.netns }] : [], cgroupParent: p.cgroupParent ?? '' },
 });
 
 export class FakeNriSession {
