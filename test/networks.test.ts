@@ -168,7 +168,9 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       assert.deepEqual([ib0?.device_id, ib0?.mac], [dev, mac]);
       assert.match(inNetns(netns, 'ip', ['link', 'show', 'ib0']).out, new RegExp(mac));
       const add = JSON.parse(fs.readFileSync(deviceLog, 'utf8').trim().split('\n').at(-1)!);
-      assert.deepEqual([add.cmd, add.deviceID, add.runtimeConfig.deviceID, add.runtimeConfig.infinibandGUID], ['ADD', dev, dev, guid]);
+      // Only as the capability the definition declares (as Multus): not written into the config, where
+      // SR-IOV CNI would take it as the kubelet's, so a pod could name a device another pod holds.
+      assert.deepEqual([add.cmd, add.deviceID, add.pciBusID, add.runtimeConfig.deviceID, add.runtimeConfig.infinibandGUID], ['ADD', undefined, undefined, dev, guid]);
       // No device plugin's file to copy: the path is the plugins' to write, as Multus gives it.
       assert.equal(add.runtimeConfig.CNIDeviceInfoFile, `${dir}-devinfo/cni/default-dev-net-mn-dev_ib0`);
       // The same device for a second attachment of the pod: refused by name, nothing left.

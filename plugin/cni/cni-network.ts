@@ -16,6 +16,12 @@ export interface CniRuntime {
   capabilityArgs?: Record<string, unknown>;
   /** Given to every plugin as `args.cni` (Multus's cni-args of a selection). */
   cniArgs?: Record<string, unknown>;
+  /**
+   * The deviceID capability names a device the pod chose (its selection's deviceID), not one the
+   * kubelet gave it: only plugins declaring the capability get it, as in Multus. Written into every
+   * plugin's config, a pod could hand a plugin a device another pod holds.
+   */
+  podNamedDevice?: boolean;
 }
 
 /** A result in another spec version (0.3.x/0.4.0 carry ips[].version, 1.x does not). */
@@ -35,7 +41,7 @@ export function convertResult(result: unknown, to: string): unknown {
 
 /** What the caller left out (netns, CNI_ARGS, capability args), as ADD had it. */
 const withCached = (rt: CniRuntime, cached: CachedAttachment | undefined): CniRuntime =>
-  cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs, cniArgs: rt.cniArgs ?? cached.cniArgs } : rt;
+  cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs, cniArgs: rt.cniArgs ?? cached.cniArgs, podNamedDevice: rt.podNamedDevice ?? cached.podNamedDevice } : rt;
 
 export class CniNetwork {
   constructor(readonly list: NetworkConfList, private readonly binDirs: string[], private readonly cache: CniResultCache) {}
@@ -59,7 +65,7 @@ export class CniNetwork {
     // A device from the kubelet goes into every plugin's config too, as Multus puts it there:
     // SR-IOV CNI reads deviceID, host-device pciBusID; few declare the deviceID capability.
     const device = rt?.capabilityArgs?.deviceID;
-    if (typeof device === 'string' && device) Object.assign(conf, { deviceID: device, pciBusID: device });
+    if (typeof device === 'string' && device && !rt?.podNamedDevice) Object.assign(conf, { deviceID: device, pciBusID: device });
     if (rt?.cniArgs && Object.keys(rt.cniArgs).length) conf.args = { ...(p.args as Record<string, unknown> | undefined), cni: { ...((p.args as { cni?: object } | undefined)?.cni), ...rt.cniArgs } };
     if (prevResult !== undefined) conf.prevResult = prevResult;
     return conf;
@@ -86,7 +92,7 @@ export class CniNetwork {
   }
 
   private cacheEntry(rt: CniRuntime, result: unknown): void {
-    this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, ...(rt.cniArgs ? { cniArgs: rt.cniArgs } : {}), result, config: this.list });
+    this.cache.put({ kind: 'cniCacheV1', network: this.name, containerId: rt.containerId, ifName: rt.ifName, netns: rt.netns, args: rt.args ?? '', capabilityArgs: rt.capabilityArgs ?? {}, ...(rt.cniArgs ? { cniArgs: rt.cniArgs } : {}), ...(rt.podNamedDevice ? { podNamedDevice: true } : {}), result, config: this.list });
   }
 
   /** A capability arg ADD ran with (undefined: none, or nothing cached). */
@@ -143,7 +149,7 @@ export class CniNetwork {
     const deleted: string[] = [];
     for (const a of this.cache.list(this.name)) {
       if (keep.has(`${a.containerId}/${a.ifName}`)) continue;
-      await this.del({ containerId: a.containerId, ifName: a.ifName, netns: a.netns, args: a.args, capabilityArgs: a.capabilityArgs, cniArgs: a.cniArgs }).catch(() => undefined);
+      await this.del({ containerId: a.containerId, ifName: a.ifName, netns: a.netns, args: a.args, capabilityArgs: a.capabilityArgs, cniArgs: a.cniArgs, podNamedDevice: a.podNamedDevice }).catch(() => undefined);
       deleted.push(a.containerId);
     }
     if (versionAtLeast(this.list.cniVersion, '1.1.0') && !this.list.disableGC) {

@@ -16,6 +16,8 @@ export interface CachedAttachment {
   capabilityArgs: Record<string, unknown>;
   /** `args.cni` given to every plugin (a selection's cni-args). */
   cniArgs?: Record<string, unknown>;
+  /** The deviceID capability is the pod's own choice (CniRuntime.podNamedDevice). */
+  podNamedDevice?: boolean;
   result: unknown;
   /** The config ADD ran with (as libcni caches it): DEL and GC use it after the definition changed or went away. */
   config?: NetworkConfList;

@@ -24,7 +24,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
   if (req?.device) capabilityArgs.deviceID = req.device.id;
   if (req?.infinibandGuid) capabilityArgs.infinibandGUID = req.infinibandGuid;
   if (rec.cgroupParent) capabilityArgs.cgroupPath = rec.cgroupParent;
-  return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}) };
+  return { containerId: rec.id, netns: rec.netnsPath, ifName, args, capabilityArgs, ...(req?.cniArgs ? { cniArgs: req.cniArgs } : {}), ...(req?.device && !req.device.resource ? { podNamedDevice: true } : {}) };
 }
 
 /** The pod interface of a CNI result as kni records it (the interface's other fields are kept). */

@@ -10,7 +10,8 @@ const conf = JSON.parse(fs.readFileSync(0, 'utf8') || '{}');
 const cmd = env.CNI_COMMAND ?? '';
 const netns = env.CNI_NETNS ?? '';
 const ifName = env.CNI_IFNAME ?? '';
-const device: string | undefined = conf.deviceID;
+// As host-device: the device in the config (Multus and kni put the kubelet's there), else the deviceID capability.
+const device: string | undefined = conf.deviceID ?? conf.runtimeConfig?.deviceID;
 const fail = (code: number, msg: string) => {
   process.stdout.write(JSON.stringify({ cniVersion: conf.cniVersion, code, msg }));
   process.exit(1);
@@ -24,7 +25,7 @@ try {
   if (cmd === 'VERSION') {
     process.stdout.write(JSON.stringify({ cniVersion: '1.0.0', supportedVersions: ['0.4.0', '1.0.0', '1.1.0'] }));
   } else if (cmd === 'ADD') {
-    if (!device) fail(7, 'no deviceID in the config: this network needs a device');
+    if (!device) fail(7, 'no deviceID in the config or runtimeConfig: this network needs a device');
     ip('link', 'set', 'dev', device!, 'netns', netns);
     inPod('link', 'set', 'dev', device!, 'name', ifName);
     inPod('link', 'set', 'dev', ifName, 'up');
