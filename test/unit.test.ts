@@ -147,6 +147,10 @@ describe('config', () => {
     cur.ranges = [parseCidr('10.244.1.0/24')]; // adopted from the Node: not a change
     assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, logLevel: 'debug', backend: 'vxlan', masquerade: false })), { live: ['logLevel', 'backend', 'masquerade'], fixed: [] });
     assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, bridge: 'br9', mtu: 1400 })), { live: [], fixed: ['bridge', 'mtu'] });
+    // CIDRs compare by their text (a bigint inside them does not go through JSON).
+    const withCidrs = parseConfig({ kubernetes: { nodeName: 'n' }, nonMasqueradeCIDRs: ['192.0.2.0/24'] });
+    assert.deepEqual(diffConfig(cur, withCidrs), { live: ['nonMasqueradeCIDRs'], fixed: [] });
+    assert.deepEqual(diffConfig(withCidrs, parseConfig({ kubernetes: { nodeName: 'n' }, nonMasqueradeCIDRs: ['192.0.2.9/24'] })), { live: [], fixed: [] });
     assert.deepEqual(diffConfig(cur, parseConfig({ kubernetes: { nodeName: 'n' }, ranges: ['10.9.0.0/24'] })).fixed, ['ranges', 'rangesFromNode']);
   });
   it('names every problem at once', () => {

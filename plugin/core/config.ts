@@ -4,8 +4,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import YAML from 'yaml';
 import { Cidr, cidrsOverlap, parseCidr } from '../ipam/ip';
-import { interfaceName, socketPathProblem } from './validate';
+import { interfaceName } from './validate';
 import { parseClusterSettings } from './config-cluster';
+import { parseRuntimeSettings } from './config-runtimes';
 
 export interface CniConfig {
   /** The socket kni-cni talks to. */
@@ -136,6 +137,11 @@ export interface Config {
   allowedNetnsRoots: string[];
   /** One MASQUERADE rule per range for traffic leaving the pod ranges. */
   masquerade: boolean;
+  /**
+   * Destinations pod traffic reaches with the pod's own source address besides the cluster's
+   * pod CIDRs (ip-masq-agent's nonMasqueradeCIDRs): a network that routes back to the pods.
+   */
+  nonMasqueradeCIDRs: Cidr[];
   /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
   unclaimedNetnsGraceSeconds: number;
   /** How often reconcile and the unclaimed-netns sweep run while serving. */
@@ -177,6 +183,7 @@ export const defaultConfig = (): Config => ({
   netnsPoolSize: 4,
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
+  nonMasqueradeCIDRs: [],
   unclaimedNetnsGraceSeconds: 600,
   reconcileSeconds: 60,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
@@ -186,8 +193,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
-const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 
 export class ConfigError extends Error {}
 
@@ -259,6 +265,23 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (typeof r.masquerade !== 'boolean') problems.push('masquerade must be true or false');
     else cfg.masquerade = r.masquerade;
   }
+  if (r.nonMasqueradeCIDRs !== undefined) {
+    const list = r.nonMasqueradeCIDRs;
+    if (!Array.isArray(list) || list.length > 64) problems.push('nonMasqueradeCIDRs must list at most 64 CIDRs');
+    else {
+      const out: Cidr[] = [];
+      for (const s of list) {
+        try {
+          const c = parseCidr(s as string);
+          if (c.prefixLength === 0) throw new Error(`${c.text} would leave every destination unmasqueraded: set masquerade: false instead`);
+          if (!out.some((o) => o.text === c.text)) out.push(c);
+        } catch (e) {
+          problems.push(`nonMasqueradeCIDRs: ${(e as Error).message}`);
+        }
+      }
+      cfg.nonMasqueradeCIDRs = out;
+    }
+  }
   if (r.unclaimedNetnsGraceSeconds !== undefined) {
     const v = r.unclaimedNetnsGraceSeconds;
     if (!Number.isInteger(v) || (v as number) < 0) problems.push('unclaimedNetnsGraceSeconds must be a whole number of seconds');
@@ -274,87 +297,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (!Number.isInteger(v) || (v as number) < 1) problems.push('reconcileSeconds must be a whole number of seconds, at least 1');
     else cfg.reconcileSeconds = v as number;
   }
-  if (r.cni !== undefined) {
-    if (typeof r.cni !== 'object' || r.cni === null || Array.isArray(r.cni)) problems.push('cni must be a map of settings');
-    else {
-      const c = r.cni as Record<string, unknown>;
-      for (const k of Object.keys(c)) {
-        if (!CNI_KEYS.has(k)) problems.push(`unknown setting "cni.${k}"`);
-        else if (typeof c[k] !== 'string') problems.push(`cni.${k} must be a string`);
-        else if (k === 'confName') {
-          if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*\.conflist$/.test(c[k] as string)) problems.push(`cni.confName ${JSON.stringify(c[k])} must be a plain file name ending in .conflist`);
-          else cfg.cni.confName = c[k] as string;
-        } else {
-          const v = c[k] as string;
-          const problem = v === '' ? '' : k === 'socket' ? socketPathProblem(v, 'cni.socket') : path.isAbsolute(v) ? '' : `cni.${k} must be an absolute path`;
-          if (problem) problems.push(problem);
-          else (cfg.cni as unknown as Record<string, string>)[k] = v === '' ? '' : path.normalize(v);
-        }
-      }
-      if (!cfg.cni.socket) problems.push('cni.socket must not be empty');
-    }
-  }
-  if (r.cri !== undefined) {
-    const c = r.cri as Record<string, unknown>;
-    if (typeof c !== 'object' || c === null || Array.isArray(c)) problems.push('cri must be a map of settings');
-    else {
-      for (const k of Object.keys(c)) if (k !== 'socket' && k !== 'reconcileSeconds') problems.push(`unknown setting "cri.${k}"`);
-      if (c.socket !== undefined) {
-        const problem = c.socket === '' ? '' : socketPathProblem(c.socket, 'cri.socket');
-        if (problem) problems.push(problem);
-        else cfg.cri.socket = c.socket as string;
-      }
-      if (c.reconcileSeconds !== undefined) {
-        if (!Number.isInteger(c.reconcileSeconds) || (c.reconcileSeconds as number) < 1) problems.push('cri.reconcileSeconds must be a whole number of seconds, at least 1');
-        else cfg.cri.reconcileSeconds = c.reconcileSeconds as number;
-      }
-    }
-  }
-  if (r.nri !== undefined) {
-    const n = r.nri as Record<string, unknown>;
-    if (typeof n !== 'object' || n === null || Array.isArray(n)) problems.push('nri must be a map of settings');
-    else {
-      for (const k of Object.keys(n)) if (!['enabled', 'socket', 'pluginName', 'pluginIndex', 'syncGraceSeconds'].includes(k)) problems.push(`unknown setting "nri.${k}"`);
-      if (n.enabled !== undefined) {
-        if (typeof n.enabled !== 'boolean') problems.push('nri.enabled must be true or false');
-        else cfg.nri.enabled = n.enabled;
-      }
-      if (n.socket !== undefined) {
-        const problem = socketPathProblem(n.socket, 'nri.socket');
-        if (problem) problems.push(problem);
-        else cfg.nri.socket = n.socket as string;
-      }
-      if (n.pluginName !== undefined) {
-        if (typeof n.pluginName !== 'string' || !/^[a-z0-9][a-z0-9._-]{0,62}$/.test(n.pluginName)) problems.push('nri.pluginName must be a short lower-case name');
-        else cfg.nri.pluginName = n.pluginName;
-      }
-      if (n.pluginIndex !== undefined) {
-        if (typeof n.pluginIndex !== 'string' || !/^[0-9]{2}$/.test(n.pluginIndex)) problems.push('nri.pluginIndex must be two digits, like "10"');
-        else cfg.nri.pluginIndex = n.pluginIndex;
-      }
-      if (n.syncGraceSeconds !== undefined) {
-        if (!Number.isInteger(n.syncGraceSeconds) || (n.syncGraceSeconds as number) < 0) problems.push('nri.syncGraceSeconds must be a whole number of seconds');
-        else cfg.nri.syncGraceSeconds = n.syncGraceSeconds as number;
-      }
-    }
-  }
-  if (r.runtimeHandlers !== undefined) {
-    const h = r.runtimeHandlers as Record<string, unknown>;
-    if (typeof h !== 'object' || h === null || Array.isArray(h)) problems.push('runtimeHandlers must map handler names to vm or container');
-    else {
-      const out: Record<string, SandboxKind> = {};
-      for (const [name, kind] of Object.entries(h)) {
-        if (!/^[a-z0-9]([a-z0-9.-]{0,62})$/.test(name)) problems.push(`runtimeHandlers: ${JSON.stringify(name)} is not a runtime handler name`);
-        else if (kind !== 'vm' && kind !== 'container') problems.push(`runtimeHandlers.${name} must be vm or container, not ${JSON.stringify(kind)}`);
-        else out[name] = kind;
-      }
-      cfg.runtimeHandlers = out;
-    }
-  }
-  if (r.vmTap !== undefined) {
-    if (typeof r.vmTap !== 'boolean') problems.push('vmTap must be true or false');
-    else cfg.vmTap = r.vmTap;
-  }
+  parseRuntimeSettings(r, cfg, problems);
   parseClusterSettings(r, cfg, problems);
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;

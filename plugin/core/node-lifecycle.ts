@@ -9,7 +9,7 @@ import type { NetworkRuntime, NodeStatus } from './network-runtime';
 import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
-import { removeMasquerade, syncMasquerade } from '../node/masquerade';
+import { removeMasquerade, syncMasquerade, unmasqueraded } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { syncHostPorts } from '../node/host-ports';
@@ -173,13 +173,13 @@ export class NodeLifecycle {
     const key = (l: Cidr[]) => l.map((c) => c.text).sort().join(',');
     if (key(cidrs) === key(this.peerCidrs)) return;
     this.peerCidrs = cidrs;
-    if (this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, [...this.rt.cfg.ranges, ...cidrs]);
+    if (this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
   }
 
-  /** Masquerade turned on or off live. */
+  /** Masquerade turned on or off, or its nonMasqueradeCIDRs changed, live. */
   async applyMasquerade(): Promise<void> {
     if (!this.rt.cfg.ranges.length) return;
-    if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, [...this.rt.cfg.ranges, ...this.peerCidrs]);
+    if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, this.peerCidrs));
     else await removeMasquerade(this.rt.cfg.ranges);
   }
 

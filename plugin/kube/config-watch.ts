@@ -11,10 +11,11 @@ import { KubeApi, recordEvent } from './kube-api';
 import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */
-export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'backend', 'vxlan', 'extensions'] as const;
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'backend', 'vxlan', 'extensions'] as const;
 
-type Comparable = Omit<Config, 'ranges'> & { ranges: string[] };
-const comparable = (c: Config): Comparable => ({ ...c, ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });
+// CIDRs compared as their text (their base is a bigint, which JSON does not write).
+type Comparable = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs'> & { ranges: string[]; nonMasqueradeCIDRs: string[] };
+const comparable = (c: Config): Comparable => ({ ...c, ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text), nonMasqueradeCIDRs: c.nonMasqueradeCIDRs.map((r) => r.text) });
 
 /** The top-level settings that differ, split into those applied live and those that are not. */
 export function diffConfig(current: Config, next: Config): { live: string[]; fixed: string[] } {
@@ -95,7 +96,9 @@ export class ConfigWatch {
           this.rt.restartSweeper();
           break;
         case 'masquerade':
+        case 'nonMasqueradeCIDRs':
           c.masquerade = next.masquerade;
+          c.nonMasqueradeCIDRs = next.nonMasqueradeCIDRs;
           await this.rt.node.applyMasquerade().catch((e) => log('error', 'cannot apply masquerade', { error: (e as Error).message }));
           break;
         case 'extensions':

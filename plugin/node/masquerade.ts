@@ -1,7 +1,8 @@
 // Masquerade for traffic leaving the cluster's pods: POSTROUTING sends what comes from a pod
 // range to the chain KNI-MASQ, which returns for every pod CIDR of the cluster (this node's and
-// each peer's: pod → pod across nodes keeps the pod's source address) and masquerades the
-// rest. Installed at node setup and when peers come or go, never per pod.
+// each peer's: pod → pod across nodes keeps the pod's source address) and for the config's
+// nonMasqueradeCIDRs, and masquerades the rest. Installed at node setup and when peers come or go, never per pod.
+import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
 import { deleteNatRule, ensureNatRule, natChainRules, natRuleExists, restoreNatChains } from './iptables';
 
@@ -11,6 +12,12 @@ const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
 const jumpRule = (c: Cidr): string[] => ['-s', c.text, '-m', 'comment', '--comment', COMMENT, '-j', MASQ_CHAIN];
 // The rule of kni versions before the chain: removed where found.
 const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', 'comment', '--comment', `kni: masquerade traffic leaving ${c.text}`, '-j', 'MASQUERADE'];
+
+/**
+ * Where pod traffic keeps its source address: every pod CIDR of the cluster (this node's and
+ * each peer's) and the destinations the config names (nonMasqueradeCIDRs).
+ */
+export const unmasqueraded = (cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs'>, peerCidrs: Cidr[]): Cidr[] => [...cfg.ranges, ...peerCidrs, ...cfg.nonMasqueradeCIDRs];
 
 const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
 

@@ -10,7 +10,7 @@ import { addrAdd, addrList } from '../netlink/addr';
 import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByIndex, linkByName, linkSetUp } from '../netlink/link';
 import { routeList, RTPROT_RA } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { masqueradeDrift, removeMasquerade, syncMasquerade } from './masquerade';
+import { masqueradeDrift, removeMasquerade, syncMasquerade, unmasqueraded } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
 export function bridgeMac(ipam: Ipam): string {
@@ -49,7 +49,7 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     keepRouterAdvertisements(sock);
     fs.writeFileSync(FORWARDING[6], '1');
   }
-  if (cfg.masquerade) await syncMasquerade(cfg.ranges, [...cfg.ranges, ...peerCidrs]);
+  if (cfg.masquerade) await syncMasquerade(cfg.ranges, unmasqueraded(cfg, peerCidrs));
   else await removeMasquerade(cfg.ranges);
   return br.index;
 }
@@ -90,6 +90,6 @@ export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: I
   for (const f of [...new Set(cfg.ranges.map((c) => c.family))]) {
     if (fs.readFileSync(FORWARDING[f], 'utf8').trim() !== '1') out.push(`${FORWARDING[f].slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
   }
-  if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, [...cfg.ranges, ...peerCidrs])));
+  if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, unmasqueraded(cfg, peerCidrs))));
   return out;
 }

@@ -1,0 +1,75 @@
+// What leaves the pods for outside the cluster is masqueraded, but for the destinations the
+// config names in nonMasqueradeCIDRs (ip-masq-agent's setting): there the pod's own address
+// arrives. A real "outside" netns behind the node, UDP from a pod to it, the source read there.
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { Client } from '../plugin/client/clients';
+import { ConfigError, parseConfig } from '../plugin/core/config';
+import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
+  let d: TestDaemon;
+  let rt: Client;
+  const outside = `${RUN}-outside`;
+  const link = `${RUN.slice(0, 9)}out`;
+
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.72.0.0/24'], nonMasqueradeCIDRs: ['192.0.2.0/24', '192.0.2.0/24', '203.0.113.7/32'] });
+    rt = d.rt();
+    // The outside: one link to the node, an address in a non-masqueraded network and one not,
+    // and a route back to the pods (as a network that routes to them would have).
+    sh('ip', ['netns', 'add', outside]);
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', link, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', outside]);
+    for (const [ns, dev, addrs] of [[d.nodeNetnsName, link, ['192.0.2.1/24', '198.51.100.1/24']], [outside, 'eth0', ['192.0.2.10/24', '198.51.100.10/24']]] as const) {
+      for (const a of addrs) sh('ip', ['-n', ns, 'addr', 'add', a, 'dev', dev]);
+      sh('ip', ['-n', ns, 'link', 'set', dev, 'up']);
+    }
+    sh('ip', ['-n', outside, 'route', 'add', '10.72.0.0/24', 'via', '192.0.2.1']);
+  });
+  after(() => {
+    trySh('ip', ['netns', 'del', outside]);
+    d?.cleanup();
+  });
+
+  /** The source address a UDP datagram from the pod arrives with at `to` in the outside netns. */
+  async function sourceSeenAt(podNetns: string, to: string): Promise<string> {
+    const port = 9000 + Math.floor(Math.random() * 1000);
+    const server = spawn('ip', ['netns', 'exec', outside, process.execPath, '-e', `const s=require('dgram').createSocket('udp4');s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},'${to}',()=>process.stdout.write('ready\\n'));setTimeout(()=>process.exit(1),10000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    server.stdout.on('data', (b) => (out += b));
+    try {
+      while (!out.includes('ready')) await once(server.stdout, 'data');
+      for (let i = 0; i < 20 && !/ready\n\S/.test(out); i++) {
+        inNetns(podNetns, 'bash', ['-c', `echo hi > /dev/udp/${to}/${port}`]);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      return out.replace('ready\n', '');
+    } finally {
+      server.kill();
+    }
+  }
+
+  it('a pod reaches a non-masqueraded network with its own address, anything else as the node', async () => {
+    const netns = d.makePodNetns('masq');
+    const pod = await rt.Attach({ sandbox_id: 'masq', netns_path: netns });
+    const ip = pod.interfaces[0].addresses[0].address;
+    assert.equal(await sourceSeenAt(netns, '192.0.2.10'), ip);
+    assert.equal(await sourceSeenAt(netns, '198.51.100.10'), '198.51.100.1');
+    // The chain: the pod range and each network once, in the config's order, then MASQUERADE.
+    assert.deepEqual(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'KNI-MASQ']).out.split('\n').filter((l) => l.startsWith('-A')), [
+      '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
+    ]);
+    // Reconcile reads the chain as written: no drift.
+    assert.deepEqual((await rt.Reconcile({})).findings, []);
+    await rt.Detach({ sandbox_id: 'masq' });
+  });
+
+  it('the setting is checked: CIDRs only, no /0 (that is masquerade: false), at most 64', () => {
+    assert.deepEqual(parseConfig({ nonMasqueradeCIDRs: ['10.1.2.3/16', 'FD00::1/48'] }).nonMasqueradeCIDRs.map((c) => c.text), ['10.1.0.0/16', 'fd00::/48']);
+    assert.throws(() => parseConfig({ nonMasqueradeCIDRs: ['0.0.0.0/0', 'x', '10.0.0.0/33'] }, 'f'), (e: Error) =>
+      e instanceof ConfigError && /0\.0\.0\.0\/0 would leave every destination unmasqueraded: set masquerade: false/.test(e.message) && /not a CIDR.*"x"/.test(e.message) && /prefix length 33/.test(e.message));
+    assert.throws(() => parseConfig({ nonMasqueradeCIDRs: '10.0.0.0/8' }), /nonMasqueradeCIDRs must list at most 64 CIDRs/);
+  });
+});
