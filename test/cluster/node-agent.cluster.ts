@@ -289,7 +289,7 @@ spec:
     kubectl('delete', 'deployment', 'spill', '--wait=false');
   });
 
-  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level and backend change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again); deleted, kni keeps its config and says so', async () => {
+  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level, backend and nonMasqueradeCIDRs change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again); deleted, kni keeps its config and says so', async () => {
     const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
     const original: string = cm.data['config.yaml'];
     const edit = (text: string) => kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
@@ -306,7 +306,10 @@ spec:
       const before = logLines();
       // host-gw cannot reach a node on another subnet: reported, and NetworkUnavailable says so.
       assert.match(original, /^backend: auto$/m);
-      edit(`${original.replace(/^backend: auto$/m, 'backend: host-gw')}\nlogLevel: debug\n`);
+      edit(`${original.replace(/^backend: auto$/m, 'backend: host-gw')}\nlogLevel: debug\nnonMasqueradeCIDRs: [10.240.0.1/32]\n`);
+      // A network the pods reach with their own address: in the masquerade chain at once.
+      const masqChain = () => execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' });
+      await waitFor(() => /-A KNI-MASQ -d 10\.240\.0\.1\/32 -j RETURN\n-A KNI-MASQ -j MASQUERADE/.test(masqChain()), 30_000, masqChain);
       await waitFor(() => peerRoutes('w1').every((r: any) => r.state === 'unreachable'), 30_000, () => JSON.stringify(peerRoutes('w1')));
       assert.match(peerRoutes('w1')[0].error, /InternalIP 10\.240\.1\.12 is not on a subnet this node is connected to/);
       await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'True', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
@@ -318,6 +321,7 @@ spec:
       edit(original);
     }
     await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'vxlan' && r.state === 'installed'), 30_000, () => JSON.stringify(peerRoutes('w1')));
+    assert.doesNotMatch(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' }), /10\.240\.0\.1/);
     await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
     const [a4] = podIps('who-1');
     assert.equal(fetchFrom('who-2', a4), podIps('who-2')[0]);
