@@ -79,13 +79,17 @@ const LATEST = CNI_VERSIONS[CNI_VERSIONS.length - 1];
  * newer runtime's to use); else cniVersion. null when a problem was pushed.
  */
 function chosenVersion(r: Record<string, unknown>, problems: string[]): string | null {
+  const refuse = (problem: string): null => {
+    problems.push(problem);
+    return null;
+  };
   const one = r.cniVersion;
-  if (one !== undefined && typeof one !== 'string') return void problems.push(`cniVersion ${JSON.stringify(one)} is not a version string`), null;
+  if (one !== undefined && typeof one !== 'string') return refuse(`cniVersion ${JSON.stringify(one)} is not a version string`);
   const list = r.cniVersions;
-  if (list === undefined) return one === undefined ? (problems.push('cniVersion is missing (and there is no cniVersions)'), null) : one;
-  if (!Array.isArray(list) || list.length > 32 || list.some((v) => typeof v !== 'string' || !SEMVER.test(v))) return void problems.push('cniVersions must list versions like "1.1.0"'), null;
+  if (list === undefined) return one === undefined ? refuse('cniVersion is missing (and there is no cniVersions)') : one;
+  if (!Array.isArray(list) || list.length > 32 || list.some((v) => typeof v !== 'string' || !SEMVER.test(v))) return refuse('cniVersions must list versions like "1.1.0"');
   const candidates = [...(list as string[]), ...(one && SEMVER.test(one) ? [one] : [])].filter((v) => versionAtLeast(LATEST, v));
-  if (!candidates.length) return void problems.push(`cniVersions ${JSON.stringify(list)} and cniVersion name no version up to ${LATEST}`), null;
+  if (!candidates.length) return refuse(`cniVersions ${JSON.stringify(list)} and cniVersion name no version up to ${LATEST}`);
   return candidates.reduce((a, b) => (versionAtLeast(a, b) ? a : b));
 }
 
