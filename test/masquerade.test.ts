@@ -36,12 +36,15 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
   /** The source address a UDP datagram from the pod arrives with at `to` in the outside netns. */
   async function sourceSeenAt(podNetns: string, to: string): Promise<string> {
     const port = 9000 + Math.floor(Math.random() * 1000);
-    const server = spawn('ip', ['netns', 'exec', outside, process.execPath, '-e', `const s=require('dgram').createSocket('udp4');s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},'${to}',()=>process.stdout.write('ready\\n'));setTimeout(()=>process.exit(1),10000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const server = spawn('ip', ['netns', 'exec', outside, process.execPath, '-e', `const s=require('dgram').createSocket('udp4');s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},'${to}',()=>process.stdout.write('ready\\n'));setTimeout(()=>process.exit(1),30000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     server.stdout.on('data', (b) => (out += b));
+    const exited = once(server, 'exit');
     try {
-      while (!out.includes('ready')) await once(server.stdout, 'data');
-      for (let i = 0; i < 20 && !/ready\n\S/.test(out); i++) {
+      while (!out.includes('ready')) {
+        if (await Promise.race([once(server.stdout, 'data').then(() => false), exited.then(() => true)])) throw new Error(`the UDP listener at ${to} exited before it was ready`);
+      }
+      for (let i = 0; i < 100 && !/ready\n\S/.test(out); i++) {
         inNetns(podNetns, 'bash', ['-c', `echo hi > /dev/udp/${to}/${port}`]);
         await new Promise((r) => setTimeout(r, 100));
       }
