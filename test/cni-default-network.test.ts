@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { Client } from '../plugin/client/clients';
 import { cni } from './helpers/cni-exec';
 import { rejectsWith } from './helpers/expect';
-import { inNetns, ping, RUN, sh } from './helpers/sh';
+import { inNetns, netnsLinks, ping, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { knictl } from './helpers/knictl';
 import { installTestPlugin } from './helpers/test-plugins';
@@ -41,7 +41,7 @@ describe('a CNI conflist as the default network', () => {
       ],
     }));
     installTestPlugin(`${dir}/bin`, 'kni-test-record', 'record-cni');
-    d = await TestDaemon.start({ defaultNetwork: { cni: conflistFile, binDirs: ['/usr/lib/cni', `${dir}/bin`] }, cni: { confDir: '', binDir: '' } });
+    d = await TestDaemon.start({ defaultNetwork: { cni: conflistFile, binDirs: ['/usr/lib/cni', `${dir}/bin`] }, cni: { confDir: '', binDir: '' }, vmTap: true });
     rt = d.rt();
   });
   after(() => {
@@ -101,6 +101,20 @@ describe('a CNI conflist as the default network', () => {
       assert.equal(cni('DEL', env, conf).code, 0);
     }
     assert.deepEqual(dnat(), [], 'portmap DEL did not run with the mappings');
+  });
+
+  it('a vm sandbox (vmTap) gets its tap on the plugins\' eth0, as on kni\'s own network; a container none', async () => {
+    const netns = d.makePodNetns('cd-vm');
+    const p = await rt.Attach({ sandbox_id: 'cd-vm', netns_path: netns, runtime_handler: 'kata' });
+    assert.deepEqual([p.kind, p.interfaces[0].vm_tap], ['vm', 'tap0_kni']);
+    assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo', 'tap0_kni']);
+    // The redirect is in place on the plugins' veth end, both ways.
+    assert.match(inNetns(netns, 'tc', ['filter', 'show', 'dev', 'eth0', 'ingress']).out, /mirred \(Egress Redirect to device tap0_kni\)/);
+    await rt.Detach({ sandbox_id: 'cd-vm' });
+    assert.deepEqual(netnsLinks(netns), ['lo']);
+    const ct = d.makePodNetns('cd-ct');
+    assert.equal((await rt.Attach({ sandbox_id: 'cd-ct', netns_path: ct })).interfaces[0].vm_tap, '');
+    await rt.Detach({ sandbox_id: 'cd-ct' });
   });
 
   it('kni killed: the detach after the restart runs DEL through the chain with the cached result and leaves nothing', async () => {

@@ -1,14 +1,17 @@
 // VM sandboxes (Kata and other VMMs) through the same attach path as containers.
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { rejectsWith } from './helpers/expect';
 import { cni } from './helpers/cni-exec';
-import { inNetns, netnsLinks, ping } from './helpers/sh';
+import { inNetns, netnsLinks, ping, RUN } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 import * as grpc from '@grpc/grpc-js';
+
+const NETWORKS = 'k8s.v1.cni.cncf.io/networks';
 
 
 describe('VM sandboxes: Kata-compatible by default', () => {
@@ -59,13 +62,32 @@ describe('VM sandboxes: Kata-compatible by default', () => {
 describe('VM sandboxes: vmTap for other VMMs', () => {
   let d: TestDaemon;
   let guest: ChildProcess | undefined;
+  // A secondary network (Debian's bridge plugin) a VM pod selects: its interface gets a tap too.
+  const netsDir = `/tmp/${RUN}-vmnets`;
   before(async () => {
-    d = await TestDaemon.start({ vmTap: true, runtimeHandlers: { 'my-vmm': 'vm' }, bridge: 'knivm', ranges: ['10.95.0.0/24'] });
+    fs.mkdirSync(netsDir, { recursive: true });
+    fs.writeFileSync(`${netsDir}/vm-sec.conf`, JSON.stringify({ cniVersion: '1.0.0', name: 'vm-sec', type: 'bridge', bridge: `${RUN.slice(0, 9)}vs`, ipam: { type: 'host-local', ranges: [[{ subnet: '10.96.0.0/24' }]] } }));
+    d = await TestDaemon.start({ vmTap: true, runtimeHandlers: { 'my-vmm': 'vm' }, bridge: 'knivm', ranges: ['10.95.0.0/24'], networks: { dir: netsDir }, defaultNetwork: { binDirs: ['/usr/lib/cni'] } });
   });
   after(() => {
     guest?.kill('SIGKILL');
     d?.cleanup();
+    fs.rmSync(netsDir, { recursive: true, force: true });
   });
+
+  /** A guest on `tap` answering ARP and ping for ip as mac, from inside the VM sandbox's netns. */
+  async function startGuest(netns: string, tap: string, ip: string, mac: string): Promise<() => string> {
+    guest = spawn('nsenter', [`--net=${netns}`, process.execPath, path.join(packageRoot(), 'dist/test/helpers/tap-guest.js'), tap, ip, mac], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      guest!.stdout!.on('data', (b) => {
+        out += b;
+        if (out.includes('ready')) resolve();
+      });
+      guest!.once('exit', (c) => reject(new Error(`tap guest exited with ${c}`)));
+    });
+    return () => out;
+  }
 
   it('reports what a VMM needs, and packets flow through the tap to a guest and back', async () => {
     const vmNetns = d.makePodNetns('vm-a');
@@ -85,26 +107,50 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     // No guest yet: the veth's ingress goes to the tap, so the pod's kernel does not answer.
     assert.equal(ping(other, ip), false, 'the pod kernel answered: frames did not go to the tap');
 
-    guest = spawn('nsenter', [`--net=${vmNetns}`, process.execPath, path.join(packageRoot(), 'dist/test/helpers/tap-guest.js'), itf.vm_tap, ip, itf.mac], { stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    await new Promise<void>((resolve, reject) => {
-      guest!.stdout!.on('data', (b) => {
-        out += b;
-        if (out.includes('ready')) resolve();
-      });
-      guest!.once('exit', (c) => reject(new Error(`tap guest exited with ${c}`)));
-    });
+    const out = await startGuest(vmNetns, itf.vm_tap, ip, itf.mac);
     // The unanswered ping left an ARP entry that would fail (and drop) the next packet: start over.
     inNetns(other, 'ip', ['neigh', 'flush', 'dev', 'eth0']);
     assert.ok(ping(other, ip), 'no echo reply from the guest');
-    await waitFor(() => /icmp 1/.test(out), 20_000, () => `the guest did not see the echo request: ${out}`);
-    guest.kill('SIGKILL');
+    await waitFor(() => /icmp 1/.test(out()), 20_000, () => `the guest did not see the echo request: ${out()}`);
+    guest!.kill('SIGKILL');
     guest = undefined;
 
     await d.rt().Detach({ sandbox_id: 'vm-a' });
     assert.deepEqual(netnsLinks(vmNetns), ['lo'], 'tap or veth left behind');
     assert.equal(d.nodeLinks().filter((l) => /^kni[0-9a-f]{12}$/.test(l)).length, 1);
     await d.rt().Detach({ sandbox_id: 'ct-b' });
+  });
+
+  it('every interface of a vm sandbox gets its tap, whatever network wires it: a selected network\'s net1 gets tap1_kni, a guest answers on it, and each goes with its interface', async () => {
+    const vmNetns = d.makePodNetns('vm-n');
+    const vm = await d.rt().Attach({ sandbox_id: 'vm-n', netns_path: vmNetns, runtime_handler: 'my-vmm', annotations: { [NETWORKS]: 'vm-sec' } });
+    const ctNetns = d.makePodNetns('ct-n');
+    await d.rt().Attach({ sandbox_id: 'ct-n', netns_path: ctNetns, annotations: { [NETWORKS]: 'vm-sec' } });
+    try {
+      assert.deepEqual(vm.interfaces.map((i: any) => [i.name, i.vm_tap]), [['eth0', 'tap0_kni'], ['net1', 'tap1_kni']]);
+      assert.deepEqual(netnsLinks(vmNetns).sort(), ['eth0', 'lo', 'net1', 'tap0_kni', 'tap1_kni']);
+      assert.deepEqual(netnsLinks(ctNetns).sort(), ['eth0', 'lo', 'net1']);
+      const net1 = vm.interfaces[1];
+      const ip = net1.addresses[0].address;
+      assert.match(ip, /^10\.96\.0\./);
+      // The bridge plugin's veth end redirects to the tap: the pod's kernel does not answer.
+      assert.equal(ping(ctNetns, ip), false, 'the pod kernel answered: frames did not go to tap1_kni');
+      const out = await startGuest(vmNetns, 'tap1_kni', ip, net1.mac);
+      inNetns(ctNetns, 'ip', ['neigh', 'flush', 'dev', 'net1']);
+      assert.ok(ping(ctNetns, ip), 'no echo reply from the guest on tap1_kni');
+      await waitFor(() => /icmp 1/.test(out()), 20_000, () => `the guest did not see the echo request: ${out()}`);
+      guest!.kill('SIGKILL');
+      guest = undefined;
+      // A network added to the running VM takes the next tap; removed, its tap goes with it.
+      const more = await d.rt().AttachNetwork({ sandbox_id: 'vm-n', network: 'vm-sec', interface_name: 'net2' });
+      assert.equal(more.interfaces.find((i: any) => i.name === 'net2').vm_tap, 'tap2_kni');
+      await d.rt().DetachNetwork({ sandbox_id: 'vm-n', interface_name: 'net1' });
+      assert.deepEqual(netnsLinks(vmNetns).sort(), ['eth0', 'lo', 'net2', 'tap0_kni', 'tap2_kni']);
+      await d.rt().Detach({ sandbox_id: 'vm-n' });
+      assert.deepEqual(netnsLinks(vmNetns), ['lo'], 'a tap or an interface left behind');
+    } finally {
+      await d.rt().Detach({ sandbox_id: 'ct-n' });
+    }
   });
 
   it('a container sandbox on the same node gets no tap', async () => {

@@ -7,11 +7,11 @@ import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-ba
 import { hostVethName } from './runtime-types';
 import { checkRecord } from './sandbox-check';
 import { unwireInterface, wireInterface } from './sandbox-wiring';
+import { assignTap } from './vm-tap';
 import { bitsOf } from '../ipam/ip';
 import { NetnsHandle } from '../netns/open-netns';
 import { tracingEnabled, withSpan } from '../observe/tracing';
 import { podMac } from '../pod/pod-wiring';
-import { tapName } from '../pod/vm-wiring';
 import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
@@ -44,7 +44,7 @@ export class BuiltInBackend implements NetworkBackend {
       itf.addresses = addresses.map((a) => ({ ...a, prefixLength: bitsOf(a.family) }));
     } else itf.addresses = addresses;
     // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
-    if (rec.kind === 'vm' && this.rt.cfg.vmTap && !itf.network) itf.tap = tapName(0);
+    assignTap(this.rt.cfg.vmTap, rec, itf);
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {

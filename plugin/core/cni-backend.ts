@@ -4,12 +4,15 @@
 import path from 'node:path';
 import { KniError } from './errors';
 import { log } from './log';
-import type { AttachmentRequest, NetworkBackend } from './network-backend';
+import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
+import type { Config } from './config';
+import { assignTap, unwireTap, wireTap } from './vm-tap';
 import { CniNetwork, CniRuntime } from '../cni/cni-network';
 import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, makeDeviceInfoDir, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
 import { CniPluginError } from '../cni/plugin-exec';
 import { familyOf, formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
+import { NetnsHandle } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { DnsSettings, InterfaceRecord, SandboxRecord } from '../store/records';
 
@@ -80,19 +83,27 @@ export function cniError(e: unknown, network: string, sandboxId: string): KniErr
 export class CniBackend implements NetworkBackend {
   readonly kind = 'cni';
 
-  /** deviceInfoDir: where device information files are (for attachments with a device). */
-  constructor(readonly network: CniNetwork, private readonly displayName = network.name, private readonly deviceInfoDir = '') {}
+  /**
+   * deviceInfoDir: where device information files are (for attachments with a device); cfg: the
+   * daemon's config as it is now (vmTap changes live).
+   */
+  constructor(readonly network: CniNetwork, private readonly displayName = network.name, private readonly opts: { deviceInfoDir?: string; cfg?: Pick<Config, 'vmTap'> } = {}) {}
+
+  private get deviceInfoDir(): string {
+    return this.opts.deviceInfoDir ?? '';
+  }
 
   get name(): string {
     return this.displayName;
   }
 
-  reserve(_rec: SandboxRecord, itf: InterfaceRecord): void {
+  reserve(rec: SandboxRecord, itf: InterfaceRecord): void {
     itf.backend = 'cni';
     itf.cniName = this.network.name;
+    assignTap(this.opts.cfg?.vmTap ?? false, rec, itf);
   }
 
-  async attach(rec: SandboxRecord, itf: InterfaceRecord, _ns: unknown, req: AttachmentRequest): Promise<void> {
+  async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, req: AttachmentRequest): Promise<void> {
     const rt = cniRuntimeOf(rec, itf.name, req);
     // As Multus: the device plugin's information on the device, as the attachment's own file.
     const infoFile = req.device && this.deviceInfoDir ? cniDeviceInfoPath(this.deviceInfoDir, this.displayName, rec.id, itf.name) : '';
@@ -115,10 +126,13 @@ export class CniBackend implements NetworkBackend {
     }
     const info = infoFile ? readDeviceInfo(infoFile) : undefined;
     if (info) itf.deviceInfo = info;
+    // A vm sandbox's tap joins whatever the plugins made (a veth end, a macvlan, a VF).
+    if (itf.tap) wireTap(itf, ns);
   }
 
-  /** The plugins' DEL, whatever the mode: what they made is theirs to undo, now. */
-  async detach(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+  /** The plugins' DEL, whatever the mode: what they made is theirs to undo, now (a vm sandbox's tap first, unless its netns goes). */
+  async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
+    if (itf.tap && mode === 'now') unwireTap(rec, itf.tap);
     // CNI_ARGS and capability args come from ADD's cache entry, the device information file too.
     const infoFile = this.network.cachedCapability(rec.id, itf.name, 'CNIDeviceInfoFile');
     await withSpan('cni.del', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.del({ containerId: rec.id, netns: rec.netnsPath, ifName: itf.name }));

@@ -96,7 +96,7 @@ export class NetworkRuntime {
     this.ipam = new Ipam(cfg.ranges);
     this.cniCache = new CniResultCache(path.join(stateDir, 'cni-results'));
     if (cfg.defaultNetwork.cni) this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
-    this.defaultBackend = this.cni ? new CniBackend(this.cni) : this.builtin;
+    this.defaultBackend = this.cni ? new CniBackend(this.cni, undefined, { cfg }) : this.builtin;
     this.networks = new NetworkDefinitions(path.join(stateDir, 'cni-ipam'));
     this.extensions = new ExtensionRegistry(path.join(stateDir, 'extensions'), cfg.extensions.required, () => this.node.extensionsChanged());
   }

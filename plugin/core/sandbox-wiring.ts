@@ -5,14 +5,14 @@ import { KniError, invalid } from './errors';
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { DetachMode, isBuiltIn } from './network-backend';
+import { unwireTap, wireTap } from './vm-tap';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { ifbName, removeIfb, shapePod } from '../pod/bandwidth';
-import { NotANetnsError, socketInNetns } from '../netns/netns';
-import { inRecordedNetns, NetnsHandle } from '../netns/open-netns';
+import { NotANetnsError } from '../netns/netns';
+import { NetnsHandle } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from '../pod/pod-wiring';
 import { vacatePodEnd } from '../pod/pod-end-vacate';
-import { unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
 import type { WiringPool } from '../pod/wiring-pool';
@@ -59,14 +59,7 @@ async function bridgeReplaced(rt: NetworkRuntime): Promise<boolean> {
 function shape(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
   // The pod's limits apply to its default-network interface.
   if (rec.bandwidth && !itf.network) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, itf.hostVeth, rec.bandwidth!));
-  if (itf.tap) {
-    const pod = socketInNetns(ns.fd);
-    try {
-      withSpan('vm.tap', { 'kni.tap': itf.tap }, () => wireVmTap(pod, ns.fd, itf.name, itf.tap!));
-    } finally {
-      pod.close();
-    }
-  }
+  if (itf.tap) wireTap(itf, ns);
 }
 
 /**
@@ -103,15 +96,6 @@ export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: Ne
 
 export async function unwireSandbox(rec: SandboxRecord): Promise<void> {
   for (const itf of rec.interfaces.filter(isBuiltIn)) await unwireInterface(rec, itf);
-}
-
-/** Deletes a vm sandbox's tap, only in the netns it was wired in; one gone took it along. */
-function unwireTap(rec: SandboxRecord, tap: string): void {
-  try {
-    inRecordedNetns(rec.netnsPath, rec.netnsInode, (pod) => unwireVmTap(pod, tap));
-  } catch (e) {
-    if (!(e instanceof NotANetnsError)) throw e;
-  }
 }
 
 /** A kernel or netns failure of a sandbox as the KniError its caller answers with. */
