@@ -7,6 +7,7 @@ import { once } from 'node:events';
 import { Client } from '../plugin/client/clients';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { knictl } from './helpers/knictl';
 import { TestDaemon } from './helpers/test-daemon';
 
 describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
@@ -66,6 +67,11 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
     ]);
     // Reconcile reads the chain as written: no drift.
     assert.deepEqual((await rt.Reconcile({})).findings, []);
+    // The one place an operator looks says so.
+    const node = (await rt.GetNode({})).networks[0];
+    assert.deepEqual([node.masquerade, node.non_masquerade_cidrs], [true, ['192.0.2.0/24', '203.0.113.7/32']]);
+    const shown = knictl('--socket', d.socket, 'node');
+    assert.match(shown.stdout, /masquerade \(\S+\): on, but to the cluster's pod CIDRs and 192\.0\.2\.0\/24, 203\.0\.113\.7\/32\n/, shown.stdout + shown.stderr);
     await rt.Detach({ sandbox_id: 'masq' });
   });
 

@@ -259,6 +259,8 @@ export class NodeLifecycle {
       mtu: this.mtu,
       ranges: this.rt.cfg.ranges.map((c) => c.text),
       gateways: this.rt.ipam.gateways().map((g) => `${g.text}/${g.prefixLength}`),
+      masquerade: this.rt.cfg.masquerade,
+      nonMasqueradeCidrs: this.rt.cfg.nonMasqueradeCIDRs.map((c) => c.text),
       warnings: [...this.warnings.values()],
       repairs: [...this.recent],
     };

@@ -42,6 +42,8 @@ export interface NodeStatus {
   mtu: number;
   ranges: string[];
   gateways: string[];
+  masquerade: boolean;
+  nonMasqueradeCidrs: string[];
   /** node-lifecycle.ts warn(): what on the node works against the pods' networking. */
   warnings: string[];
   /** What was last found undone on the node and put back, newest last (NodeLifecycle.recordRepair). */
