@@ -129,7 +129,11 @@ async function main(): Promise<void> {
   if (!nads) checkEveryPod();
   const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
   podNetworks?.start();
-  registerRuntimeGauges({ podCount: () => rt.podCount(), ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })) });
+  registerRuntimeGauges({
+    podCount: () => rt.podCount(),
+    ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })),
+    interfacesByNetwork: () => rt.interfacesByNetwork(),
+  });
   if (cfg.cri.socket) {
     // Before serving: no attach can be in flight, so the runtime's list is complete.
     await reconcileWithCri(rt, cfg.cri.socket, 0);

@@ -46,7 +46,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     write('broken.conf', '{"cniVersion": "1.0.0", "name": "broken", "type": ');
     write('dev-net.conf', { cniVersion: '1.0.0', name: 'dev-net', type: 'kni-test-device', capabilities: { deviceID: true, infinibandGUID: true, CNIDeviceInfoFile: true }, logFile: deviceLog });
     installTestPlugin(bin, 'kni-test-device', 'device-cni');
-    d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } });
+    d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {
       sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', l, 'type', 'veth', 'peer', 'name', `${l}p`]);
@@ -58,6 +58,12 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     d?.cleanup();
     for (const p of [dir, bin, deviceLog, `${dir}-devinfo`]) fs.rmSync(p, { recursive: true, force: true });
   });
+
+  /** A series of the daemon's metrics (0 when it has none). */
+  const metric = (series: string): number => {
+    const text = inNetns(d.nodeNetns, 'curl', ['-s', 'http://127.0.0.1:9273/metrics']).out;
+    return Number(text.split('\n').find((l) => l.startsWith(`${series} `))?.split(' ')[1] ?? 0);
+  };
 
   async function attach(id: string, networks?: string) {
     const netns = d.makePodNetns(id);
@@ -82,6 +88,9 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.ok(ping(a.netns, b.pod.interfaces[0].addresses[0].address), 'the default network broke');
     assert.match(inNetns(a.netns, 'ip', ['route', 'show', 'default']).out, /dev eth0/);
     assert.deepEqual((await rt.Check({ sandbox_id: 'mn-a' })).problems, []);
+    // Per network, for an operator's dashboards: interfaces now, and the plugins' ADDs.
+    for (const network of ['kni', 'default/macvlan-static', 'team/macvlan-hl', 'default/bridge-net']) assert.equal(metric(`kni_network_interfaces{network="${network}"}`), 2, network);
+    assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
     assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'team/macvlan-hl']);
@@ -115,6 +124,10 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     await rejectsWith(req('bridge-net, nope@n2'), grpc.status.NOT_FOUND, /network default\/nope: no NetworkAttachmentDefinition/);
     await rejectsWith(req('broken'), grpc.status.FAILED_PRECONDITION, /network default\/broken: its definition is invalid: .*not JSON/);
     await rejectsWith(req('bridge-net@eth0'), grpc.status.INVALID_ARGUMENT, /interface eth0 is used twice/);
+    // Each plugin failure counted against its network (the ADDs before it, undone, as ok).
+    assert.equal(metric('kni_network_attachments_total{network="default/macvlan-static",result="error"}'), 1);
+    assert.equal(metric('kni_network_attachments_total{network="default/ipvlan-hl",result="error"}'), 1);
+    assert.ok(metric('kni_network_attachments_total{network="default/bridge-net",result="ok"}') >= 2);
     await rejectsWith(req('[{"name":"bridge-net","ipam-claim-reference":"x"}]'), grpc.status.INVALID_ARGUMENT, /does not support "ipam-claim-reference"/);
     await rejectsWith(req('[{"name":"bridge-net","infiniband-guid":"x"}]'), grpc.status.INVALID_ARGUMENT, /infiniband-guid must be eight hex pairs/);
     assert.deepEqual(netnsLinks(netns), ['lo']);

@@ -92,6 +92,7 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_errors_total{entry_point="kni",operation="attach",code="INVALID_ARGUMENT"}'), 1);
     assert.equal(sample(m, 'kni_rpc_errors_total{service="kni.runtime.v1.NetworkRuntime",method="Attach",code="INVALID_ARGUMENT"}'), 1);
     assert.equal(sample(m, 'kni_pods_attached'), 2);
+    assert.equal(sample(m, 'kni_network_interfaces{network="kni"}'), 2);
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="used"}'), 2);
     assert.equal(sample(m, 'kni_ipam_addresses{range="10.96.0.0/24",state="free"}'), 251);
     assert.equal(sample(m, 'kni_nri_connected'), 0);
@@ -113,6 +114,7 @@ describe('observability', () => {
     assert.equal(sample(m, 'kni_detach_duration_seconds_count{entry_point="gc"}'), 1);
     assert.equal(sample(m, 'kni_detach_duration_seconds_count{entry_point="kni"}'), 1);
     assert.equal(sample(m, 'kni_pods_attached'), 0);
+    assert.doesNotMatch(m, /^kni_network_interfaces\{/m, 'a series for a network no pod uses');
     assert.match(scrape('/other'), /^served here: GET \/metrics, \/livez, \/readyz\n\n404$/);
   });
 

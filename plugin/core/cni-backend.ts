@@ -13,6 +13,7 @@ import { CniPluginError } from '../cni/plugin-exec';
 import { familyOf, formatIp } from '../ipam/ip';
 import { AllocatedAddress } from '../ipam/ipam';
 import { NetnsHandle } from '../netns/open-netns';
+import { networkAttachments } from '../observe/metrics';
 import { withSpan } from '../observe/tracing';
 import { DnsSettings, InterfaceRecord, SandboxRecord } from '../store/records';
 
@@ -121,9 +122,11 @@ export class CniBackend implements NetworkBackend {
       const result = await withSpan('cni.add', { 'kni.cni.network': this.network.name, 'kni.interface': itf.name }, () => this.network.add(rt));
       fillFromResult(itf, result, this.network.name);
     } catch (e) {
+      networkAttachments.inc({ network: this.displayName, result: 'error' });
       if (infoFile) removeDeviceInfo(infoFile);
       throw cniError(e, this.displayName, rec.id);
     }
+    networkAttachments.inc({ network: this.displayName, result: 'ok' });
     const info = infoFile ? readDeviceInfo(infoFile) : undefined;
     if (info) itf.deviceInfo = info;
     // A vm sandbox's tap joins whatever the plugins made (a veth end, a macvlan, a VF).

@@ -31,7 +31,7 @@ import { loadCniNetwork } from '../cni/load-network';
 import { cniIpamStatus } from '../cni/cni-ipam-status';
 import { EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
-import { NetworkBackend } from './network-backend';
+import { definitionOf, NetworkBackend } from './network-backend';
 import { BuiltInBackend } from './builtin-backend';
 import { CniBackend } from './cni-backend';
 import { attachSandbox } from './sandbox-attach';
@@ -316,6 +316,19 @@ export class NetworkRuntime {
 
   list(): SandboxRecord[] {
     return [...this.sandboxes.values()].filter((r) => r.phase === 'attached');
+  }
+
+  /** Pod interfaces by their network's name as network-status gives it (kni_network_interfaces). */
+  interfacesByNetwork(): Map<string, number> {
+    const out = new Map<string, number>();
+    for (const r of this.list()) {
+      for (const i of r.interfaces) {
+        if (i.adding || i.removing) continue;
+        const network = definitionOf(i) || this.defaultBackend.name;
+        out.set(network, (out.get(network) ?? 0) + 1);
+      }
+    }
+    return out;
   }
 
   /** kni's ranges; with a CNI default network, the host-local ranges its config names. */

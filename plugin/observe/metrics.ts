@@ -178,14 +178,23 @@ export const extensionSeconds = new prom.Histogram({
   registers: [registry],
 });
 
+export const networkAttachments = new prom.Counter({
+  name: 'kni_network_attachments_total',
+  help: "Interfaces a CNI network's plugins were asked to add (the default network's conflist, a NetworkAttachmentDefinition, a networks.dir file), by network and result (ok, error)",
+  labelNames: ['network', 'result'] as const,
+  registers: [registry],
+});
+
 export interface RuntimeView {
   podCount(): number;
   ipamStatus(): { range: string; size: number; used: number; free: number }[];
+  /** Pod interfaces by the network that made them (its network-status name). */
+  interfacesByNetwork(): Map<string, number>;
 }
 
 /** Gauges read from the runtime when scraped (never stale, nothing to keep in step). */
 export function registerRuntimeGauges(view: RuntimeView): void {
-  for (const name of ['kni_pods_attached', 'kni_ipam_addresses']) registry.removeSingleMetric(name);
+  for (const name of ['kni_pods_attached', 'kni_ipam_addresses', 'kni_network_interfaces']) registry.removeSingleMetric(name);
   new prom.Gauge({
     name: 'kni_pods_attached',
     help: 'Sandboxes attached on this node',
@@ -204,6 +213,17 @@ export function registerRuntimeGauges(view: RuntimeView): void {
         this.set({ range: r.range, state: 'used' }, r.used);
         this.set({ range: r.range, state: 'free' }, r.free);
       }
+    },
+  });
+  new prom.Gauge({
+    name: 'kni_network_interfaces',
+    help: "Pod interfaces on this node by network, as network-status names it (kni's own network, a CNI default network's name, namespace/name of a definition)",
+    labelNames: ['network'] as const,
+    registers: [registry],
+    collect() {
+      // A network no pod uses any more is no series, not a stale one.
+      this.reset();
+      for (const [network, n] of view.interfacesByNetwork()) this.set({ network }, n);
     },
   });
 }
