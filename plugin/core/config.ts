@@ -142,6 +142,8 @@ export interface Config {
    * pod CIDRs (ip-masq-agent's nonMasqueradeCIDRs): a network that routes back to the pods.
    */
   nonMasqueradeCIDRs: Cidr[];
+  /** FORWARD accepts what comes from or goes to the pod ranges (chain KNI-FWD, appended). */
+  allowPodForwarding: boolean;
   /** A netns from CreateNetwork that no attach claims within this time is released by GC. */
   unclaimedNetnsGraceSeconds: number;
   /** How often reconcile and the unclaimed-netns sweep run while serving. */
@@ -184,6 +186,7 @@ export const defaultConfig = (): Config => ({
   allowedNetnsRoots: [...DEFAULT_NETNS_ROOTS],
   masquerade: true,
   nonMasqueradeCIDRs: [],
+  allowPodForwarding: true,
   unclaimedNetnsGraceSeconds: 600,
   reconcileSeconds: 60,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
@@ -193,7 +196,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 
 export class ConfigError extends Error {}
 
@@ -264,6 +267,10 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   if (r.masquerade !== undefined) {
     if (typeof r.masquerade !== 'boolean') problems.push('masquerade must be true or false');
     else cfg.masquerade = r.masquerade;
+  }
+  if (r.allowPodForwarding !== undefined) {
+    if (typeof r.allowPodForwarding !== 'boolean') problems.push('allowPodForwarding must be true or false');
+    else cfg.allowPodForwarding = r.allowPodForwarding;
   }
   if (r.nonMasqueradeCIDRs !== undefined) {
     const list = r.nonMasqueradeCIDRs;

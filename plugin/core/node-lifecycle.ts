@@ -9,6 +9,7 @@ import type { NetworkRuntime, NodeStatus } from './network-runtime';
 import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
+import { removeForwardRules, syncForwardRules } from '../node/forward-rules';
 import { removeMasquerade, syncMasquerade, unmasqueraded } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
@@ -174,6 +175,13 @@ export class NodeLifecycle {
     if (key(cidrs) === key(this.peerCidrs)) return;
     this.peerCidrs = cidrs;
     if (this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
+  }
+
+  /** allowPodForwarding turned on or off live. */
+  async applyForwarding(): Promise<void> {
+    if (!this.rt.cfg.ranges.length) return;
+    if (this.rt.cfg.allowPodForwarding) await syncForwardRules(this.rt.cfg.ranges);
+    else await removeForwardRules(this.rt.cfg.ranges);
   }
 
   /** Masquerade turned on or off, or its nonMasqueradeCIDRs changed, live. */

@@ -11,7 +11,7 @@ import { KubeApi, recordEvent } from './kube-api';
 import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */
-export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'backend', 'vxlan', 'extensions'] as const;
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'backend', 'vxlan', 'extensions'] as const;
 
 // CIDRs compared as their text (their base is a bigint, which JSON does not write).
 type Comparable = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs'> & { ranges: string[]; nonMasqueradeCIDRs: string[] };
@@ -100,6 +100,10 @@ export class ConfigWatch {
           c.masquerade = next.masquerade;
           c.nonMasqueradeCIDRs = next.nonMasqueradeCIDRs;
           await this.rt.node.applyMasquerade().catch((e) => log('error', 'cannot apply masquerade', { error: (e as Error).message }));
+          break;
+        case 'allowPodForwarding':
+          c.allowPodForwarding = next.allowPodForwarding;
+          await this.rt.node.applyForwarding().catch((e) => log('error', 'cannot apply allowPodForwarding', { error: (e as Error).message }));
           break;
         case 'extensions':
           c.extensions = next.extensions;

@@ -5,7 +5,7 @@
 // Written only when a pod with port mappings comes or goes (and at node setup and reconcile
 // when any rule exists): a pod without port mappings costs no iptables call.
 import { Cidr, Family, familyOf } from '../ipam/ip';
-import { ensureNatRule, restoreNatChains } from './iptables';
+import { ensureRule, restoreChains } from './iptables';
 
 export const HOSTPORT_CHAIN = 'KNI-HOSTPORTS';
 export const HOSTPORT_SNAT_CHAIN = 'KNI-HOSTPORTS-SNAT';
@@ -53,9 +53,9 @@ export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: s
 export async function syncHostPorts(ranges: Cidr[], targets: HostPortTarget[]): Promise<void> {
   for (const f of [...new Set(ranges.map((c) => c.family))]) {
     const { dnat, snat } = hostPortRules(f, targets, ranges.filter((c) => c.family === f).map((c) => c.text));
-    await restoreNatChains(f, { [HOSTPORT_CHAIN]: dnat, [HOSTPORT_SNAT_CHAIN]: snat });
-    await ensureNatRule(f, 'PREROUTING', JUMP_LOCAL);
-    await ensureNatRule(f, 'OUTPUT', JUMP_LOCAL);
-    await ensureNatRule(f, 'POSTROUTING', JUMP_SNAT);
+    await restoreChains(f, 'nat', { [HOSTPORT_CHAIN]: dnat, [HOSTPORT_SNAT_CHAIN]: snat });
+    await ensureRule(f, 'nat', 'PREROUTING', JUMP_LOCAL);
+    await ensureRule(f, 'nat', 'OUTPUT', JUMP_LOCAL);
+    await ensureRule(f, 'nat', 'POSTROUTING', JUMP_SNAT);
   }
 }

@@ -55,11 +55,14 @@ export async function iptablesTool(f: Family): Promise<string> {
   return `${f === 4 ? 'iptables' : 'ip6tables'}${await chosen}`;
 }
 
-/** Whether a rule is in a nat chain (exit status 1, or 2 for a missing target chain: no). */
-export async function natRuleExists(f: Family, chain: string, rule: string[]): Promise<boolean> {
+/** The tables kni writes to: nat (masquerade, host ports) and filter (forwarding). */
+export type Table = 'nat' | 'filter';
+
+/** Whether a rule is in a chain (exit status 1, or 2 for a missing target chain: no). */
+export async function ruleExists(f: Family, table: Table, chain: string, rule: string[]): Promise<boolean> {
   const tool = await iptablesTool(f);
   try {
-    await run(tool, ['-w', '5', '-t', 'nat', '-C', chain, ...rule]);
+    await run(tool, ['-w', '5', '-t', table, '-C', chain, ...rule]);
     return true;
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`${tool} is not installed`);
@@ -67,11 +70,11 @@ export async function natRuleExists(f: Family, chain: string, rule: string[]): P
   }
 }
 
-/** A nat chain's rules as `iptables -S` prints them, less the `-A <chain> `; undefined: no such chain. */
-export async function natChainRules(f: Family, chain: string): Promise<string[] | undefined> {
+/** A chain's rules as `iptables -S` prints them, less the `-A <chain> `; undefined: no such chain. */
+export async function chainRules(f: Family, table: Table, chain: string): Promise<string[] | undefined> {
   const tool = await iptablesTool(f);
   try {
-    const { stdout } = await run(tool, ['-w', '5', '-t', 'nat', '-S', chain]);
+    const { stdout } = await run(tool, ['-w', '5', '-t', table, '-S', chain]);
     return stdout.split('\n').filter((l) => l.startsWith(`-A ${chain} `)).map((l) => l.slice(chain.length + 4));
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code === 'ENOENT') throw new Error(`${tool} is not installed`);
@@ -79,27 +82,34 @@ export async function natChainRules(f: Family, chain: string): Promise<string[] 
   }
 }
 
-/** Appends a rule to a nat chain unless it is there already. */
-export async function ensureNatRule(f: Family, chain: string, rule: string[]): Promise<void> {
-  if (await natRuleExists(f, chain, rule)) return;
+/** Appends a rule to a chain unless it is there already. */
+export async function ensureRule(f: Family, table: Table, chain: string, rule: string[]): Promise<void> {
+  if (await ruleExists(f, table, chain, rule)) return;
   const tool = await iptablesTool(f);
   try {
-    await run(tool, ['-w', '5', '-t', 'nat', '-A', chain, ...rule]);
+    await run(tool, ['-w', '5', '-t', table, '-A', chain, ...rule]);
   } catch (e) {
     throw new Error(`${tool} could not add a rule to ${chain}: ${stderrOf(e)}`);
   }
 }
 
-export async function deleteNatRule(f: Family, chain: string, rule: string[]): Promise<void> {
-  await run(await iptablesTool(f), ['-w', '5', '-t', 'nat', '-D', chain, ...rule]).catch(() => undefined);
+export async function deleteRule(f: Family, table: Table, chain: string, rule: string[]): Promise<void> {
+  await run(await iptablesTool(f), ['-w', '5', '-t', table, '-D', chain, ...rule]).catch(() => undefined);
+}
+
+/** Deletes a chain of kni's (empty it first: the kernel refuses a chain with rules); gone already is fine. */
+export async function deleteChain(f: Family, table: Table, chain: string): Promise<void> {
+  const tool = await iptablesTool(f);
+  await run(tool, ['-w', '5', '-t', table, '-F', chain]).catch(() => undefined);
+  await run(tool, ['-w', '5', '-t', table, '-X', chain]).catch(() => undefined);
 }
 
 /**
- * Writes whole nat chains at once: iptables-restore --noflush flushes only the chains it
+ * Writes whole chains of a table at once: iptables-restore --noflush flushes only the chains it
  * declares, and applies the lot atomically.
  */
-export async function restoreNatChains(f: Family, chains: Record<string, string[][]>): Promise<void> {
-  const lines = ['*nat'];
+export async function restoreChains(f: Family, table: Table, chains: Record<string, string[][]>): Promise<void> {
+  const lines = [`*${table}`];
   for (const name of Object.keys(chains)) lines.push(`:${name} - [0:0]`);
   for (const [name, rules] of Object.entries(chains)) for (const r of rules) lines.push(['-A', name, ...r.map((a) => (/[\s"']/.test(a) ? `"${a.replace(/"/g, '\\"')}"` : a))].join(' '));
   lines.push('COMMIT', '');

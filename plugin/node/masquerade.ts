@@ -4,7 +4,7 @@
 // nonMasqueradeCIDRs, and masquerades the rest. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
-import { deleteNatRule, ensureNatRule, natChainRules, natRuleExists, restoreNatChains } from './iptables';
+import { chainRules, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
@@ -29,10 +29,10 @@ export async function syncMasquerade(ranges: Cidr[], clusterCidrs: Cidr[]): Prom
   for (const f of [4, 6] as Family[]) {
     const mine = ranges.filter((c) => c.family === f);
     if (!mine.length) continue;
-    await restoreNatChains(f, { [MASQ_CHAIN]: masqRules(f, clusterCidrs) });
+    await restoreChains(f, 'nat', { [MASQ_CHAIN]: masqRules(f, clusterCidrs) });
     for (const c of mine) {
-      if (await natRuleExists(f, 'POSTROUTING', oldRule(c))) await deleteNatRule(f, 'POSTROUTING', oldRule(c));
-      await ensureNatRule(f, 'POSTROUTING', jumpRule(c));
+      if (await ruleExists(f, 'nat', 'POSTROUTING', oldRule(c))) await deleteRule(f, 'nat', 'POSTROUTING', oldRule(c));
+      await ensureRule(f, 'nat', 'POSTROUTING', jumpRule(c));
     }
   }
 }
@@ -40,8 +40,8 @@ export async function syncMasquerade(ranges: Cidr[], clusterCidrs: Cidr[]): Prom
 /** Takes the rules for these ranges away (masquerade turned off, or the ranges changed). */
 export async function removeMasquerade(ranges: Cidr[]): Promise<void> {
   for (const c of ranges) {
-    await deleteNatRule(c.family, 'POSTROUTING', jumpRule(c));
-    await deleteNatRule(c.family, 'POSTROUTING', oldRule(c));
+    await deleteRule(c.family, 'nat', 'POSTROUTING', jumpRule(c));
+    await deleteRule(c.family, 'nat', 'POSTROUTING', oldRule(c));
   }
 }
 
@@ -55,11 +55,11 @@ export async function masqueradeDrift(ranges: Cidr[], clusterCidrs: Cidr[]): Pro
   for (const f of [4, 6] as Family[]) {
     const mine = ranges.filter((c) => c.family === f);
     if (!mine.length) continue;
-    const have = await natChainRules(f, MASQ_CHAIN);
+    const have = await chainRules(f, 'nat', MASQ_CHAIN);
     const want = masqRules(f, clusterCidrs).map((r) => r.join(' '));
     if (!have) out.push(`IPv${f} nat chain ${MASQ_CHAIN} is missing`);
     else if (have.join('\n') !== want.join('\n')) out.push(`IPv${f} nat chain ${MASQ_CHAIN} was changed (${have.length} rules; kni wrote ${want.length})`);
-    for (const c of mine) if (!(await natRuleExists(f, 'POSTROUTING', jumpRule(c)))) out.push(`the POSTROUTING rule sending ${c.text} to ${MASQ_CHAIN} is missing`);
+    for (const c of mine) if (!(await ruleExists(f, 'nat', 'POSTROUTING', jumpRule(c)))) out.push(`the POSTROUTING rule sending ${c.text} to ${MASQ_CHAIN} is missing`);
   }
   return out;
 }

@@ -10,6 +10,7 @@ import { addrAdd, addrList } from '../netlink/addr';
 import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByIndex, linkByName, linkSetUp } from '../netlink/link';
 import { routeList, RTPROT_RA } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
+import { forwardDrift, removeForwardRules, syncForwardRules } from './forward-rules';
 import { masqueradeDrift, removeMasquerade, syncMasquerade, unmasqueraded } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
@@ -51,6 +52,8 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
   }
   if (cfg.masquerade) await syncMasquerade(cfg.ranges, unmasqueraded(cfg, peerCidrs));
   else await removeMasquerade(cfg.ranges);
+  if (cfg.allowPodForwarding) await syncForwardRules(cfg.ranges);
+  else await removeForwardRules(cfg.ranges);
   return br.index;
 }
 
@@ -80,8 +83,8 @@ function keepRouterAdvertisements(sock: NetlinkSocket): void {
  * What of setupNodeNetwork's work on an existing bridge is undone now: other agents and admins
  * change the node behind kni's back (a sysctl run or another network agent turning forwarding
  * off, a firewall reload flushing nat, `ip addr flush`), and pods lose their gateway or the
- * outside world without a word. One address dump, two sysctl reads, and (masquerading) a few
- * iptables processes: reconcile's, never a pod's.
+ * outside world without a word. One address dump, two sysctl reads, and (masquerading,
+ * accepting forwarded traffic) a few iptables processes: reconcile's, never a pod's.
  */
 export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: Ipam, bridgeIndex: number, peerCidrs: Cidr[]): Promise<string[]> {
   const out: string[] = [];
@@ -91,5 +94,6 @@ export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: I
     if (fs.readFileSync(FORWARDING[f], 'utf8').trim() !== '1') out.push(`${FORWARDING[f].slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
   }
   if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, unmasqueraded(cfg, peerCidrs))));
+  if (cfg.allowPodForwarding) out.push(...(await forwardDrift(cfg.ranges)));
   return out;
 }
