@@ -132,9 +132,15 @@ program
   .option('--ip <address...>', 'address(es) for the network\'s IPAM (IP or CIDR)')
   .option('--mac <mac>', 'MAC address of the new interface')
   .option('--default-route <gateway...>', "the pod's default route goes through this network")
+  .option('--device-id <id>', 'a device for the attachment (the deviceID capability, as a Multus selection\'s deviceID)')
+  .option('--infiniband-guid <guid>', 'an InfiniBand GUID for the attachment (the infinibandGUID capability)')
+  .option('--cni-args <json>', 'a JSON object given to every plugin as args.cni (as a Multus selection\'s cni-args)')
   .addOption(output())
   .action(async (ref, network, o) => {
-    const p = await withClient(async (c) => c.AttachNetwork({ sandbox_id: await sandboxOf(c, ref), network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [] }));
+    const p = await withClient(async (c) => c.AttachNetwork({
+      sandbox_id: await sandboxOf(c, ref), network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [],
+      device_id: o.deviceId ?? '', infiniband_guid: o.infinibandGuid ?? '', cni_args_json: o.cniArgs ?? '',
+    }));
     print(o.output, p, () => `${p.interfaces.map((i: any) => `${i.name}\t${i.network || 'default'}\t${i.addresses.map((a: any) => a.address).join(',')}`).join('\n')}\n`);
   });
 

@@ -186,6 +186,19 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       assert.deepEqual([add.cmd, add.deviceID, add.pciBusID, add.runtimeConfig.deviceID, add.runtimeConfig.infinibandGUID], ['ADD', undefined, undefined, dev, guid]);
       // No device plugin's file to copy: the path is the plugins' to write, as Multus gives it.
       assert.equal(add.runtimeConfig.CNIDeviceInfoFile, `${dir}-devinfo/cni/default-dev-net-mn-dev_ib0`);
+      // kni's AttachNetwork takes the same keys (knictl attach-network's flags): a second device
+      // added to the running pod; the first one is its first interface's alone.
+      const dev2 = `${RUN.slice(0, 9)}nic2`;
+      sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', dev2, 'type', 'veth', 'peer', 'name', `${dev2}p`]);
+      const cli = knictl('--socket', d.socket, 'attach-network', 'mn-dev', 'dev-net', '--interface', 'ib1', '--device-id', dev2, '--infiniband-guid', guid, '--cni-args', '{"tier":"fast"}', '-o', 'json');
+      assert.equal(cli.status, 0, cli.stderr);
+      assert.equal(JSON.parse(cli.stdout).interfaces.find((i: any) => i.name === 'ib1').device_id, dev2);
+      const add2 = JSON.parse(fs.readFileSync(deviceLog, 'utf8').trim().split('\n').at(-1)!);
+      assert.deepEqual([add2.ifName, add2.runtimeConfig.deviceID, add2.runtimeConfig.infinibandGUID], ['ib1', dev2, guid]);
+      // The cni-args are the plugins' args.cni, kept with the ADD for its DEL.
+      assert.deepEqual(JSON.parse(fs.readFileSync(`${d.stateDir}/cni-results/dev-net-mn-dev-ib1.json`, 'utf8')).cniArgs, { tier: 'fast' });
+      await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-dev', network: 'dev-net', interface_name: 'ib2', device_id: dev }), grpc.status.INVALID_ARGUMENT, new RegExp(`asks for device ${dev}, which ib0 of sandbox mn-dev already has`));
+      await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-dev', network: 'dev-net', cni_args_json: '[1]' }), grpc.status.INVALID_ARGUMENT, /cni_args_json must be a JSON object/);
       // The same device for a second attachment of the pod: refused by name, nothing left.
       const twice = JSON.stringify([{ name: 'dev-net', deviceID: dev }, { name: 'dev-net', deviceID: dev }]);
       const netns2 = d.makePodNetns('mn-dev2');
@@ -193,9 +206,10 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       assert.deepEqual(netnsLinks(netns2), ['lo']);
       await rt.Detach({ sandbox_id: 'mn-dev' });
       assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', dev]), new RegExp(mac), 'the device is not back on the node');
+      assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', dev2]), new RegExp(dev2), 'the second device is not back on the node');
       assert.deepEqual(netnsLinks(netns), ['lo']);
     } finally {
-      trySh('ip', ['-n', d.nodeNetnsName, 'link', 'del', dev]);
+      for (const l of [dev, `${RUN.slice(0, 9)}nic2`]) trySh('ip', ['-n', d.nodeNetnsName, 'link', 'del', l]);
     }
   });
 

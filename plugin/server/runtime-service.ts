@@ -15,6 +15,20 @@ import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
 /** An interface as kni's API answers it (GetPod, ListPods, Watch). */
+/** AttachNetwork's cni_args_json: a JSON object (checked further as a selection's cni-args are), or none. */
+function cniArgsOf(text: string | undefined): Record<string, unknown> | undefined {
+  if (!text) return undefined;
+  if (text.length > 65536) throw invalid('cni_args_json is longer than 64 KiB');
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (e) {
+    throw invalid(`cni_args_json is not JSON: ${(e as Error).message}`);
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid('cni_args_json must be a JSON object');
+  return v as Record<string, unknown>;
+}
+
 export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
   return {
     name: i.name,
@@ -130,8 +144,11 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     RegisterExtension: u('RegisterExtension', async (req: Record<string, unknown>) => extensionStatus(await rt.extensions.register(req))),
     UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(extensionName(req.name)) })),
     ListExtensions: u('ListExtensions', () => ({ extensions: rt.extensions.list().map(extensionStatus) })),
-    AttachNetwork: u('AttachNetwork', async (req: { sandbox_id: string; network: string; interface_name?: string; ips?: string[]; mac?: string; default_route?: string[] }) => {
-      await rt.attachNetwork(req.sandbox_id, { network: req.network, interface: req.interface_name || undefined, ips: req.ips, mac: req.mac || undefined, defaultRoute: req.default_route });
+    AttachNetwork: u('AttachNetwork', async (req: { sandbox_id: string; network: string; interface_name?: string; ips?: string[]; mac?: string; default_route?: string[]; infiniband_guid?: string; device_id?: string; cni_args_json?: string }) => {
+      await rt.attachNetwork(req.sandbox_id, {
+        network: req.network, interface: req.interface_name || undefined, ips: req.ips, mac: req.mac || undefined, defaultRoute: req.default_route,
+        infinibandGuid: req.infiniband_guid || undefined, deviceId: req.device_id || undefined, cniArgs: cniArgsOf(req.cni_args_json),
+      });
       return podNetwork(rt, rt.get(req.sandbox_id));
     }),
     DetachNetwork: u('DetachNetwork', async (req: { sandbox_id: string; interface_name: string }) => ({ removed: await rt.detachNetwork(req.sandbox_id, validate.interfaceName(req.interface_name)) })),
