@@ -153,6 +153,15 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     }
   });
 
+  it('a vm sandbox selecting two networks at start gets a tap for each, in order', async () => {
+    const netns = d.makePodNetns('vm-two');
+    const vm = await d.rt().Attach({ sandbox_id: 'vm-two', netns_path: netns, runtime_handler: 'my-vmm', annotations: { [NETWORKS]: 'vm-sec, vm-sec' } });
+    assert.deepEqual(vm.interfaces.map((i: any) => [i.name, i.vm_tap]), [['eth0', 'tap0_kni'], ['net1', 'tap1_kni'], ['net2', 'tap2_kni']]);
+    assert.deepEqual(netnsLinks(netns).sort(), ['eth0', 'lo', 'net1', 'net2', 'tap0_kni', 'tap1_kni', 'tap2_kni']);
+    await d.rt().Detach({ sandbox_id: 'vm-two' });
+    assert.deepEqual(netnsLinks(netns), ['lo']);
+  });
+
   it('a container sandbox on the same node gets no tap', async () => {
     const netns = d.makePodNetns('ct-c');
     const p = await d.rt().Attach({ sandbox_id: 'ct-c', netns_path: netns });

@@ -53,8 +53,9 @@ function reserveAll(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterfa
 
 /** Wires a new sandbox's planned interfaces and commits it; rec is 'attaching' with no interfaces yet. */
 export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[], ns: NetnsHandle): Promise<SandboxRecord> {
-  reserveAll(rt, rec, plan);
+  // Named on the record first, as addPlanned's are: a reserve sees what those before it took (vm taps).
   rec.interfaces = plan.map((p) => p.itf);
+  reserveAll(rt, rec, plan);
   try {
     withSpan('store.record', {}, () => rt.store.sandboxes.put(rec.id, rec)); // the addresses are on disk before anyone sees them
   } catch (e) {
