@@ -29,7 +29,7 @@ export function copyFromDevicePlugin(dir: string, resource: string, deviceId: st
     return false;
   }
   if (text.length > MAX_BYTES) return false;
-  fs.mkdirSync(path.dirname(to), { recursive: true, mode: 0o755 });
+  makeDeviceInfoDir(to);
   fs.writeFileSync(to, text, { mode: 0o444 });
   return true;
 }

@@ -90,10 +90,6 @@ export class CniBackend implements NetworkBackend {
    */
   constructor(readonly network: CniNetwork, private readonly displayName = network.name, private readonly opts: { deviceInfoDir?: string; cfg?: Pick<Config, 'vmTap'> } = {}) {}
 
-  private get deviceInfoDir(): string {
-    return this.opts.deviceInfoDir ?? '';
-  }
-
   get name(): string {
     return this.displayName;
   }
@@ -107,11 +103,12 @@ export class CniBackend implements NetworkBackend {
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, req: AttachmentRequest): Promise<void> {
     const rt = cniRuntimeOf(rec, itf.name, req);
     // As Multus: the device plugin's information on the device, as the attachment's own file.
-    const infoFile = req.device && this.deviceInfoDir ? cniDeviceInfoPath(this.deviceInfoDir, this.displayName, rec.id, itf.name) : '';
+    const dir = this.opts.deviceInfoDir;
+    const infoFile = req.device && dir ? cniDeviceInfoPath(dir, this.displayName, rec.id, itf.name) : '';
     if (infoFile) {
       try {
         // A device the pod named itself comes from no device plugin: the file is the plugins' to write.
-        if (req.device!.resource) copyFromDevicePlugin(this.deviceInfoDir, req.device!.resource, req.device!.id, infoFile);
+        if (req.device!.resource) copyFromDevicePlugin(dir!, req.device!.resource, req.device!.id, infoFile);
         else makeDeviceInfoDir(infoFile);
       } catch (e) {
         log('warn', 'cannot prepare the device information file for the plugins', { sandbox: rec.id, interface: itf.name, file: infoFile, error: (e as Error).message });
