@@ -61,9 +61,9 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
     const ip = pod.interfaces[0].addresses[0].address;
     assert.equal(await sourceSeenAt(netns, '192.0.2.10'), ip);
     assert.equal(await sourceSeenAt(netns, '198.51.100.10'), '198.51.100.1');
-    // The chain: the pod range and each network once, in the config's order, then MASQUERADE.
+    // The chain: multicast, the pod range and each network once, in the config's order, then MASQUERADE.
     assert.deepEqual(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'KNI-MASQ']).out.split('\n').filter((l) => l.startsWith('-A')), [
-      '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
+      '-A KNI-MASQ -d 224.0.0.0/4 -j RETURN', '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
     ]);
     // Reconcile reads the chain as written: no drift.
     assert.deepEqual((await rt.Reconcile({})).findings, []);
@@ -80,5 +80,37 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
     assert.throws(() => parseConfig({ nonMasqueradeCIDRs: ['0.0.0.0/0', 'x', '10.0.0.0/33'] }, 'f'), (e: Error) =>
       e instanceof ConfigError && /0\.0\.0\.0\/0 would leave every destination unmasqueraded: set masquerade: false/.test(e.message) && /not a CIDR.*"x"/.test(e.message) && /prefix length 33/.test(e.message));
     assert.throws(() => parseConfig({ nonMasqueradeCIDRs: '10.0.0.0/8' }), /nonMasqueradeCIDRs must list at most 64 CIDRs/);
+  });
+});
+
+describe('masquerade leaves multicast alone (real kernel, bridge with br_netfilter)', () => {
+  let d: TestDaemon;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.74.0.0/24'], podLink: 'bridge' });
+  });
+  after(() => d?.cleanup());
+
+  // br_netfilter hands bridged frames to POSTROUTING: without the chain's multicast RETURN the
+  // group heard the gateway's address.
+  it('a pod hears another pod of the bridge send to a multicast group with its own address', async () => {
+    const rt = d.rt();
+    const [a, b] = [d.makePodNetns('mca'), d.makePodNetns('mcb')];
+    const ipA = (await rt.Attach({ sandbox_id: 'mca', netns_path: a })).interfaces[0].addresses[0].address;
+    await rt.Attach({ sandbox_id: 'mcb', netns_path: b });
+    const port = 9000 + Math.floor(Math.random() * 1000);
+    const listener = spawn('nsenter', [`--net=${b}`, process.execPath, '-e', `const s=require('dgram').createSocket({type:'udp4',reuseAddr:true});s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},()=>{s.addMembership('239.1.2.3');process.stdout.write('ready\\n')});setTimeout(()=>process.exit(1),30000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    listener.stdout.on('data', (c) => (out += c));
+    try {
+      for (let i = 0; i < 100 && !/ready\n\S/.test(out); i++) {
+        if (out.includes('ready')) inNetns(a, 'bash', ['-c', `echo hi > /dev/udp/239.1.2.3/${port}`]);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      assert.equal(out.replace('ready\n', ''), ipA);
+    } finally {
+      listener.kill();
+    }
+    await rt.Detach({ sandbox_id: 'mca' });
+    await rt.Detach({ sandbox_id: 'mcb' });
   });
 });

@@ -1,7 +1,10 @@
 // Masquerade for traffic leaving the cluster's pods: POSTROUTING sends what comes from a pod
-// range to the chain KNI-MASQ, which returns for every pod CIDR of the cluster (this node's and
-// each peer's: pod → pod across nodes keeps the pod's source address) and for the config's
-// nonMasqueradeCIDRs, and masquerades the rest. Installed at node setup and when peers come or go, never per pod.
+// range to the chain KNI-MASQ, which returns for multicast, for every pod CIDR of the cluster
+// (this node's and each peer's: pod → pod across nodes keeps the pod's source address) and for
+// the config's nonMasqueradeCIDRs, and masquerades the rest. Multicast first, as the CNI
+// plugins' ipMasq and flannel do: with br_netfilter (kube-proxy's nodes have it) a bridge's
+// frames go through POSTROUTING too, and a pod's multicast to the pods beside it would arrive
+// from the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
 import { chainRules, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
@@ -19,7 +22,9 @@ const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', '
  */
 export const unmasqueraded = (cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs'>, peerCidrs: Cidr[]): Cidr[] => [...cfg.ranges, ...peerCidrs, ...cfg.nonMasqueradeCIDRs];
 
-const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
+const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
+
+const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [['-d', MULTICAST[f], '-j', 'RETURN'], ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
 
 /**
  * Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside
