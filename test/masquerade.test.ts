@@ -61,9 +61,9 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
     const ip = pod.interfaces[0].addresses[0].address;
     assert.equal(await sourceSeenAt(netns, '192.0.2.10'), ip);
     assert.equal(await sourceSeenAt(netns, '198.51.100.10'), '198.51.100.1');
-    // The chain: multicast, the pod range and each network once, in the config's order, then MASQUERADE.
+    // The chain: multicast, broadcast, the pod range and each network once, in the config's order, then MASQUERADE.
     assert.deepEqual(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'KNI-MASQ']).out.split('\n').filter((l) => l.startsWith('-A')), [
-      '-A KNI-MASQ -d 224.0.0.0/4 -j RETURN', '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
+      '-A KNI-MASQ -d 224.0.0.0/4 -j RETURN', '-A KNI-MASQ -d 255.255.255.255/32 -j RETURN', '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
     ]);
     // Reconcile reads the chain as written: no drift.
     assert.deepEqual((await rt.Reconcile({})).findings, []);
@@ -83,33 +83,40 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
   });
 });
 
-describe('masquerade leaves multicast alone (real kernel, bridge with br_netfilter)', () => {
+describe('masquerade leaves multicast and broadcast alone (real kernel, bridge with br_netfilter)', () => {
   let d: TestDaemon;
   before(async () => {
     d = await TestDaemon.start({ ranges: ['10.74.0.0/24'], podLink: 'bridge' });
   });
   after(() => d?.cleanup());
 
-  // br_netfilter hands bridged frames to POSTROUTING: without the chain's multicast RETURN the
-  // group heard the gateway's address.
-  it('a pod hears another pod of the bridge send to a multicast group with its own address', async () => {
-    const rt = d.rt();
-    const [a, b] = [d.makePodNetns('mca'), d.makePodNetns('mcb')];
-    const ipA = (await rt.Attach({ sandbox_id: 'mca', netns_path: a })).interfaces[0].addresses[0].address;
-    await rt.Attach({ sandbox_id: 'mcb', netns_path: b });
+  /** The source address pod b hears a datagram from pod a with, sent to `to` (b joins it if it is a group). */
+  async function heardFrom(a: string, b: string, to: string, group: boolean): Promise<string> {
     const port = 9000 + Math.floor(Math.random() * 1000);
-    const listener = spawn('nsenter', [`--net=${b}`, process.execPath, '-e', `const s=require('dgram').createSocket({type:'udp4',reuseAddr:true});s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},()=>{s.addMembership('239.1.2.3');process.stdout.write('ready\\n')});setTimeout(()=>process.exit(1),30000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const join = group ? `s.addMembership('${to}');` : '';
+    const listener = spawn('nsenter', [`--net=${b}`, process.execPath, '-e', `const s=require('dgram').createSocket({type:'udp4',reuseAddr:true});s.on('message',(m,r)=>{process.stdout.write(r.address);process.exit(0)});s.bind(${port},()=>{${join}process.stdout.write('ready\\n')});setTimeout(()=>process.exit(1),30000)`], { stdio: ['ignore', 'pipe', 'inherit'] });
     let out = '';
     listener.stdout.on('data', (c) => (out += c));
     try {
       for (let i = 0; i < 100 && !/ready\n\S/.test(out); i++) {
-        if (out.includes('ready')) inNetns(a, 'bash', ['-c', `echo hi > /dev/udp/239.1.2.3/${port}`]);
+        if (out.includes('ready')) inNetns(a, process.execPath, ['-e', `const s=require('dgram').createSocket('udp4');s.bind(()=>{s.setBroadcast(true);s.send('hi',${port},'${to}',()=>s.close())})`]);
         await new Promise((r) => setTimeout(r, 100));
       }
-      assert.equal(out.replace('ready\n', ''), ipA);
+      return out.replace('ready\n', '');
     } finally {
       listener.kill();
     }
+  }
+
+  // br_netfilter hands bridged frames to POSTROUTING: without the chain's RETURNs for them the
+  // pods beside the sender heard the gateway's address.
+  it("a pod's multicast and limited broadcast reach the pods of its bridge from the pod's own address", async () => {
+    const rt = d.rt();
+    const [a, b] = [d.makePodNetns('mca'), d.makePodNetns('mcb')];
+    const ipA = (await rt.Attach({ sandbox_id: 'mca', netns_path: a })).interfaces[0].addresses[0].address;
+    await rt.Attach({ sandbox_id: 'mcb', netns_path: b });
+    assert.equal(await heardFrom(a, b, '239.1.2.3', true), ipA);
+    assert.equal(await heardFrom(a, b, '255.255.255.255', false), ipA);
     await rt.Detach({ sandbox_id: 'mca' });
     await rt.Detach({ sandbox_id: 'mcb' });
   });

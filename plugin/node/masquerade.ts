@@ -1,10 +1,11 @@
 // Masquerade for traffic leaving the cluster's pods: POSTROUTING sends what comes from a pod
-// range to the chain KNI-MASQ, which returns for multicast, for every pod CIDR of the cluster
-// (this node's and each peer's: pod → pod across nodes keeps the pod's source address) and for
-// the config's nonMasqueradeCIDRs, and masquerades the rest. Multicast first, as the CNI
-// plugins' ipMasq and flannel do: with br_netfilter (kube-proxy's nodes have it) a bridge's
-// frames go through POSTROUTING too, and a pod's multicast to the pods beside it would arrive
-// from the gateway's address. Installed at node setup and when peers come or go, never per pod.
+// range to the chain KNI-MASQ, which returns for multicast (as the CNI plugins' ipMasq and
+// flannel do) and IPv4's limited broadcast, for every pod CIDR of the
+// cluster (this node's and each peer's: pod → pod across nodes keeps the pod's source address)
+// and for the config's nonMasqueradeCIDRs, and masquerades the rest. Multicast and broadcast
+// first: with br_netfilter (kube-proxy's nodes have it) a bridge's frames go through
+// POSTROUTING too, and a pod's multicast or broadcast to the pods beside it would arrive from
+// the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
 import { chainRules, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
@@ -22,9 +23,9 @@ const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', '
  */
 export const unmasqueraded = (cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs'>, peerCidrs: Cidr[]): Cidr[] => [...cfg.ranges, ...peerCidrs, ...cfg.nonMasqueradeCIDRs];
 
-const MULTICAST: Record<Family, string> = { 4: '224.0.0.0/4', 6: 'ff00::/8' };
+const ON_THE_LINK: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };
 
-const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [['-d', MULTICAST[f], '-j', 'RETURN'], ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
+const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...ON_THE_LINK[f].map((d) => ['-d', d, '-j', 'RETURN']), ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
 
 /**
  * Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside
