@@ -153,6 +153,37 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
     }
   });
 
+  it("a tap deleted or set down behind kni's back: Check names it, reconcile puts it back, and a guest answers on the tap made again", async () => {
+    const vmNetns = d.makePodNetns('vm-r');
+    const vm = await d.rt().Attach({ sandbox_id: 'vm-r', netns_path: vmNetns, runtime_handler: 'my-vmm', annotations: { [NETWORKS]: 'vm-sec' } });
+    const other = d.makePodNetns('ct-r');
+    await d.rt().Attach({ sandbox_id: 'ct-r', netns_path: other });
+    try {
+      assert.ok(inNetns(vmNetns, 'ip', ['link', 'del', 'tap0_kni']).ok);
+      assert.ok(inNetns(vmNetns, 'ip', ['link', 'set', 'tap1_kni', 'down']).ok);
+      assert.deepEqual((await d.rt().Check({ sandbox_id: 'vm-r' })).problems, ["tap0_kni, the VM's tap of eth0, is missing", "tap1_kni, the VM's tap of net1, is down"]);
+      const findings = (await d.rt().Reconcile({})).findings.join('\n');
+      assert.match(findings, /sandbox vm-r: tap0_kni, the VM's tap of eth0, is missing; made again \(a VMM that had it open keeps the deleted one: restart the VM\)/);
+      assert.match(findings, /sandbox vm-r: tap1_kni, the VM's tap of net1, is down; set up again/);
+      assert.deepEqual((await d.rt().Check({ sandbox_id: 'vm-r' })).problems, []);
+      assert.deepEqual((await d.rt().Reconcile({})).findings, []);
+      assert.deepEqual(netnsLinks(vmNetns).sort(), ['eth0', 'lo', 'net1', 'tap0_kni', 'tap1_kni']);
+      // The redirects came back with the tap: eth0's frames go to it, and the guest's come out.
+      const ip = vm.interfaces[0].addresses[0].address;
+      assert.equal(ping(other, ip), false, 'the pod kernel answered: frames did not go to the tap made again');
+      const out = await startGuest(vmNetns, 'tap0_kni', ip, vm.interfaces[0].mac);
+      inNetns(other, 'ip', ['neigh', 'flush', 'dev', 'eth0']);
+      assert.ok(ping(other, ip), 'no echo reply from the guest on the tap made again');
+      await waitFor(() => /icmp 1/.test(out()), 20_000, () => `the guest did not see the echo request: ${out()}`);
+      guest!.kill('SIGKILL');
+      guest = undefined;
+    } finally {
+      await d.rt().Detach({ sandbox_id: 'vm-r' });
+      await d.rt().Detach({ sandbox_id: 'ct-r' });
+    }
+    assert.deepEqual(netnsLinks(vmNetns), ['lo']);
+  });
+
   it('a vm sandbox selecting two networks at start gets a tap for each, in order', async () => {
     const netns = d.makePodNetns('vm-two');
     const vm = await d.rt().Attach({ sandbox_id: 'vm-two', netns_path: netns, runtime_handler: 'my-vmm', annotations: { [NETWORKS]: 'vm-sec, vm-sec' } });

@@ -14,6 +14,7 @@ import { isNetnsPin, NetnsHandle, openNetns, reopenRecordedNetns } from '../netn
 import { unwirePod, VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
 import { checkRecord, interfaceProblems } from './sandbox-check';
+import { repairTap } from './vm-tap';
 import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
@@ -247,6 +248,7 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
           if (problems.length) found('sandbox', `sandbox ${rec.id}: CNI CHECK failed: ${problems.join('; ')}`, { sandbox: rec.id });
         }
         if (rec.interfaces.some(isBuiltIn)) await repair(rt, rec, ns.handle, report, found);
+        if (rt.sandboxes.get(rec.id) === rec) await repairTaps(rt, rec, ns.handle, report, found);
       } finally {
         ns.handle.close();
       }
@@ -264,6 +266,22 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
   // Host ports rewritten from the records (no call at all while no pod has any).
   if (rt.cfg.ranges.length) await rt.node.syncHostPorts().catch((e) => found('host_ports', `cannot write host ports: ${(e as Error).message}`, {}));
   return report;
+}
+
+/** A vm sandbox's taps deleted or set down behind kni's back, whatever network wired the interface: put back. */
+async function repairTaps(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
+  for (const itf of rec.interfaces.filter((i) => i.tap)) {
+    try {
+      const problems = repairTap(itf, ns);
+      if (!problems.length) continue;
+      if (!report.repaired.includes(rec.id)) report.repaired.push(rec.id);
+      rt.events.emit('repaired', rec, problems.join('; '));
+      const missing = problems.some((p) => p.endsWith('missing'));
+      found('sandbox', `sandbox ${rec.id}: ${problems.join('; ')}; ${missing ? 'made again (a VMM that had it open keeps the deleted one: restart the VM)' : 'set up again'}`, { sandbox: rec.id });
+    } catch (e) {
+      found('sandbox', `sandbox ${rec.id}: cannot put the VM's tap ${itf.tap} of ${itf.name} back: ${(e as Error).message}`, { sandbox: rec.id });
+    }
+  }
 }
 
 async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {

@@ -9,6 +9,7 @@ import { socketInNetns } from '../netns/netns';
 import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { defaultGateways, isBuiltIn } from './network-backend';
+import { tapProblems } from './vm-tap';
 
 /** A sandbox's interfaces compared with the kernel, each through its backend (Check). */
 export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): Promise<string[]> {
@@ -17,9 +18,21 @@ export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): P
   try {
     const problems: string[] = [];
     for (const itf of rec.interfaces) problems.push(...(await interfaceProblems(rt, rec, itf, ns.handle)));
-    return problems;
+    return [...problems, ...tapsProblems(rec, ns.handle)];
   } finally {
     ns.handle.close();
+  }
+}
+
+/** A vm sandbox's taps compared with the kernel (kni's own, whatever network wired the interface). */
+export function tapsProblems(rec: SandboxRecord, ns: NetnsHandle): string[] {
+  const withTaps = rec.interfaces.filter((i) => i.tap);
+  if (!withTaps.length) return [];
+  const pod = socketInNetns(ns.fd);
+  try {
+    return withTaps.flatMap((i) => tapProblems(pod, i));
+  } finally {
+    pod.close();
   }
 }
 

@@ -5,7 +5,9 @@
 import { socketInNetns, NotANetnsError } from '../netns/netns';
 import { inRecordedNetns, NetnsHandle } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
-import { tapName, unwireVmTap, wireVmTap } from '../pod/vm-wiring';
+import { IFF_UP, linkByName, linkSetUpByIndex } from '../netlink/link';
+import type { NetlinkSocket } from '../netlink/socket';
+import { rewireVmTap, tapName, unwireVmTap, wireVmTap } from '../pod/vm-wiring';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** Names the tap an interface of a vm sandbox gets (before its record goes on disk); none for containers or without vmTap. */
@@ -26,6 +28,33 @@ export function wireTap(itf: InterfaceRecord, ns: NetnsHandle): void {
   const pod = socketInNetns(ns.fd);
   try {
     withSpan('vm.tap', { 'kni.tap': itf.tap! }, () => wireVmTap(pod, ns.fd, itf.name, itf.tap!));
+  } finally {
+    pod.close();
+  }
+}
+
+/** How an interface's tap differs from what wireTap made (pod: a socket in the sandbox's netns). */
+export function tapProblems(pod: NetlinkSocket, itf: InterfaceRecord): string[] {
+  if (!itf.tap) return [];
+  const tap = linkByName(pod, itf.tap);
+  if (!tap) return [`${itf.tap}, the VM's tap of ${itf.name}, is missing`];
+  return tap.flags & IFF_UP ? [] : [`${itf.tap}, the VM's tap of ${itf.name}, is down`];
+}
+
+/**
+ * Puts an interface's tap back as wireTap made it (reconcile): set up again when it was only
+ * down (a VMM holding it keeps working), made again with its redirects when it was deleted (a
+ * VMM that held it keeps the gone device). Returns what was wrong.
+ */
+export function repairTap(itf: InterfaceRecord, ns: NetnsHandle): string[] {
+  const pod = socketInNetns(ns.fd);
+  try {
+    const problems = tapProblems(pod, itf);
+    if (!problems.length) return [];
+    const tap = linkByName(pod, itf.tap!);
+    if (tap) pod.request(linkSetUpByIndex(tap.index, tap.name));
+    else rewireVmTap(pod, ns.fd, itf.name, itf.tap!);
+    return problems;
   } finally {
     pod.close();
   }

@@ -6,6 +6,7 @@ import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NLM_F_CREATE, NLM_F_EXCL } from './socket';
 
 const RTM_NEWQDISC = 36;
+const RTM_DELQDISC = 37;
 const RTM_NEWTFILTER = 44;
 const TCA_KIND = 1;
 const TCA_OPTIONS = 2;
@@ -42,6 +43,12 @@ export function ingressQdiscAdd(index: number, name: string): NetlinkRequest {
   const w = tcmsg(index, INGRESS_HANDLE, TC_H_INGRESS, 0);
   w.string(TCA_KIND, 'ingress');
   return { type: RTM_NEWQDISC, flags: NLM_F_CREATE | NLM_F_EXCL, what: `add ingress qdisc on ${name}`, body: w.take() };
+}
+
+/** Removes the ingress qdisc and the filters on it (tc qdisc del dev X ingress). */
+export function ingressQdiscDel(index: number, name: string): NetlinkRequest {
+  const w = tcmsg(index, INGRESS_HANDLE, TC_H_INGRESS, 0);
+  return { type: RTM_DELQDISC, flags: 0, what: `delete ingress qdisc on ${name}`, body: w.take() };
 }
 
 /** Every frame arriving on `index` leaves through `target` (tc: u32 match u8 0 0 action mirred egress redirect). */

@@ -5,7 +5,7 @@ import fs from 'node:fs';
 import * as libc from '../sys/libc';
 import { linkByName, linkDel, linkSetUp } from '../netlink/link';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { ingressQdiscAdd, redirectFilterAdd } from '../netlink/tc';
+import { ingressQdiscAdd, ingressQdiscDel, redirectFilterAdd } from '../netlink/tc';
 import { inNetns } from '../netns/netns';
 
 const TUNSETIFF = 0x400454ca;
@@ -46,6 +46,24 @@ export function wireVmTap(pod: NetlinkSocket, netnsFd: number, podIf: string, ta
     redirectFilterAdd(veth.index, podIf, tapLink.index, tap),
     redirectFilterAdd(tapLink.index, tap, veth.index, podIf),
   ]);
+}
+
+/**
+ * Makes a tap that was deleted or changed behind kni's back again: the tap and the pod
+ * interface's redirect to it (the tap's qdisc and filters go with the tap; the interface's do not).
+ */
+export function rewireVmTap(pod: NetlinkSocket, netnsFd: number, podIf: string, tap: string): void {
+  unwireVmTap(pod, tap);
+  const veth = linkByName(pod, podIf);
+  if (veth) {
+    try {
+      pod.request(ingressQdiscDel(veth.index, podIf));
+    } catch (e) {
+      // No ingress qdisc there (EINVAL or ENOENT, by kernel version): nothing to take away.
+      if (!(e instanceof NetlinkError && (e.code === 'EINVAL' || e.code === 'ENOENT'))) throw e;
+    }
+  }
+  wireVmTap(pod, netnsFd, podIf, tap);
 }
 
 /** Deletes the tap (its qdisc and filters go with it). Already gone is fine. */
