@@ -135,11 +135,13 @@ program
   .option('--device-id <id>', 'a device for the attachment (the deviceID capability, as a Multus selection\'s deviceID)')
   .option('--infiniband-guid <guid>', 'an InfiniBand GUID for the attachment (the infinibandGUID capability)')
   .option('--cni-args <json>', 'a JSON object given to every plugin as args.cni (as a Multus selection\'s cni-args)')
+  .option('--port-mappings <json>', 'host ports for plugins declaring portMappings, as a Multus selection\'s: [{"hostPort":8080,"containerPort":80,"protocol":"tcp","hostIP":"…"}]')
+  .option('--bandwidth <json>', 'limits for plugins declaring bandwidth, as a Multus selection\'s: {"ingressRate":…,"ingressBurst":…,"egressRate":…,"egressBurst":…} (bits/s, bits)')
   .addOption(output())
   .action(async (ref, network, o) => {
     const p = await withClient(async (c) => c.AttachNetwork({
       sandbox_id: await sandboxOf(c, ref), network, interface_name: o.interface ?? '', ips: o.ip ?? [], mac: o.mac ?? '', default_route: o.defaultRoute ?? [],
-      device_id: o.deviceId ?? '', infiniband_guid: o.infinibandGuid ?? '', cni_args_json: o.cniArgs ?? '',
+      device_id: o.deviceId ?? '', infiniband_guid: o.infinibandGuid ?? '', cni_args_json: o.cniArgs ?? '', port_mappings_json: o.portMappings ?? '', bandwidth_json: o.bandwidth ?? '',
     }));
     print(o.output, p, () => `${p.interfaces.map((i: any) => `${i.name}\t${i.network || 'default'}\t${i.addresses.map((a: any) => a.address).join(',')}`).join('\n')}\n`);
   });

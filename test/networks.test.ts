@@ -23,6 +23,9 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   const dir = `/tmp/${RUN}-nets`;
   const bin = `${dir}-bin`;
   const deviceLog = `${dir}-device.log`;
+  const recordLog = `${dir}-record.log`;
+  const recorded = (cmd: string, containerId: string, ifName: string) =>
+    fs.readFileSync(recordLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l)).filter((l) => l.cmd === cmd && l.containerId === containerId && l.ifName === ifName).at(-1);
   const bridge2 = `${RUN}b2`;
   const write = (file: string, conf: unknown) => {
     fs.mkdirSync(`${dir}/${file.split('/').slice(0, -1).join('/')}`, { recursive: true });
@@ -46,6 +49,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     write('broken.conf', '{"cniVersion": "1.0.0", "name": "broken", "type": ');
     write('dev-net.conf', { cniVersion: '1.0.0', name: 'dev-net', type: 'kni-test-device', capabilities: { deviceID: true, infinibandGUID: true, CNIDeviceInfoFile: true }, logFile: deviceLog });
     installTestPlugin(bin, 'kni-test-device', 'device-cni');
+    write('rec-net.conflist', { cniVersion: '1.0.0', name: 'rec-net', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.98.0.0/24' }]] } }, { type: 'kni-test-record', capabilities: { portMappings: true, bandwidth: true }, logFile: recordLog }] });
+    installTestPlugin(bin, 'kni-test-record', 'record-cni');
     d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {
@@ -56,7 +61,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
   });
   after(() => {
     d?.cleanup();
-    for (const p of [dir, bin, deviceLog, `${dir}-devinfo`]) fs.rmSync(p, { recursive: true, force: true });
+    for (const p of [dir, bin, deviceLog, recordLog, `${dir}-devinfo`]) fs.rmSync(p, { recursive: true, force: true });
   });
 
   /** A series of the daemon's metrics (0 when it has none). */
@@ -93,7 +98,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
-    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'team/macvlan-hl']);
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/rec-net', 'team/macvlan-hl']);
     assert.equal(byName['default/broken'].valid, false);
     assert.match(byName['default/broken'].error, /not JSON/);
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
@@ -211,6 +216,26 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     } finally {
       for (const l of [dev, `${RUN.slice(0, 9)}nic2`]) trySh('ip', ['-n', d.nodeNetnsName, 'link', 'del', l]);
     }
+  });
+
+  it("a selection's portMappings and bandwidth reach the plugins declaring them as Multus gives them, keys in any case as Go reads them (hostIP, HostPort); AttachNetwork takes them too", async () => {
+    const sel = [{ name: 'rec-net', portMappings: [{ HostPort: 8443, containerPort: 443, protocol: 'TCP', hostIP: '192.0.2.9' }, { hostPort: 5353, containerPort: 53, protocol: 'udp' }], bandwidth: { ingressRate: 1000000, IngressBurst: 200000 } }];
+    await attach('mn-caps', JSON.stringify(sel));
+    const add = recorded('ADD', 'mn-caps', 'net1');
+    // hostIP was dropped before (read as hostIp only): the plugin would have mapped the port on every address.
+    assert.deepEqual(add.runtimeConfig.portMappings, [{ hostPort: 8443, containerPort: 443, protocol: 'tcp', hostIP: '192.0.2.9' }, { hostPort: 5353, containerPort: 53, protocol: 'udp' }]);
+    assert.deepEqual(add.runtimeConfig.bandwidth, { ingressRate: 1000000, ingressBurst: 200000 });
+    // The same through kni's API and knictl, checked as the annotation's are.
+    const cli = knictl('--socket', d.socket, 'attach-network', 'mn-caps', 'rec-net', '--port-mappings', '[{"hostPort":9443,"containerPort":443,"hostIP":"192.0.2.10"}]', '--bandwidth', '{"egressRate":2000000,"egressBurst":300000}', '-o', 'json');
+    assert.equal(cli.status, 0, cli.stderr);
+    const add2 = recorded('ADD', 'mn-caps', 'net2');
+    assert.deepEqual([add2.runtimeConfig.portMappings, add2.runtimeConfig.bandwidth], [[{ hostPort: 9443, containerPort: 443, protocol: 'tcp', hostIP: '192.0.2.10' }], { egressRate: 2000000, egressBurst: 300000 }]);
+    await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-caps', network: 'rec-net', port_mappings_json: '{"hostPort":1}' }), grpc.status.INVALID_ARGUMENT, /port_mappings_json must be a JSON list/);
+    await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-caps', network: 'rec-net', port_mappings_json: '[{"hostPort":70000,"containerPort":1}]' }), grpc.status.INVALID_ARGUMENT, /network default\/rec-net: port mapping hostPort 70000 is not a port/);
+    await rejectsWith(rt.AttachNetwork({ sandbox_id: 'mn-caps', network: 'rec-net', bandwidth_json: '{"ingressRate":"fast"}' }), grpc.status.INVALID_ARGUMENT, /bandwidth ingressRate "fast" is out of range/);
+    assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-caps' })).interfaces.map((i: any) => i.name), ['eth0', 'net1', 'net2']);
+    await rt.Detach({ sandbox_id: 'mn-caps' });
+    assert.deepEqual(recorded('DEL', 'mn-caps', 'net1').runtimeConfig.portMappings, add.runtimeConfig.portMappings);
   });
 
   it('kni killed, the definition deleted meanwhile: the detach after the restart runs DEL with the config ADD ran with, and frees the lease', async () => {

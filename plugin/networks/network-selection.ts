@@ -7,6 +7,7 @@
 // (and "interfaceRequest", the name of "interface" before Multus 3.2, which Multus still reads)
 // Checked whole: a bad annotation fails the attach with every problem named.
 import net from 'node:net';
+import { bandwidthOf, portMappingOf } from '../cni/capability-fields';
 
 export const NETWORKS_ANNOTATION = 'k8s.v1.cni.cncf.io/networks';
 export const NETWORK_STATUS_ANNOTATION = 'k8s.v1.cni.cncf.io/network-status';
@@ -113,11 +114,11 @@ export function parseNetworkSelections(annotation: string | undefined, podNamesp
       }
       if (e.portMappings !== undefined) {
         if (!Array.isArray(e.portMappings)) problems.push(`${at}.portMappings must be a list`);
-        else if (e.portMappings.length) s.portMappings = e.portMappings;
+        else if (e.portMappings.length) s.portMappings = e.portMappings.map(portMappingOf);
       }
       if (e.bandwidth !== undefined && e.bandwidth !== null) {
         if (typeof e.bandwidth !== 'object' || Array.isArray(e.bandwidth)) problems.push(`${at}.bandwidth must be an object`);
-        else s.bandwidth = e.bandwidth;
+        else s.bandwidth = bandwidthOf(e.bandwidth);
       }
       if (e['infiniband-guid'] !== undefined && e['infiniband-guid'] !== '') {
         const g = e['infiniband-guid'];

@@ -14,21 +14,25 @@ import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
 
 const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
 
-/** An interface as kni's API answers it (GetPod, ListPods, Watch). */
-/** AttachNetwork's cni_args_json: a JSON object (checked further as a selection's cni-args are), or none. */
-function cniArgsOf(text: string | undefined): Record<string, unknown> | undefined {
+/**
+ * One of AttachNetwork's *_json fields (a Multus selection's cni-args, portMappings, bandwidth):
+ * JSON of the shape that key takes, checked further as the annotation's is; or none.
+ */
+function jsonField(field: string, text: string | undefined, shape: 'object' | 'list'): unknown {
   if (!text) return undefined;
-  if (text.length > 65536) throw invalid('cni_args_json is longer than 64 KiB');
+  if (text.length > 65536) throw invalid(`${field} is longer than 64 KiB`);
   let v: unknown;
   try {
     v = JSON.parse(text);
   } catch (e) {
-    throw invalid(`cni_args_json is not JSON: ${(e as Error).message}`);
+    throw invalid(`${field} is not JSON: ${(e as Error).message}`);
   }
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalid('cni_args_json must be a JSON object');
-  return v as Record<string, unknown>;
+  const isObject = typeof v === 'object' && v !== null && !Array.isArray(v);
+  if (shape === 'list' ? !Array.isArray(v) : !isObject) throw invalid(`${field} must be a JSON ${shape}`);
+  return v;
 }
 
+/** An interface as kni's API answers it (GetPod, ListPods, Watch). */
 export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
   return {
     name: i.name,
@@ -144,10 +148,11 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     RegisterExtension: u('RegisterExtension', async (req: Record<string, unknown>) => extensionStatus(await rt.extensions.register(req))),
     UnregisterExtension: u('UnregisterExtension', (req: { name: string }) => ({ removed: rt.extensions.unregister(extensionName(req.name)) })),
     ListExtensions: u('ListExtensions', () => ({ extensions: rt.extensions.list().map(extensionStatus) })),
-    AttachNetwork: u('AttachNetwork', async (req: { sandbox_id: string; network: string; interface_name?: string; ips?: string[]; mac?: string; default_route?: string[]; infiniband_guid?: string; device_id?: string; cni_args_json?: string }) => {
+    AttachNetwork: u('AttachNetwork', async (req: { sandbox_id: string; network: string; interface_name?: string; ips?: string[]; mac?: string; default_route?: string[]; infiniband_guid?: string; device_id?: string; cni_args_json?: string; port_mappings_json?: string; bandwidth_json?: string }) => {
       await rt.attachNetwork(req.sandbox_id, {
         network: req.network, interface: req.interface_name || undefined, ips: req.ips, mac: req.mac || undefined, defaultRoute: req.default_route,
-        infinibandGuid: req.infiniband_guid || undefined, deviceId: req.device_id || undefined, cniArgs: cniArgsOf(req.cni_args_json),
+        infinibandGuid: req.infiniband_guid || undefined, deviceId: req.device_id || undefined, cniArgs: jsonField('cni_args_json', req.cni_args_json, 'object') as Record<string, unknown> | undefined,
+        portMappings: jsonField('port_mappings_json', req.port_mappings_json, 'list') as unknown[] | undefined, bandwidth: jsonField('bandwidth_json', req.bandwidth_json, 'object'),
       });
       return podNetwork(rt, rt.get(req.sandbox_id));
     }),

@@ -1,5 +1,6 @@
 // One CNI call (env + stdin, as the runtime gave them to kni-cni) onto the core.
 import { KniError } from '../../plugin/core/errors';
+import { bandwidthOf, portMappingOf } from '../../plugin/cni/capability-fields';
 import { convertResult } from '../../plugin/cni/cni-network';
 import { NetworkRuntime } from '../../plugin/core/network-runtime';
 import { CNI_ERR, cniCodeFor, cniError, cniResult, SUPPORTED_VERSIONS } from './cni-result';
@@ -60,13 +61,8 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
           annotations: typeof podAnnotations === 'object' && podAnnotations !== null ? podAnnotations : undefined,
           requestedIps: ips,
           requestedMac: mac,
-          bandwidth: goFields(conf.runtimeConfig?.bandwidth, ['ingressRate', 'ingressBurst', 'egressRate', 'egressBurst']),
-          portMappings: Array.isArray(conf.runtimeConfig?.portMappings)
-            ? conf.runtimeConfig.portMappings.map((m: unknown) => {
-              const f = goFields(m, ['protocol', 'containerPort', 'hostPort', 'hostIP']) as Record<string, unknown> | undefined;
-              return { protocol: f?.protocol, containerPort: f?.containerPort, hostPort: f?.hostPort, hostIp: f?.hostIP };
-            })
-            : conf.runtimeConfig?.portMappings,
+          bandwidth: bandwidthOf(conf.runtimeConfig?.bandwidth),
+          portMappings: Array.isArray(conf.runtimeConfig?.portMappings) ? conf.runtimeConfig.portMappings.map(portMappingOf) : conf.runtimeConfig?.portMappings,
           cgroupParent: conf.runtimeConfig?.cgroupPath,
           entryPoint: 'cni',
         });
@@ -118,20 +114,3 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
 
 const ok = (body: unknown): CniOutcome => ({ exitCode: 0, output: body === undefined ? '' : `${JSON.stringify(body)}\n` });
 const fail = (body: unknown): CniOutcome => ({ exitCode: 1, output: `${JSON.stringify(body)}\n` });
-
-/**
- * A capability object with its fields found as Go's encoding/json finds them: by name, case
- * insensitively. containerd's go-cni marshals its PortMapping and BandWidth structs without
- * json tags (HostPort, ContainerPort, IngressRate, …), and plugins written in Go read them
- * anyway; a case-sensitive read would silently drop every host port a kubelet asked for.
- * Anything that is not an object is passed on as is (validation names it).
- */
-export function goFields(v: unknown, names: string[]): unknown {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return v;
-  const out: Record<string, unknown> = {};
-  for (const [k, val] of Object.entries(v)) {
-    const name = names.find((n) => n === k) ?? names.find((n) => n.toLowerCase() === k.toLowerCase());
-    if (name && (out[name] === undefined || name === k)) out[name] = val;
-  }
-  return out;
-}
