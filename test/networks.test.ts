@@ -51,6 +51,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     installTestPlugin(bin, 'kni-test-device', 'device-cni');
     write('rec-net.conflist', { cniVersion: '1.0.0', name: 'rec-net', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.98.0.0/24' }]] } }, { type: 'kni-test-record', capabilities: { portMappings: true, bandwidth: true }, logFile: recordLog }] });
     installTestPlugin(bin, 'kni-test-record', 'record-cni');
+    // As Multus's quick start writes its macvlan definition: no name (it takes the definition's).
+    write('quickstart.conf', { cniVersion: '0.3.1', type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } });
     d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {
@@ -98,7 +100,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
-    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/rec-net', 'team/macvlan-hl']);
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'team/macvlan-hl']);
     assert.equal(byName['default/broken'].valid, false);
     assert.match(byName['default/broken'].error, /not JSON/);
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
@@ -236,6 +238,15 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual((await rt.GetPod({ sandbox_id: 'mn-caps' })).interfaces.map((i: any) => i.name), ['eth0', 'net1', 'net2']);
     await rt.Detach({ sandbox_id: 'mn-caps' });
     assert.deepEqual(recorded('DEL', 'mn-caps', 'net1').runtimeConfig.portMappings, add.runtimeConfig.portMappings);
+  });
+
+  it('a config without a name takes its definition\'s, as Multus gives it (its quick start\'s macvlan has none)', async () => {
+    const { netns, pod } = await attach('mn-qs', 'quickstart');
+    assert.match(pod.interfaces[1].addresses[0].address, /^10\.99\.0\./);
+    assert.match(inNetns(netns, 'ip', ['-d', 'link', 'show', 'net1']).out, /macvlan/);
+    assert.equal((await rt.ListNetworks({})).networks.find((n: any) => n.name === 'quickstart').cni_name, 'quickstart');
+    await rt.Detach({ sandbox_id: 'mn-qs' });
+    assert.deepEqual(netnsLinks(netns), ['lo']);
   });
 
   it('kni killed, the definition deleted meanwhile: the detach after the restart runs DEL with the config ADD ran with, and frees the lease', async () => {

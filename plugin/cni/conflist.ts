@@ -27,7 +27,11 @@ export function versionAtLeast(v: string, min: string): boolean {
   return true;
 }
 
-export function parseNetworkConfig(text: string, source: string): NetworkConfList {
+/**
+ * `unnamed`: the name a config without one (or with "") takes, as Multus gives a
+ * NetworkAttachmentDefinition's config its object's name; none: a name is required, as libcni's.
+ */
+export function parseNetworkConfig(text: string, source: string, unnamed?: string): NetworkConfList {
   let raw: unknown;
   try {
     raw = JSON.parse(text);
@@ -36,6 +40,7 @@ export function parseNetworkConfig(text: string, source: string): NetworkConfLis
   }
   if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) throw new CniConfigError(`${source}: not a JSON object`);
   const r = raw as Record<string, unknown>;
+  if (unnamed && (r.name === undefined || r.name === '')) r.name = unnamed;
   const problems: string[] = [];
   const single = r.plugins === undefined && typeof r.type === 'string';
   const cniVersion = chosenVersion(r, problems);

@@ -30,7 +30,8 @@ export function resourceNameProblem(v: unknown): string {
 }
 
 /**
- * Parses a definition's config. host-local IPAM without a dataDir keeps its leases under kni's
+ * Parses a definition's config; one without a name takes the definition's, as in Multus (its
+ * quick start's macvlan definition has none). host-local IPAM without a dataDir keeps its leases under kni's
  * state dir (not /var/lib/cni/networks): they survive kni's container and are not sprayed on
  * the host.
  */
@@ -41,7 +42,7 @@ export function parseDefinition(namespace: string, name: string, source: Definit
     return def;
   }
   try {
-    const config = parseNetworkConfig(text, `network ${namespace}/${name}`);
+    const config = parseNetworkConfig(text, `network ${namespace}/${name}`, name);
     for (const p of config.plugins) {
       const ipam = p.ipam as Record<string, unknown> | undefined;
       if (ipam && typeof ipam === 'object' && ipam.type === 'host-local' && ipam.dataDir === undefined) p.ipam = { ...ipam, dataDir: ipamDataDir };
