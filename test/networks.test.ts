@@ -51,6 +51,8 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     installTestPlugin(bin, 'kni-test-device', 'device-cni');
     write('rec-net.conflist', { cniVersion: '1.0.0', name: 'rec-net', plugins: [{ type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.98.0.0/24' }]] } }, { type: 'kni-test-record', capabilities: { portMappings: true, bandwidth: true }, logFile: recordLog }] });
     installTestPlugin(bin, 'kni-test-record', 'record-cni');
+    // Static IPAM and macvlan declaring no capability: a selection's ips and mac reach them through CNI_ARGS, as from Multus.
+    write('static-legacy.conf', { cniVersion: '1.0.0', name: 'static-legacy', type: 'macvlan', master: 'sec0', mode: 'bridge', ipam: { type: 'static' } });
     // As Multus's quick start writes its macvlan definition: no name (it takes the definition's).
     write('quickstart.conf', { cniVersion: '0.3.1', type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } });
     d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
@@ -100,7 +102,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
-    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'team/macvlan-hl']);
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'default/static-legacy', 'team/macvlan-hl']);
     assert.equal(byName['default/broken'].valid, false);
     assert.match(byName['default/broken'].error, /not JSON/);
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
@@ -246,6 +248,19 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.match(inNetns(netns, 'ip', ['-d', 'link', 'show', 'net1']).out, /macvlan/);
     assert.equal((await rt.ListNetworks({})).networks.find((n: any) => n.name === 'quickstart').cni_name, 'quickstart');
     await rt.Detach({ sandbox_id: 'mn-qs' });
+    assert.deepEqual(netnsLinks(netns), ['lo']);
+  });
+
+  it("a selection's ips and mac reach plugins declaring no such capability through CNI_ARGS (IP=, MAC=), as Multus gives them (on ADD)", async () => {
+    const mac = '0a:58:0a:59:00:07';
+    const { netns, pod } = await attach('mn-legacy', JSON.stringify([{ name: 'static-legacy', ips: ['10.89.0.7/24'], mac }, { name: 'rec-net', ips: ['10.98.0.9/24'] }]));
+    assert.deepEqual([pod.interfaces[1].addresses[0].address, pod.interfaces[1].mac], ['10.89.0.7', mac]);
+    assert.match(inNetns(netns, 'ip', ['addr', 'show', 'net1']).out, new RegExp(`link/ether ${mac}[\\s\\S]*inet 10\\.89\\.0\\.7/24`));
+    // rec-net's macvlan + host-local declare no ips either: host-local took the address asked for through IP=.
+    assert.equal(pod.interfaces[2].addresses[0].address, '10.98.0.9');
+    assert.match(recorded('ADD', 'mn-legacy', 'net2').args, /^IgnoreUnknown=1;K8S_POD_NAMESPACE=default;.*;IP=10\.98\.0\.9\/24$/);
+    await rt.Detach({ sandbox_id: 'mn-legacy' });
+    assert.doesNotMatch(recorded('DEL', 'mn-legacy', 'net2').args, /IP=/);
     assert.deepEqual(netnsLinks(netns), ['lo']);
   });
 

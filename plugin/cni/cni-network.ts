@@ -79,7 +79,7 @@ export class CniNetwork {
     let result: unknown;
     try {
       for (const p of this.list.plugins) {
-        result = await execPlugin(this.binDirs, p.type, { command: 'ADD', ...this.inv(rt) }, this.pluginConfig(p, result, rt));
+        result = await execPlugin(this.binDirs, p.type, { command: 'ADD', ...this.inv(rt), args: this.addArgs(rt) }, this.pluginConfig(p, result, rt));
       }
     } catch (e) {
       await this.delChain(rt, undefined).catch(() => undefined);
@@ -89,6 +89,23 @@ export class CniNetwork {
     const final = convertResult(result, this.list.cniVersion);
     this.cacheEntry(rt, final);
     return final;
+  }
+
+  /**
+   * CNI_ARGS for ADD: with MAC= and IP= (the addresses joined by commas) for a mac or ips asked
+   * for that no plugin of the network declares as a capability, as Multus adds them, so that
+   * plugins reading them from CNI_ARGS (static and host-local IPAM, macvlan, tuning) still honour
+   * the request instead of it being dropped. Declared, the capability alone carries it
+   * (host-local would take IP= as one address only).
+   */
+  private addArgs(rt: CniRuntime): string | undefined {
+    const declared = (c: string) => this.list.plugins.some((p) => p.capabilities?.[c]);
+    const extra: string[] = [];
+    const mac = rt.capabilityArgs?.mac;
+    if (typeof mac === 'string' && mac && !declared('mac')) extra.push(`MAC=${mac}`);
+    const ips = rt.capabilityArgs?.ips;
+    if (Array.isArray(ips) && ips.length && !declared('ips')) extra.push(`IP=${ips.join(',')}`);
+    return extra.length ? [rt.args || 'IgnoreUnknown=1', ...extra].join(';') : rt.args;
   }
 
   private cacheEntry(rt: CniRuntime, result: unknown): void {
