@@ -3,7 +3,7 @@
 // it. host-gw where the nodes share a subnet; vxlan (chosen by auto) where a router joins two
 // subnets; stale kni routes removed; a peer removed takes its routes, FDB and neighbours along.
 import assert from 'node:assert/strict';
-import { parseConfig } from '../plugin/core/config';
+import { Config, parseConfig } from '../plugin/core/config';
 import { NetlinkSocket } from '../plugin/netlink/socket';
 import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
 import { netlinkIn } from './helpers/netlink-in';
@@ -16,6 +16,7 @@ const RANGES = [['10.61.1.0/24', 'fd00:61:1::/64'], ['10.61.2.0/24', 'fd00:61:2:
 interface KniNode {
   d: TestDaemon;
   sock: NetlinkSocket;
+  cfg: Config;
   peers: PeerNetwork;
   view: NodeView;
   pod: { netns: string; v4: string; v6: string };
@@ -29,7 +30,7 @@ async function kniNode(i: number, backend: string): Promise<KniNode> {
   const addrs: string[] = net.interfaces[0].addresses.map((a: any) => a.address);
   const sock = netlinkIn(d.nodeNetns);
   const cfg = parseConfig({ ranges: RANGES[i], backend, vxlan: { device: `${RUN}vx` } });
-  return { d, sock, peers: new PeerNetwork(sock, cfg), view: { name: `node${i}`, internalIPs: [], podCidrs: RANGES[i] }, pod: { netns: netns_path, v4: addrs[0], v6: addrs[1] } };
+  return { d, sock, cfg, peers: new PeerNetwork(sock, cfg), view: { name: `node${i}`, internalIPs: [], podCidrs: RANGES[i] }, pod: { netns: netns_path, v4: addrs[0], v6: addrs[1] } };
 }
 
 /** Counts the requests made on a socket (dumps are not requests) until restored. */
@@ -264,6 +265,28 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       both(a, b);
       assert.deepEqual(a.peers.status().map((s) => [s.destination, s.state, s.error]), [['10.61.2.0/24', 'installed', ''], ['fd00:61:2::/64', 'installed', '']]);
       assert.match(inNetns(a.d.nodeNetns, 'ip', ['link', 'show', `${RUN}vx`]).out, /[<,]UP[,>]/);
+      reachable(a, b);
+    });
+
+    it('vxlan.txChecksumOffload: false turns the device\'s transmit checksumming off (as `ethtool -K dev tx off`), and each sync puts it back off; true turns it on; "auto" leaves it', () => {
+      const txChecksumming = () => /^tx-checksumming: (on|off)/m.exec(inNetns(a.d.nodeNetns, 'ethtool', ['-k', `${RUN}vx`]).out)?.[1];
+      assert.equal(txChecksumming(), 'on', 'the kernel\'s default is off here: the test proves nothing');
+      a.cfg.vxlan.txChecksumOffload = false;
+      const log = captureStdout(() => both(a, b));
+      assert.equal(txChecksumming(), 'off');
+      assert.match(log, /"msg":"vxlan device transmit checksum offload turned off".*"setting":"false"/);
+      reachable(a, b);
+      assert.ok(inNetns(a.d.nodeNetns, 'ethtool', ['-K', `${RUN}vx`, 'tx', 'on']).ok);
+      both(a, b);
+      assert.equal(txChecksumming(), 'off', 'turned on behind kni\'s back, and left on');
+      a.cfg.vxlan.txChecksumOffload = true;
+      both(a, b);
+      assert.equal(txChecksumming(), 'on');
+      // auto on this kernel (6.x) leaves the admin's choice alone.
+      assert.ok(inNetns(a.d.nodeNetns, 'ethtool', ['-K', `${RUN}vx`, 'tx', 'off']).ok);
+      a.cfg.vxlan.txChecksumOffload = 'auto';
+      both(a, b);
+      assert.equal(txChecksumming(), 'off');
       reachable(a, b);
     });
 

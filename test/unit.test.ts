@@ -1,4 +1,5 @@
 // Pure logic: address arithmetic, config validation, the range allocator.
+import { txChecksumWanted } from '../plugin/node/vxlan-device';
 import assert from 'node:assert/strict';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -92,6 +93,7 @@ describe('config', () => {
     ['backend', { backend: 'ipip' }, /backend must be auto, host-gw, vxlan or none/],
     ['vxlan vni', { vxlan: { vni: 0 } }, /vxlan\.vni/],
     ['vxlan key', { vxlan: { id: 3 } }, /unknown setting "vxlan\.id"/],
+    ['vxlan checksum offload', { vxlan: { txChecksumOffload: 'off' } }, /vxlan\.txChecksumOffload must be true, false or "auto", not "off"/],
     ['node name', { kubernetes: { nodeName: 'Not A Name' } }, /kubernetes\.nodeName/],
     ['configMap', { kubernetes: { configMap: 'no-namespace' } }, /"namespace\/name"/],
     ['kubeconfig', { kubernetes: { kubeconfig: 'relative' } }, /kubernetes\.kubeconfig must be an absolute path/],
@@ -122,6 +124,15 @@ describe('config', () => {
     for (const empty of ['', '# nothing set\n', '~']) assert.equal(parseConfigText(empty, 'kni.yaml').mtu, defaultConfig().mtu);
     assert.equal(parseConfigText('%YAML 1.2\n---\nmtu: 1400\n', 'kni.yaml').mtu, 1400);
     assert.equal(parseConfigText('{"mtu": 1400}', 'kni.yaml').mtu, 1400);
+  });
+  it('vxlan.txChecksumOffload: "auto" turns it off on kernels before 5.7 (Calico\'s rule) and leaves it as it is after; true and false are obeyed', () => {
+    assert.equal(parseConfig({}).vxlan.txChecksumOffload, 'auto');
+    assert.equal(parseConfig({ vxlan: { txChecksumOffload: false } }).vxlan.txChecksumOffload, false);
+    for (const [release, want] of [['4.18.0-553.el8_10.x86_64', false], ['5.4.0-150-generic', false], ['5.6.19', false], ['5.7.0', undefined], ['6.18.44-fc-v657', undefined]] as const) {
+      assert.equal(txChecksumWanted('auto', release), want, release);
+    }
+    assert.equal(txChecksumWanted(true, '4.18.0'), true);
+    assert.equal(txChecksumWanted(false, '6.8.0'), false);
   });
   it('takes the pod ranges from the Node when a node name is set and no ranges are given (KNI_NODE_NAME fills the name)', () => {
     const saved = process.env.KNI_NODE_NAME;

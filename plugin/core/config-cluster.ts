@@ -51,7 +51,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const v = r.vxlan as Record<string, unknown>;
     if (typeof v !== 'object' || v === null || Array.isArray(v)) problems.push('vxlan must be a map of settings');
     else {
-      for (const key of Object.keys(v)) if (!['vni', 'port', 'device'].includes(key)) problems.push(`unknown setting "vxlan.${key}"`);
+      for (const key of Object.keys(v)) if (!['vni', 'port', 'device', 'txChecksumOffload'].includes(key)) problems.push(`unknown setting "vxlan.${key}"`);
       if (v.vni !== undefined) {
         if (!Number.isInteger(v.vni) || (v.vni as number) < 1 || (v.vni as number) > 0xffffff) problems.push('vxlan.vni must be a whole number from 1 to 16777215');
         else cfg.vxlan.vni = v.vni as number;
@@ -59,6 +59,10 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
       if (v.port !== undefined) {
         if (!Number.isInteger(v.port) || (v.port as number) < 1 || (v.port as number) > 65535) problems.push('vxlan.port must be a port number');
         else cfg.vxlan.port = v.port as number;
+      }
+      if (v.txChecksumOffload !== undefined) {
+        if (v.txChecksumOffload !== true && v.txChecksumOffload !== false && v.txChecksumOffload !== 'auto') problems.push(`vxlan.txChecksumOffload must be true, false or "auto", not ${JSON.stringify(v.txChecksumOffload)}`);
+        else cfg.vxlan.txChecksumOffload = v.txChecksumOffload;
       }
       if (v.device !== undefined) {
         try {

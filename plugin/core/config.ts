@@ -95,6 +95,13 @@ export interface VxlanConfig {
   vni: number;
   port: number;
   device: string;
+  /**
+   * Transmit checksum offload on the vxlan device: false turns it off (`ethtool -K <dev> tx
+   * off`, flannel's answer to corrupted VXLAN checksums behind NAT), true on; "auto" turns it off
+   * on kernels before 5.7 (whose checksum after kube-proxy's NAT was wrong, as Calico detects)
+   * and otherwise leaves it as the kernel (or the node's admin) has it.
+   */
+  txChecksumOffload: boolean | 'auto';
 }
 
 export type PodLink = 'auto' | 'bridge' | 'routed';
@@ -176,7 +183,7 @@ export const defaultConfig = (): Config => ({
   kubernetes: { nodeName: '', kubeconfig: '', configMap: '', configKey: 'config.yaml' },
   backend: 'auto',
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
-  vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan' },
+  vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan', txChecksumOffload: 'auto' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
   networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo', everyPod: [], systemNamespaces: ['kube-system'] },

@@ -38,6 +38,7 @@ const c = {
   flock: libc.func('int flock(int fd, int op)'),
   ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
+  ioctlIfreqData: libc.func('ioctl', 'int', ['int', 'unsigned long', koffi.pointer(koffi.struct('kni_ifreq_data', { name: koffi.array('uint8', 16), data: 'void *', pad: koffi.array('uint8', 16) }))]),
 };
 
 function check(call: string, rc: number | bigint): number {
@@ -154,6 +155,16 @@ export function umount2(target: string, flags: number): void {
 /** ioctl with a pointer argument. */
 export function ioctl(fd: number, req: number, arg: Buffer): void {
   check('ioctl', c.ioctl(fd, req, arg));
+}
+
+/**
+ * ioctl with a struct ifreq whose union holds a pointer (ifr_data, as SIOCETHTOOL takes): the
+ * device's name and `data`, which the kernel reads and may write in place.
+ */
+export function ioctlIfreqData(fd: number, req: number, device: string, data: Buffer): void {
+  const name = Buffer.alloc(16);
+  name.write(device, 0, 15, 'utf8');
+  check('ioctl', c.ioctlIfreqData(fd, req, { name: [...name], data, pad: new Array(16).fill(0) }));
 }
 
 /** ioctl with an integer argument passed by value (e.g. TUNSETPERSIST); returns what it returns. */
