@@ -38,7 +38,7 @@ const c = {
   flock: libc.func('int flock(int fd, int op)'),
   ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
-  ioctlIfreqData: libc.func('ioctl', 'int', ['int', 'unsigned long', koffi.pointer(koffi.struct('kni_ifreq_data', { name: koffi.array('uint8', 16), data: 'void *', pad: koffi.array('uint8', 16) }))]),
+  ioctlIfreqData: libc.func('ioctl', 'int', ['int', 'unsigned long', koffi.pointer(koffi.struct({ name: koffi.array('uint8', 16), data: 'void *', pad: koffi.array('uint8', 16) }))]),
 };
 
 function check(call: string, rc: number | bigint): number {
