@@ -25,7 +25,7 @@ export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): P
 }
 
 /** A vm sandbox's taps compared with the kernel (kni's own, whatever network wired the interface). */
-export function tapsProblems(rec: SandboxRecord, ns: NetnsHandle): string[] {
+function tapsProblems(rec: SandboxRecord, ns: NetnsHandle): string[] {
   const withTaps = rec.interfaces.filter((i) => i.tap);
   if (!withTaps.length) return [];
   const pod = socketInNetns(ns.fd);

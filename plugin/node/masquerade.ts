@@ -23,9 +23,9 @@ const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', '
  */
 export const unmasqueraded = (cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs'>, peerCidrs: Cidr[]): Cidr[] => [...cfg.ranges, ...peerCidrs, ...cfg.nonMasqueradeCIDRs];
 
-const ON_THE_LINK: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };
+const NEVER_MASQUERADED: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };
 
-const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...ON_THE_LINK[f].map((d) => ['-d', d, '-j', 'RETURN']), ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
+const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...NEVER_MASQUERADED[f].map((d) => ['-d', d, '-j', 'RETURN']), ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
 
 /**
  * Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside

@@ -30,12 +30,24 @@ export function txChecksumWanted(setting: VxlanConfig['txChecksumOffload'], rele
   return major < 5 || (major === 5 && minor < 7) ? false : undefined;
 }
 
-/** The device's transmit checksum offload as the config wants it; a change is logged. */
+let txChecksumFailure = '';
+
+/**
+ * The device's transmit checksum offload as the config wants it; a change is logged. A kernel
+ * refusing it costs a warning (once until it changes), never the overlay's routes.
+ */
 function applyTxChecksum(sock: NetlinkSocket, cfg: VxlanConfig): void {
   const want = txChecksumWanted(cfg.txChecksumOffload);
-  if (want === undefined || txChecksumming(sock.fd, cfg.device) === want) return;
-  setTxChecksumming(sock.fd, cfg.device, want);
-  log('info', `vxlan device transmit checksum offload turned ${want ? 'on' : 'off'}`, { device: cfg.device, setting: String(cfg.txChecksumOffload), kernel: os.release() });
+  try {
+    if (want === undefined || txChecksumming(sock.fd, cfg.device) === want) return;
+    setTxChecksumming(sock.fd, cfg.device, want);
+    txChecksumFailure = '';
+    log('info', `vxlan device transmit checksum offload turned ${want ? 'on' : 'off'}`, { device: cfg.device, setting: String(cfg.txChecksumOffload), kernel: os.release() });
+  } catch (e) {
+    const why = (e as Error).message;
+    if (why !== txChecksumFailure) log('warn', `cannot turn the vxlan device's transmit checksum offload ${want ? 'on' : 'off'}`, { device: cfg.device, error: why });
+    txChecksumFailure = why;
+  }
 }
 
 export interface VxlanDevice {
