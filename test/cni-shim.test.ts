@@ -224,6 +224,22 @@ describe('CNI shim (kni-cni)', () => {
       assert.equal(fs.statSync(`${binDir}/kni-cni`).mode & 0o777, 0o755);
       // The installed binary works as the runtime would run it.
       assert.equal(spawnSync(`${binDir}/kni-cni`, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{}', encoding: 'utf8' }).status, 0);
+      // A mesh's CNI agent chains its plugin into kni's conflist (as istio-cni does): kni
+      // started again keeps it after its own, and drops what is no plugin config.
+      const mesh = { type: 'istio-cni', log_level: 'info', kubernetes: { kubeconfig: '/etc/cni/net.d/ZZZ-istio-cni-kubeconfig' } };
+      fs.writeFileSync(`${confDir}/10-kni.conflist`, JSON.stringify({ ...list, plugins: [{ ...list.plugins[0], socket: '/stale.sock' }, mesh, 7] }));
+      await g.stop();
+      await g.launch();
+      await waitFor(() => JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')).plugins[0].socket === g.cniSocket, 10_000, () => g.output.slice(-2000));
+      assert.deepEqual(JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')).plugins, [list.plugins[0], mesh]);
+      assert.match(g.output, /"msg":"keeping the plugins chained into kni's CNI config".*"plugins":\["istio-cni"\]/);
+      // Written again as it is, the file is not touched (a watching agent is not woken).
+      const mtime = fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs;
+      await g.stop();
+      await g.launch();
+      const kept = () => g.output.split('\n').filter((l) => l.includes('"msg":"keeping the plugins chained')).length;
+      await waitFor(() => kept() === 2, 10_000, () => g.output.slice(-2000));
+      assert.equal(fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs, mtime);
       await g.stop();
       const u = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/main.js'), '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
       assert.equal(u.status, 0, u.stderr);

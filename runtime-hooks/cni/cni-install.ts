@@ -1,9 +1,13 @@
 // The conflist (and, if asked, the kni-cni binary) a CNI-calling runtime needs on the host.
 // The conflist is written only once the node network is ready: a runtime takes its presence
-// as "network ready". `kni-runtime --uninstall` takes both away.
+// as "network ready". Plugins others chained into it (a service mesh's istio-cni or
+// linkerd-cni append theirs to the node's conflist) are kept where they are when kni writes
+// it again, so a restart of kni does not take a mesh's redirection off new pods.
+// `kni-runtime --uninstall` takes both away.
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
+import { log } from '../../plugin/core/log';
 import { makeDir } from '../../plugin/sys/make-dir';
 
 export function conflist(cfg: CniConfig, networkName: string): Record<string, unknown> {
@@ -43,10 +47,49 @@ export function installCni(cfg: CniConfig, networkName: string): string[] {
   if (cfg.confDir) {
     makeDir(cfg.confDir);
     const target = path.join(cfg.confDir, cfg.confName);
-    atomicWrite(target, `${JSON.stringify(conflist(cfg, networkName), null, 2)}\n`, 0o644);
-    written.push(target);
+    const text = `${JSON.stringify(withChained(conflist(cfg, networkName), target), null, 2)}\n`;
+    // Unchanged, it is not written: a mesh's agent watching the file is not woken for nothing.
+    if (readText(target) !== text) {
+      atomicWrite(target, text, 0o644);
+      written.push(target);
+    }
   }
   return written;
+}
+
+const readText = (file: string): string | undefined => {
+  try {
+    return fs.readFileSync(file, 'utf8');
+  } catch {
+    return undefined;
+  }
+};
+
+/**
+ * kni's conflist with the plugins others chained into the one at `file` (every entry but
+ * kni-cni's, in their places). A file that is not a conflist holding kni-cni is replaced whole.
+ */
+function withChained(mine: Record<string, unknown>, file: string): Record<string, unknown> {
+  const text = readText(file);
+  if (text === undefined) return mine;
+  let old: { plugins?: unknown };
+  try {
+    old = JSON.parse(text);
+  } catch {
+    log('warn', 'replacing a CNI config that is not JSON', { file });
+    return mine;
+  }
+  const plugins = Array.isArray(old?.plugins) ? (old.plugins as unknown[]) : [];
+  const at = plugins.findIndex((p) => (p as { type?: unknown } | null)?.type === 'kni-cni');
+  if (at < 0) return mine;
+  const isPlugin = (p: unknown) => typeof p === 'object' && p !== null && typeof (p as { type?: unknown }).type === 'string';
+  const others = plugins.filter((_, i) => i !== at);
+  if (!others.length) return mine;
+  if (!others.every(isPlugin)) log('warn', 'dropping entries chained into kni\'s CNI config that are not plugin configs', { file });
+  const kept = others.filter(isPlugin);
+  if (kept.length) log('info', 'keeping the plugins chained into kni\'s CNI config', { file, plugins: kept.map((p) => (p as { type: string }).type) });
+  const own = (mine.plugins as unknown[])[0];
+  return { ...mine, plugins: plugins.map((p, i) => (i === at ? own : p)).filter((p, i) => i === at || isPlugin(p)) };
 }
 
 /**
