@@ -224,15 +224,22 @@ describe('CNI shim (kni-cni)', () => {
       assert.equal(fs.statSync(`${binDir}/kni-cni`).mode & 0o777, 0o755);
       // The installed binary works as the runtime would run it.
       assert.equal(spawnSync(`${binDir}/kni-cni`, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{}', encoding: 'utf8' }).status, 0);
+      assert.deepEqual([list.cniVersion, list.cniVersions], ['1.0.0', ['1.0.0', '1.1.0']]);
       // A mesh's CNI agent chains its plugin into kni's conflist (as istio-cni does): kni
-      // started again keeps it after its own, and drops what is no plugin config.
+      // started again keeps it after its own, drops what is no plugin config, and names a CNI
+      // version every chained plugin it can ask takes (one built before CNI 1.1 answers VERSION
+      // without 1.1.0).
       const mesh = { type: 'istio-cni', log_level: 'info', kubernetes: { kubeconfig: '/etc/cni/net.d/ZZZ-istio-cni-kubeconfig' } };
-      fs.writeFileSync(`${confDir}/10-kni.conflist`, JSON.stringify({ ...list, plugins: [{ ...list.plugins[0], socket: '/stale.sock' }, mesh, 7] }));
+      const oldMesh = { type: 'old-mesh' };
+      fs.writeFileSync(`${binDir}/old-mesh`, '#!/bin/sh\necho \'{"cniVersion":"1.0.0","supportedVersions":["0.3.1","0.4.0","1.0.0"]}\'\n', { mode: 0o755 });
+      fs.writeFileSync(`${confDir}/10-kni.conflist`, JSON.stringify({ ...list, plugins: [{ ...list.plugins[0], socket: '/stale.sock' }, mesh, 7, oldMesh] }));
       await g.stop();
       await g.launch();
       await waitFor(() => JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')).plugins[0].socket === g.cniSocket, 10_000, () => g.output.slice(-2000));
-      assert.deepEqual(JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')).plugins, [list.plugins[0], mesh]);
-      assert.match(g.output, /"msg":"keeping the plugins chained into kni's CNI config".*"plugins":\["istio-cni"\]/);
+      const chained = JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8'));
+      assert.deepEqual([chained.cniVersion, chained.cniVersions, chained.plugins], ['1.0.0', undefined, [list.plugins[0], mesh, oldMesh]]);
+      assert.match(g.output, /"msg":"keeping the plugins chained into kni's CNI config".*"plugins":\["istio-cni","old-mesh"\]/);
+      assert.match(g.output, /"msg":"cannot ask plugins chained into kni's CNI config which CNI versions they take.*"plugins":\["istio-cni"\]/);
       // Written again as it is, the file is not touched (a watching agent is not woken).
       const mtime = fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs;
       await g.stop();

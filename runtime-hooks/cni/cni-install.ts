@@ -4,11 +4,14 @@
 // linkerd-cni append theirs to the node's conflist) are kept where they are when kni writes
 // it again, so a restart of kni does not take a mesh's redirection off new pods.
 // `kni-runtime --uninstall` takes both away.
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
+import { findPlugin } from '../../plugin/cni/plugin-exec';
 import { log } from '../../plugin/core/log';
 import { makeDir } from '../../plugin/sys/make-dir';
+import { SUPPORTED_VERSIONS } from './cni-result';
 
 export function conflist(cfg: CniConfig, networkName: string): Record<string, unknown> {
   return {
@@ -47,7 +50,7 @@ export function installCni(cfg: CniConfig, networkName: string): string[] {
   if (cfg.confDir) {
     makeDir(cfg.confDir);
     const target = path.join(cfg.confDir, cfg.confName);
-    const text = `${JSON.stringify(withChained(conflist(cfg, networkName), target), null, 2)}\n`;
+    const text = `${JSON.stringify(withChained(conflist(cfg, networkName), target, [...new Set([cfg.binDir, '/opt/cni/bin'].filter(Boolean))]), null, 2)}\n`;
     // Unchanged, it is not written: a mesh's agent watching the file is not woken for nothing.
     if (readText(target) !== text) {
       atomicWrite(target, text, 0o644);
@@ -65,11 +68,56 @@ const readText = (file: string): string | undefined => {
   }
 };
 
+/** The versions kni-cni answers to, newest first: what kni's conflist may name. */
+const KNI_CNI_VERSIONS = [...SUPPORTED_VERSIONS].reverse();
+
+/**
+ * What a chained plugin answers VERSION with (its supportedVersions), asked once when kni
+ * writes its conflist (at start, never on a pod's path); undefined when it cannot be asked.
+ */
+function pluginVersions(binDirs: string[], type: string): string[] | undefined {
+  let file: string;
+  try {
+    file = findPlugin(binDirs, type);
+  } catch {
+    return undefined;
+  }
+  const r = spawnSync(file, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000 });
+  try {
+    const v = JSON.parse(r.stdout).supportedVersions;
+    return Array.isArray(v) && v.every((x) => typeof x === 'string') ? v : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * kni's conflist naming a version every chained plugin supports: a plugin refuses a config of
+ * a version it does not know, so a mesh plugin built before CNI 1.1 would fail every pod's ADD
+ * if the runtime picked 1.1.0 from cniVersions. Plugins that cannot be asked are left out (and named).
+ */
+function versionsForChain(mine: Record<string, unknown>, chained: { type: string }[], binDirs: string[], file: string): Record<string, unknown> {
+  const asked = chained.map((p) => ({ type: p.type, versions: pluginVersions(binDirs, p.type) }));
+  const unknown = asked.filter((a) => !a.versions).map((a) => a.type);
+  if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer)', { file, plugins: unknown, binDirs });
+  const common = KNI_CNI_VERSIONS.filter((v) => asked.every((a) => !a.versions || a.versions.includes(v)));
+  if (common.includes('1.1.0') && common.includes('1.0.0')) return mine;
+  if (!common.length) {
+    log('warn', 'no CNI version is taken by both kni-cni and the plugins chained into its config: kni\'s is kept', { file, plugins: asked.map((a) => `${a.type} ${a.versions?.join(',') ?? '?'}`) });
+    return mine;
+  }
+  log('info', 'kni\'s CNI config names the newest CNI version every chained plugin takes', { file, cniVersion: common[0] });
+  const { cniVersions: _all, ...rest } = mine;
+  void _all;
+  return { ...rest, cniVersion: common[0] };
+}
+
 /**
  * kni's conflist with the plugins others chained into the one at `file` (every entry but
- * kni-cni's, in their places). A file that is not a conflist holding kni-cni is replaced whole.
+ * kni-cni's, in their places), in a version they all take. A file that is not a conflist
+ * holding kni-cni is replaced whole.
  */
-function withChained(mine: Record<string, unknown>, file: string): Record<string, unknown> {
+function withChained(mine: Record<string, unknown>, file: string, binDirs: string[]): Record<string, unknown> {
   const text = readText(file);
   if (text === undefined) return mine;
   let old: { plugins?: unknown };
@@ -89,7 +137,8 @@ function withChained(mine: Record<string, unknown>, file: string): Record<string
   const kept = others.filter(isPlugin);
   if (kept.length) log('info', 'keeping the plugins chained into kni\'s CNI config', { file, plugins: kept.map((p) => (p as { type: string }).type) });
   const own = (mine.plugins as unknown[])[0];
-  return { ...mine, plugins: plugins.map((p, i) => (i === at ? own : p)).filter((p, i) => i === at || isPlugin(p)) };
+  const versioned = kept.length ? versionsForChain(mine, kept as { type: string }[], binDirs, file) : mine;
+  return { ...versioned, plugins: plugins.map((p, i) => (i === at ? own : p)).filter((p, i) => i === at || isPlugin(p)) };
 }
 
 /**
