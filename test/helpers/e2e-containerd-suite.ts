@@ -6,6 +6,7 @@ import { Client } from '../../plugin/client/clients';
 import { ContainerdEnv, Flavour, IMAGE } from './containerd-env';
 import { ping, RUN, trySh } from './sh';
 import { stateRecords } from './state-records';
+import { installTestPlugin } from './test-plugins';
 import { TestDaemon } from './test-daemon';
 import { waitFor } from './wait';
 
@@ -35,6 +36,10 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     const list = JSON.parse(fs.readFileSync(`${c.confDir}/10-kni.conflist`, 'utf8'));
     assert.equal(list.plugins[0].type, 'kni-cni');
     assert.ok(fs.existsSync(`${c.binDir}/kni-cni`));
+    // A plugin chained after kni-cni, as a mesh's CNI agent appends istio-cni: the runtime runs
+    // it with kni's result; kni keeps it when it writes its conflist again (after the kill -9).
+    installTestPlugin(c.binDir, 'kni-test-record', 'record-cni');
+    fs.writeFileSync(`${c.confDir}/10-kni.conflist`, JSON.stringify({ ...list, plugins: [...list.plugins, { type: 'kni-test-record', logFile: chainLog() }] }));
     await c.start();
     cri = c.cri();
   });
@@ -42,6 +47,10 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     await c?.stop();
     d?.cleanup();
   });
+
+  const chainLog = () => `${c.dir}/chain.log`;
+  /** What the chained plugin was given on ADD for a sandbox: the addresses of kni-cni's result. */
+  const chainedAdd = (id: string) => fs.readFileSync(chainLog(), 'utf8').trim().split('\n').map((l) => JSON.parse(l)).find((l) => l.cmd === 'ADD' && l.containerId === id);
 
   const podConfig = (name: string) => ({
     metadata: { name, namespace: 'e2e', uid: `uid-${name}`, attempt: 0 },
@@ -89,6 +98,7 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
       assert.equal(rec.netns_path, web.netns);
       assert.equal(rec.annotations['example.com/owner'], 'kni-e2e', 'pod annotations did not reach kni');
       assert.notEqual(web.ip, client.ip);
+      assert.deepEqual(chainedAdd(web.id)?.prevIps?.map((a: string) => a.split('/')[0]), [web.ip, web.ip6], 'the chained plugin did not get kni-cni\'s result');
       assert.ok(ping(client.netns, web.ip), 'client pod cannot ping web pod over IPv4');
       assert.ok(ping(client.netns, web.ip6), 'client pod cannot ping web pod over IPv6');
 
@@ -162,6 +172,9 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     assert.ok(ping(before.netns, '10.244.0.1'), 'an earlier pod lost its network');
     const after = await runPod('after-crash');
     assert.ok(ping(after.netns, before.ip));
+    // kni wrote its conflist again when it came back: the chained plugin is still there and ran.
+    assert.equal(JSON.parse(fs.readFileSync(`${c.confDir}/10-kni.conflist`, 'utf8')).plugins[1]?.type, 'kni-test-record');
+    assert.ok(chainedAdd(after.id), 'the chained plugin did not run after kni came back');
 
     // Every sandbox containerd runs has its network in kni, and kni holds nothing the runtime
     // does not list. A sandbox whose CNI answer the kill cut off is NOTREADY in containerd; kni
