@@ -130,10 +130,11 @@ function withChained(mine: Record<string, unknown>, file: string, binDirs: strin
   const plugins = Array.isArray(old?.plugins) ? (old.plugins as unknown[]) : [];
   const at = plugins.findIndex((p) => (p as { type?: unknown } | null)?.type === 'kni-cni');
   if (at < 0) return mine;
-  const isPlugin = (p: unknown) => typeof p === 'object' && p !== null && typeof (p as { type?: unknown }).type === 'string';
+  // Another kni-cni entry would attach the pod twice: not kept either.
+  const isPlugin = (p: unknown) => typeof p === 'object' && p !== null && typeof (p as { type?: unknown }).type === 'string' && (p as { type: string }).type !== 'kni-cni';
   const others = plugins.filter((_, i) => i !== at);
   if (!others.length) return mine;
-  if (!others.every(isPlugin)) log('warn', 'dropping entries chained into kni\'s CNI config that are not plugin configs', { file });
+  if (!others.every(isPlugin)) log('warn', 'dropping entries chained into kni\'s CNI config that are not plugin configs (or are kni-cni again)', { file });
   const kept = others.filter(isPlugin);
   if (kept.length) log('info', 'keeping the plugins chained into kni\'s CNI config', { file, plugins: kept.map((p) => (p as { type: string }).type) });
   const own = (mine.plugins as unknown[])[0];
