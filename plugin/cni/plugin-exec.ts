@@ -1,6 +1,6 @@
 // Executing one CNI plugin binary as the spec says: the CNI_* environment, the config on stdin,
 // a result or an error object on stdout. Found on the configured plugin directories.
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 
@@ -63,4 +63,19 @@ export function execPlugin(binDirs: string[], type: string, inv: CniInvocation, 
     });
     child.stdin?.end(JSON.stringify(stdin));
   });
+}
+
+/**
+ * The versions a plugin answers VERSION with (supportedVersions); undefined when it is not in
+ * binDirs or gives no such answer. Synchronous, for when kni writes its conflist (at start,
+ * never on a pod's path).
+ */
+export function supportedVersionsSync(binDirs: string[], type: string): string[] | undefined {
+  try {
+    const out = execFileSync(findPlugin(binDirs, type), [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] });
+    const v = JSON.parse(out).supportedVersions;
+    return Array.isArray(v) && v.every((x) => typeof x === 'string') ? v : undefined;
+  } catch {
+    return undefined;
+  }
 }

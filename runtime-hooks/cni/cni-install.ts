@@ -4,11 +4,10 @@
 // linkerd-cni append theirs to the node's conflist) are kept where they are when kni writes
 // it again, so a restart of kni does not take a mesh's redirection off new pods.
 // `kni-runtime --uninstall` takes both away.
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
-import { findPlugin } from '../../plugin/cni/plugin-exec';
+import { supportedVersionsSync } from '../../plugin/cni/plugin-exec';
 import { log } from '../../plugin/core/log';
 import { makeDir } from '../../plugin/sys/make-dir';
 import { SUPPORTED_VERSIONS } from './cni-result';
@@ -72,32 +71,13 @@ const readText = (file: string): string | undefined => {
 const KNI_CNI_VERSIONS = [...SUPPORTED_VERSIONS].reverse();
 
 /**
- * What a chained plugin answers VERSION with (its supportedVersions), asked once when kni
- * writes its conflist (at start, never on a pod's path); undefined when it cannot be asked.
- */
-function pluginVersions(binDirs: string[], type: string): string[] | undefined {
-  let file: string;
-  try {
-    file = findPlugin(binDirs, type);
-  } catch {
-    return undefined;
-  }
-  const r = spawnSync(file, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000 });
-  try {
-    const v = JSON.parse(r.stdout).supportedVersions;
-    return Array.isArray(v) && v.every((x) => typeof x === 'string') ? v : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
-/**
  * kni's conflist naming a version every chained plugin supports: a plugin refuses a config of
  * a version it does not know, so a mesh plugin built before CNI 1.1 would fail every pod's ADD
  * if the runtime picked 1.1.0 from cniVersions. Plugins that cannot be asked are left out (and named).
  */
 function versionsForChain(mine: Record<string, unknown>, chained: { type: string }[], binDirs: string[], file: string): Record<string, unknown> {
-  const asked = chained.map((p) => ({ type: p.type, versions: pluginVersions(binDirs, p.type) }));
+  // Asked once per write of the conflist (at start), never on a pod's path.
+  const asked = chained.map((p) => ({ type: p.type, versions: supportedVersionsSync(binDirs, p.type) }));
   const unknown = asked.filter((a) => !a.versions).map((a) => a.type);
   if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer)', { file, plugins: unknown, binDirs });
   const common = KNI_CNI_VERSIONS.filter((v) => asked.every((a) => !a.versions || a.versions.includes(v)));
