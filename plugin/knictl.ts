@@ -158,6 +158,7 @@ program.command('node').description('node networks, readiness, and (in Kubernete
     `ready: ${n.ready}\n` +
     table([['NETWORK', 'READY', 'BRIDGE', 'POD LINK', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, x.pod_link || '-', String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
     n.networks.map((x: any) => `masquerade (${x.name}): ${x.masquerade ? `on, but to the cluster's pod CIDRs${x.non_masquerade_cidrs?.length ? ` and ${x.non_masquerade_cidrs.join(', ')}` : ''}` : 'off'}\n`).join('') +
+    (n.cni_config ? `CNI config: ${n.cni_config.file} (CNI ${n.cni_config.cni_version}): ${n.cni_config.plugins.join(' → ')}\n` : '') +
     (n.warnings?.length ? `\nwarnings:\n${n.warnings.map((w: string) => `- ${w}\n`).join('')}` : '') +
     (n.repairs?.length ? `\nput back lately (found undone on the node):\n${n.repairs.map((r: { time: string; what: string }) => `- ${r.time}  ${r.what}\n`).join('')}` : '') +
     (n.cluster ? `\n${clusterText(n.cluster)}` : ''),

@@ -163,7 +163,8 @@ async function main(): Promise<void> {
   };
   rt.node.onReady(() => {
     try {
-      const files = installCni(cfg.cni, cfg.name);
+      const { written: files, conflist } = installCni(cfg.cni, cfg.name);
+      rt.node.cniConfig = conflist;
       if (files.length) log('info', 'CNI config installed: the runtime now sees the network as ready', { files });
       checkConfOrder();
       confOrderTimer ??= cfg.cni.confDir ? setInterval(checkConfOrder, cfg.reconcileSeconds * 1000).unref() : undefined;

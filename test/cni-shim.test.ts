@@ -225,6 +225,7 @@ describe('CNI shim (kni-cni)', () => {
       // The installed binary works as the runtime would run it.
       assert.equal(spawnSync(`${binDir}/kni-cni`, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{}', encoding: 'utf8' }).status, 0);
       assert.deepEqual([list.cniVersion, list.cniVersions], ['1.0.0', ['1.0.0', '1.1.0']]);
+      assert.deepEqual((await g.rt().GetNode()).cni_config, { file: `${confDir}/10-kni.conflist`, cni_version: '1.0.0, 1.1.0', plugins: ['kni-cni'] });
       // A mesh's CNI agent chains its plugin into kni's conflist (as istio-cni does): kni
       // started again keeps it after its own, drops what is no plugin config, and names a CNI
       // version every chained plugin it can ask takes (one built before CNI 1.1 answers VERSION
@@ -240,6 +241,10 @@ describe('CNI shim (kni-cni)', () => {
       assert.deepEqual([chained.cniVersion, chained.cniVersions, chained.plugins], ['1.0.0', undefined, [list.plugins[0], mesh, oldMesh]]);
       assert.match(g.output, /"msg":"keeping the plugins chained into kni's CNI config".*"plugins":\["istio-cni","old-mesh"\]/);
       assert.match(g.output, /"msg":"cannot ask plugins chained into kni's CNI config which CNI versions they take.*"plugins":\["istio-cni"\]/);
+      // One place to look: GetNode and knictl node say what the runtime reads.
+      assert.deepEqual((await g.rt().GetNode()).cni_config, { file: `${confDir}/10-kni.conflist`, cni_version: '1.0.0', plugins: ['kni-cni', 'istio-cni', 'old-mesh'] });
+      const node = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', g.socket, 'node'], { encoding: 'utf8' });
+      assert.ok(node.stdout.includes(`CNI config: ${confDir}/10-kni.conflist (CNI 1.0.0): kni-cni → istio-cni → old-mesh\n`), node.stdout);
       // Written again as it is, the file is not touched (a watching agent is not woken).
       const mtime = fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs;
       await g.stop();

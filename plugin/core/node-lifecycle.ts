@@ -6,6 +6,7 @@ import { isBuiltIn } from './network-backend';
 import type { SandboxRecord } from '../store/records';
 import { isoTime, log } from './log';
 import type { NetworkRuntime, NodeStatus } from './network-runtime';
+import type { CniConfigStatus } from './runtime-types';
 import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
@@ -37,6 +38,8 @@ export class NodeLifecycle {
 
   private hostPortWrites: Promise<void> = Promise.resolve();
   private readonly warnings = new Map<string, string>();
+  /** The conflist kni last wrote (main.ts, when the node became ready), for GetNode. */
+  cniConfig?: CniConfigStatus;
   private readonly repairListeners: ((what: string) => void)[] = [];
   private readonly recent: { time: string; what: string }[] = [];
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
@@ -271,6 +274,7 @@ export class NodeLifecycle {
       nonMasqueradeCidrs: this.rt.cfg.nonMasqueradeCIDRs.map((c) => c.text),
       warnings: [...this.warnings.values()],
       repairs: [...this.recent],
+      ...(this.cniConfig ? { cniConfig: this.cniConfig } : {}),
     };
   }
 }

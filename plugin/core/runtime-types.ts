@@ -48,6 +48,14 @@ export interface NodeStatus {
   warnings: string[];
   /** What was last found undone on the node and put back, newest last (NodeLifecycle.recordRepair). */
   repairs: { time: string; what: string }[];
+  /** The conflist kni last wrote for CNI-calling runtimes: its file, CNI version and plugins in order (others chained after kni-cni). */
+  cniConfig?: CniConfigStatus;
+}
+
+export interface CniConfigStatus {
+  file: string;
+  cniVersion: string;
+  plugins: string[];
 }
 
 /** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */

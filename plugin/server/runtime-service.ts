@@ -138,7 +138,10 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.node.status();
-      return { ready: s.ready, networks: [{ ...s, pod_link: s.podLink, non_masquerade_cidrs: s.nonMasqueradeCidrs }], warnings: s.warnings, repairs: s.repairs, ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}) };
+      return {
+        ready: s.ready, networks: [{ ...s, pod_link: s.podLink, non_masquerade_cidrs: s.nonMasqueradeCidrs }], warnings: s.warnings, repairs: s.repairs,
+        ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}), ...(s.cniConfig ? { cni_config: { file: s.cniConfig.file, cni_version: s.cniConfig.cniVersion, plugins: s.cniConfig.plugins } } : {}),
+      };
     }),
     Version: u('Version', () => ({ version: BUILD.version, commit: BUILD.commit, api_version: 'kni.runtime.v1', started_at: new Date(Date.now() - process.uptime() * 1000).toISOString() })),
     GetIPAMStatus: u('GetIPAMStatus', () => {

@@ -7,6 +7,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
+import type { CniConfigStatus } from '../../plugin/core/runtime-types';
 import { supportedVersionsSync } from '../../plugin/cni/plugin-exec';
 import { log } from '../../plugin/core/log';
 import { makeDir } from '../../plugin/sys/make-dir';
@@ -38,8 +39,15 @@ export function shimBinary(): string {
   return path.join(__dirname, '../../bin/kni-cni');
 }
 
-export function installCni(cfg: CniConfig, networkName: string): string[] {
+/** What installCni wrote (unchanged files are not), and the conflist the runtime now reads. */
+export interface CniInstall {
+  written: string[];
+  conflist?: CniConfigStatus;
+}
+
+export function installCni(cfg: CniConfig, networkName: string): CniInstall {
   const written: string[] = [];
+  let installed: CniConfigStatus | undefined;
   if (cfg.binDir) {
     makeDir(cfg.binDir);
     const target = path.join(cfg.binDir, 'kni-cni');
@@ -49,14 +57,16 @@ export function installCni(cfg: CniConfig, networkName: string): string[] {
   if (cfg.confDir) {
     makeDir(cfg.confDir);
     const target = path.join(cfg.confDir, cfg.confName);
-    const text = `${JSON.stringify(withChained(conflist(cfg, networkName), target, [...new Set([cfg.binDir, '/opt/cni/bin'].filter(Boolean))]), null, 2)}\n`;
+    const list = withChained(conflist(cfg, networkName), target, [...new Set([cfg.binDir, '/opt/cni/bin'].filter(Boolean))]);
+    const text = `${JSON.stringify(list, null, 2)}\n`;
+    installed = { file: target, cniVersion: [list.cniVersion, ...((list.cniVersions as string[] | undefined) ?? [])].filter((v, i, all) => all.indexOf(v) === i).join(', '), plugins: (list.plugins as { type: string }[]).map((p) => p.type) };
     // Unchanged, it is not written: a mesh's agent watching the file is not woken for nothing.
     if (readText(target) !== text) {
       atomicWrite(target, text, 0o644);
       written.push(target);
     }
   }
-  return written;
+  return { written, ...(installed ? { conflist: installed } : {}) };
 }
 
 const readText = (file: string): string | undefined => {
