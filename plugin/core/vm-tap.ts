@@ -53,6 +53,9 @@ export function repairTap(itf: InterfaceRecord, ns: NetnsHandle): string[] {
     if (!problems.length) return [];
     const tap = linkByName(pod, itf.tap!);
     if (tap) pod.request(linkSetUpByIndex(tap.index, tap.name));
+    // Without its interface a new tap would carry nothing: the interface's own repair (or its
+    // network's CHECK) comes first.
+    else if (!linkByName(pod, itf.name)) throw new Error(`its interface ${itf.name} is missing too`);
     else rewireVmTap(pod, ns.fd, itf.name, itf.tap!);
     return problems;
   } finally {
