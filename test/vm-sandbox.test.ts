@@ -177,6 +177,10 @@ describe('VM sandboxes: vmTap for other VMMs', () => {
       await waitFor(() => /icmp 1/.test(out()), 20_000, () => `the guest did not see the echo request: ${out()}`);
       guest!.kill('SIGKILL');
       guest = undefined;
+      // The interface gone with its tap: no tap is made for nothing, and the finding says why.
+      for (const l of ['tap1_kni', 'net1']) assert.ok(inNetns(vmNetns, 'ip', ['link', 'del', l]).ok);
+      assert.match((await d.rt().Reconcile({})).findings.join('\n'), /sandbox vm-r: cannot put the VM's tap tap1_kni of net1 back: its interface net1 is missing too/);
+      assert.deepEqual(netnsLinks(vmNetns).sort(), ['eth0', 'lo', 'tap0_kni']);
     } finally {
       await d.rt().Detach({ sandbox_id: 'vm-r' });
       await d.rt().Detach({ sandbox_id: 'ct-r' });
