@@ -5,7 +5,7 @@
 // it still decide first; KNI-FWD accepts what comes from or goes to this node's pod ranges.
 // Written at node setup and when the setting changes, never per pod.
 import { Cidr, Family } from '../ipam/ip';
-import { chainRules, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
+import { chainDrift, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const FORWARD_CHAIN = 'KNI-FWD';
 const JUMP = ['-m', 'comment', '--comment', "kni: accept the pods' forwarded traffic", '-j', FORWARD_CHAIN];
@@ -33,10 +33,8 @@ export async function removeForwardRules(ranges: Cidr[]): Promise<void> {
 export async function forwardDrift(ranges: Cidr[]): Promise<string[]> {
   const out: string[] = [];
   for (const f of families(ranges)) {
-    const have = await chainRules(f, 'filter', FORWARD_CHAIN);
-    const want = acceptRules(ranges.filter((c) => c.family === f)).map((r) => r.join(' '));
-    if (!have) out.push(`IPv${f} filter chain ${FORWARD_CHAIN} is missing`);
-    else if (have.join('\n') !== want.join('\n')) out.push(`IPv${f} filter chain ${FORWARD_CHAIN} was changed (${have.length} rules; kni wrote ${want.length})`);
+    const changed = await chainDrift(f, 'filter', FORWARD_CHAIN, acceptRules(ranges.filter((c) => c.family === f)));
+    if (changed) out.push(changed);
     if (!(await ruleExists(f, 'filter', 'FORWARD', JUMP))) out.push(`the IPv${f} FORWARD rule jumping to ${FORWARD_CHAIN} is missing`);
   }
   return out;

@@ -82,6 +82,14 @@ export async function chainRules(f: Family, table: Table, chain: string): Promis
   }
 }
 
+/** How a chain kni wrote differs from `want` now (missing, or changed), in a finding; undefined: as written. */
+export async function chainDrift(f: Family, table: Table, chain: string, want: string[][]): Promise<string | undefined> {
+  const have = await chainRules(f, table, chain);
+  if (!have) return `IPv${f} ${table} chain ${chain} is missing`;
+  const lines = want.map((r) => r.join(' '));
+  return have.join('\n') === lines.join('\n') ? undefined : `IPv${f} ${table} chain ${chain} was changed (${have.length} rules; kni wrote ${lines.length})`;
+}
+
 /** Appends a rule to a chain unless it is there already. */
 export async function ensureRule(f: Family, table: Table, chain: string, rule: string[]): Promise<void> {
   if (await ruleExists(f, table, chain, rule)) return;

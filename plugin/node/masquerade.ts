@@ -8,7 +8,7 @@
 // the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
-import { chainRules, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
+import { chainDrift, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
@@ -61,10 +61,8 @@ export async function masqueradeDrift(ranges: Cidr[], clusterCidrs: Cidr[]): Pro
   for (const f of [4, 6] as Family[]) {
     const mine = ranges.filter((c) => c.family === f);
     if (!mine.length) continue;
-    const have = await chainRules(f, 'nat', MASQ_CHAIN);
-    const want = masqRules(f, clusterCidrs).map((r) => r.join(' '));
-    if (!have) out.push(`IPv${f} nat chain ${MASQ_CHAIN} is missing`);
-    else if (have.join('\n') !== want.join('\n')) out.push(`IPv${f} nat chain ${MASQ_CHAIN} was changed (${have.length} rules; kni wrote ${want.length})`);
+    const changed = await chainDrift(f, 'nat', MASQ_CHAIN, masqRules(f, clusterCidrs));
+    if (changed) out.push(changed);
     for (const c of mine) if (!(await ruleExists(f, 'nat', 'POSTROUTING', jumpRule(c)))) out.push(`the POSTROUTING rule sending ${c.text} to ${MASQ_CHAIN} is missing`);
   }
   return out;
