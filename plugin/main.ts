@@ -14,11 +14,12 @@ import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
 import { installCni, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
-import { serveCni } from '../runtime-hooks/cni/cni-server';
+import { markRestarting, serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi } from './kube/kube-api';
+import { kniLeavingNode } from './kube/leaving-node';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
@@ -46,6 +47,24 @@ function nriPlugin(rt: NetworkRuntime, cfg: Config): NriPlugin | undefined {
   return cfg.nri.enabled ? new NriPlugin(rt, cfg.nri) : undefined;
 }
 
+/**
+ * --uninstall-if-leaving: whether the files go (see kube/leaving-node.ts). The preStop has the
+ * pod's grace period (5 s in kni's DaemonSet): the API gets 2 s, and without an answer the files stay.
+ */
+async function kniLeaving(cfg: Config): Promise<boolean> {
+  const namespace = process.env.KNI_POD_NAMESPACE ?? '';
+  const name = process.env.KNI_POD_NAME ?? '';
+  if (!namespace || !name) throw new ConfigError('--uninstall-if-leaving needs KNI_POD_NAMESPACE and KNI_POD_NAME (the downward API\'s metadata.namespace and metadata.name, as kind-config/kni-daemonset.yaml sets them)');
+  try {
+    const { leaving, reason } = await kniLeavingNode(connectKube(cfg.kubernetes.kubeconfig), namespace, name, 2_000);
+    log('info', leaving ? 'kni leaves this node: removing its CNI config and kni-cni' : 'kni\'s CNI config and kni-cni stay', { reason });
+    return leaving;
+  } catch (e) {
+    log('warn', 'cannot tell whether kni leaves this node: its CNI config and kni-cni stay (kni-runtime --uninstall removes them)', { error: (e as Error).message });
+    return false;
+  }
+}
+
 async function main(): Promise<void> {
   // A runtime starting us as a pre-registered NRI plugin passes no PATH: use the system one
   // to find iptables (node setup only).
@@ -60,9 +79,10 @@ async function main(): Promise<void> {
     .option('--metrics-addr <host:port>', 'serve Prometheus metrics on http://host:port/metrics (off by default)', process.env.KNI_METRICS_ADDR)
     .option('--print-config', 'print the effective config and exit')
     .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
+    .option('--uninstall-if-leaving', "the DaemonSet's preStop: --uninstall only if kni leaves this node (its DaemonSet deleted), not when a new kni pod takes over (KNI_POD_NAMESPACE, KNI_POD_NAME name kni's pod)")
     .version(`kni-runtime ${versionText()}`, '--version', 'print the version and the commit built from, and exit')
     .parse();
-  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; metricsAddr?: string; printConfig?: boolean; uninstall?: boolean }>();
+  const opts = program.opts<{ socket: string; stateDir: string; config?: string; logLevel: string; metricsAddr?: string; printConfig?: boolean; uninstall?: boolean; uninstallIfLeaving?: boolean }>();
   // A flag's typo fails before anything starts, with its reason and no stack.
   const flagProblem =
     socketPathProblem(opts.socket, '--socket') ||
@@ -80,7 +100,8 @@ async function main(): Promise<void> {
     process.stdout.write(`${JSON.stringify({ ...cfg, mtu: cfg.mtu || 'auto', ranges: cfg.ranges.map((c) => c.text), nonMasqueradeCIDRs: cfg.nonMasqueradeCIDRs.map((c) => c.text) }, null, 2)}\n`);
     return;
   }
-  if (opts.uninstall) {
+  if (opts.uninstallIfLeaving && !(await kniLeaving(cfg))) return;
+  if (opts.uninstall || opts.uninstallIfLeaving) {
     for (const f of uninstallCni(cfg.cni)) log('info', 'removed', { file: f });
     return;
   }
@@ -183,6 +204,7 @@ async function main(): Promise<void> {
     configWatch?.stop();
     nads?.stop();
     podNetworks?.stop();
+    markRestarting(cfg.cni.socket, cfg.cni.confDir ? path.join(cfg.cni.confDir, cfg.cni.confName) : undefined);
     cniServer.close();
     metrics?.close();
     server.shutdown(() => {

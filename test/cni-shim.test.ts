@@ -4,7 +4,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
-import { cni } from './helpers/cni-exec';
+import { cni, cniAsync } from './helpers/cni-exec';
 import { inNetns, ping } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -172,6 +172,55 @@ describe('CNI shim (kni-cni)', () => {
     expectErr(cni('ADD', env('e1', n), { ...conf, socket: `${d.dir}/nobody.sock` }), 11, /not reachable/);
   });
 
+  it('a graceful restart of kni (SIGTERM): STATUS stays ready and an ADD made meanwhile waits for the new kni; a crash (kill -9) or an old restart is reported at once', async () => {
+    const g = await TestDaemon.start({ bridge: 'knirst', ranges: ['10.96.0.0/24'], cni: { confDir: '', binDir: '' } });
+    const c = { cniVersion: '1.1.0', name: 'kni', type: 'kni-cni', socket: g.cniSocket };
+    const marker = `${g.cniSocket}.restarting`;
+    const conflist = () => `${g.dir}/net.d/10-kni.conflist`;
+    try {
+      // With a conflist of its own (in the test's dir), as kni runs under a CNI-calling runtime.
+      await g.stop('SIGKILL');
+      const cfg = JSON.parse(fs.readFileSync(g.configFile, 'utf8'));
+      fs.writeFileSync(g.configFile, JSON.stringify({ ...cfg, cni: { ...cfg.cni, confDir: `${g.dir}/net.d` } }));
+      await g.launch();
+      await waitFor(() => fs.existsSync(conflist()), 10_000, () => g.output.slice(-2000));
+      await g.stop('SIGTERM');
+      assert.ok(fs.existsSync(marker), 'no restart marker after SIGTERM');
+      assert.equal(JSON.parse(fs.readFileSync(marker, 'utf8')).graceSeconds, 60);
+      const status = cni('STATUS', {}, c);
+      assert.equal(status.code, 0, status.raw);
+      assert.equal(status.raw, '');
+      const netns = g.makePodNetns('rst-a');
+      const add = cniAsync('ADD', env('rst-a', netns), c);
+      // Still waiting a second later (without the marker it failed at once), then answered by the new kni.
+      const early = await Promise.race([add.then(() => 'answered'), new Promise((r) => setTimeout(() => r('waiting'), 1000))]);
+      assert.equal(early, 'waiting');
+      await g.launch();
+      const r = await add;
+      assert.equal(r.code, 0, r.raw);
+      assert.match(r.out.ips[0].address, /^10\.96\.0\.\d+\/32$/);
+      assert.ok(!fs.existsSync(marker), 'the new kni left the restart marker in place');
+      // Its conflist removed first (the preStop found kni leaving the node): no kni is coming back.
+      await waitFor(() => fs.existsSync(conflist()), 10_000, () => g.output.slice(-2000));
+      fs.rmSync(conflist());
+      await g.stop('SIGTERM');
+      assert.ok(!fs.existsSync(marker), 'a restart marker though kni left the node');
+      // kill -9 leaves no marker: the absence is reported at once.
+      await g.launch();
+      await g.stop('SIGKILL');
+      assert.ok(!fs.existsSync(marker));
+      assert.equal(cni('STATUS', {}, c).out.code, 50);
+      // A restart older than the grace: kni did not come back.
+      fs.writeFileSync(marker, '{}');
+      const old = new Date(Date.now() - 61_000);
+      fs.utimesSync(marker, old, old);
+      assert.equal(cni('STATUS', {}, c).out.code, 50);
+      assert.match(cni('ADD', env('rst-b', netns), c).out.msg, /kni-runtime is not reachable/);
+    } finally {
+      g.cleanup();
+    }
+  });
+
   it('STATUS answers 50 when the pod ranges are exhausted', async () => {
     const small = await TestDaemon.start({ ranges: ['10.98.0.0/30'], bridge: 'kni30' });
     try {
@@ -253,7 +302,19 @@ describe('CNI shim (kni-cni)', () => {
       await waitFor(() => kept() === 2, 10_000, () => g.output.slice(-2000));
       assert.equal(fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs, mtime);
       await g.stop();
-      const u = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/main.js'), '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
+      // The DaemonSet's preStop: without its pod named it refuses; when the API cannot say
+      // whether kni leaves the node (the DaemonSet stays through a rolling update), the files stay.
+      const main = path.join(packageRoot(), 'dist/plugin/main.js');
+      const unnamed = spawnSync(process.execPath, [main, '--config', g.configFile, '--uninstall-if-leaving'], { encoding: 'utf8', env: { ...process.env, KNI_POD_NAME: '' } });
+      assert.equal(unnamed.status, 1);
+      assert.match(unnamed.stderr, /--uninstall-if-leaving needs KNI_POD_NAMESPACE and KNI_POD_NAME/);
+      const kubeconfig = `${g.dir}/unreachable.kubeconfig`;
+      fs.writeFileSync(kubeconfig, 'apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n');
+      const unsure = spawnSync(process.execPath, [main, '--config', g.configFile, '--uninstall-if-leaving'], { encoding: 'utf8', env: { ...process.env, KUBECONFIG: kubeconfig, KNI_POD_NAMESPACE: 'kube-system', KNI_POD_NAME: 'kni-x' } });
+      assert.equal(unsure.status, 0, unsure.stderr);
+      assert.match(unsure.stdout, /"level":"warn","msg":"cannot tell whether kni leaves this node: its CNI config and kni-cni stay.*get Pod kube-system\/kni-x/);
+      assert.ok(fs.existsSync(`${confDir}/10-kni.conflist`) && fs.existsSync(`${binDir}/kni-cni`));
+      const u = spawnSync(process.execPath, [main, '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
       assert.equal(u.status, 0, u.stderr);
       assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`));
       assert.ok(!fs.existsSync(`${binDir}/kni-cni`));

@@ -18,6 +18,7 @@ import { hostVethName } from '../plugin/core/runtime-types';
 import { EventLog } from '../plugin/core/events';
 import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
+import { leavingFrom } from '../plugin/kube/leaving-node';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -355,5 +356,20 @@ describe('IPAM status of a CNI network', () => {
       ['10.2.0.0/24', 2n, 2, 0n, true],
       ['fd00:9::/120', 254n, 1, 253n, false],
     ]);
+  });
+});
+
+describe('whether kni leaves its node as its pod stops (the preStop)', () => {
+  const ds = (uid: string, deleting = false) => ({ metadata: { name: 'kni', uid, ...(deleting ? { deletionTimestamp: new Date() } : {}) } });
+  const pod = (owner?: { kind: string; uid: string }) => ({ metadata: { name: 'kni-abc', ownerReferences: owner ? [{ apiVersion: 'apps/v1', kind: owner.kind, name: 'kni', uid: owner.uid, controller: true }] : [] } });
+  it('stays while its DaemonSet stays (rolling update, restart, a deleted pod); leaves when it is deleted, deleting, replaced, or nothing restarts the pod', () => {
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1')).leaving, false);
+    assert.match(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1')).reason, /DaemonSet kni stays/);
+    assert.match(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), undefined).reason, /DaemonSet kni is deleted/);
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1', true)).leaving, true);
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u2')).leaving, true);
+    assert.equal(leavingFrom(pod({ kind: 'ReplicaSet', uid: 'u1' }), 'none').leaving, true);
+    assert.equal(leavingFrom(pod(), 'none').leaving, true);
+    assert.equal(leavingFrom(undefined, 'none').leaving, true);
   });
 });

@@ -17,6 +17,14 @@
  * its own timeout. A runtime with a shorter CNI timeout sets KNI_CNI_TIMEOUT_SECONDS in its
  * environment (plugins inherit it). Either way the answer is a CNI error object naming what
  * timed out.
+ *
+ * A restart: kni-runtime stopping gracefully (a rolling update of its DaemonSet, systemctl
+ * restart) leaves "<socket>.restarting" behind, and the next one removes it once it serves.
+ * While that marker is younger than RESTART_GRACE_S and the socket is not served, STATUS
+ * answers ready (the runtime would otherwise report the node's network not ready, and the
+ * kubelet the node NotReady, for the moment of every restart) and the other commands wait for
+ * the new daemon instead of failing into the kubelet's retry backoff. A crashed daemon leaves
+ * no marker: its absence is reported at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
 #include <sys/un.h>
@@ -36,6 +45,8 @@
 #define MAX_REPLY (4u << 20)
 #define CONNECT_TIMEOUT_S 5
 #define CALL_TIMEOUT_S 55
+/* Keep equal to RESTART_GRACE_S in runtime-hooks/cni/cni-server.ts. */
+#define RESTART_GRACE_S 60
 #define DEFAULT_SOCKET "/run/kni/cni.sock"
 
 static const char *fields[] = {"CNI_COMMAND", "CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_ARGS", "CNI_PATH"};
@@ -141,6 +152,19 @@ static int connect_unix(const char *path) {
     return fd;
 }
 
+/* Seconds left of a graceful restart's grace (0: none): the marker's age, from its mtime. */
+static long restart_left(const char *socket_path) {
+    char marker[160];
+    struct stat st;
+    snprintf(marker, sizeof marker, "%s.restarting", socket_path);
+    if (stat(marker, &st) != 0) return 0;
+    long age = (long)(time(NULL) - st.st_mtime);
+    return age >= 0 && age < RESTART_GRACE_S ? RESTART_GRACE_S - age : 0;
+}
+
+/* Not served (no socket file, or nobody listening): what a stopped daemon leaves. */
+static int not_served(int err) { return err == ENOENT || err == ECONNREFUSED; }
+
 static void put32(char **p, uint32_t v) {
     (*p)[0] = v >> 24; (*p)[1] = v >> 16; (*p)[2] = v >> 8; (*p)[3] = v;
     *p += 4;
@@ -217,6 +241,16 @@ int main(void) {
 
     arm_deadline("kni-runtime is not reachable: connecting timed out", CONNECT_TIMEOUT_S, path);
     int fd = connect_unix(path);
+    long left = fd < 0 && not_served(errno) ? restart_left(path) : 0;
+    if (left > 0) {
+        if (strcmp(command ? command : "", "STATUS") == 0) return 0;
+        arm_deadline("kni-runtime is restarting and was not back in time", (unsigned)left, path);
+        while (fd < 0 && not_served(errno) && restart_left(path) > 0) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            fd = connect_unix(path);
+        }
+    }
     if (fd < 0) {
         char detail[256];
         snprintf(detail, sizeof detail, "connect %s: %s", path, strerror(errno));

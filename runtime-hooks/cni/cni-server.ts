@@ -81,5 +81,26 @@ export async function serveCni(rt: NetworkRuntime, socketPath: string): Promise<
     process.umask(oldMask);
   }
   fs.chmodSync(socketPath, 0o600);
+  // Served again: kni-cni stops treating the socket's absence as a restart.
+  fs.rmSync(restartMarker(socketPath), { force: true });
   return server;
+}
+
+/** Keep equal to RESTART_GRACE_S in runtime-hooks/cni-shim/kni-cni.c. */
+export const RESTART_GRACE_S = 60;
+
+const restartMarker = (socketPath: string) => `${socketPath}.restarting`;
+
+/**
+ * Before a graceful stop's socket goes: for RESTART_GRACE_S, kni-cni answers STATUS ready and
+ * holds the other commands until a new kni serves (see kni-cni.c). Not when kni's conflist is
+ * gone (the preStop found kni leaving the node): no kni is coming back then.
+ */
+export function markRestarting(socketPath: string, conflist: string | undefined): void {
+  if (conflist && !fs.existsSync(conflist)) return;
+  try {
+    fs.writeFileSync(restartMarker(socketPath), `${JSON.stringify({ stoppedAt: new Date().toISOString(), pid: process.pid, graceSeconds: RESTART_GRACE_S })}\n`, { mode: 0o644 });
+  } catch (e) {
+    log('warn', 'cannot leave the restart marker for kni-cni: until kni serves again, CNI calls fail and STATUS reports the network not ready', { error: (e as Error).message });
+  }
 }

@@ -3,10 +3,15 @@
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
+import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB } from './cluster-helpers';
 
 const nodesReady = () => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'True');
+const conflistInode = (w: string) => fs.statSync(`${CL}/${w}/root/etc/cni/net.d/10-kni.conflist`).ino;
+const readyTransition = (node: string) => ready(kubectlJson('get', 'node', node)).lastTransitionTime as string;
+const kniPodOn = (node: string): string => kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items.find((p: any) => !p.metadata.deletionTimestamp)?.metadata.name ?? '';
 
 describe('cluster: kni as a DaemonSet from its image', function () {
   this.timeout(300_000);
@@ -44,19 +49,41 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     }
   });
 
-  it('kni\'s pod deleted while pods are being created: the DaemonSet restarts it, no pod is stuck, nothing leaks', async () => {
+  it('kni\'s pod deleted while pods are being created: the DaemonSet restarts it, no pod is stuck, nothing leaks; its conflist stays and the node stays Ready', async () => {
     apply(WEB(14));
-    const victim = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', 'spec.nodeName=kc-w1').items[0].metadata.name;
+    const before = conflistInode('w1');
+    const readySince = readyTransition('kc-w1');
+    const victim = kniPodOn('kc-w1');
     kubectl('-n', 'kube-system', 'delete', 'pod', victim, '--wait=false');
     await waitFor(() => runningPods().length === 14, 180_000, () => kubectl('get', 'pods', '-o', 'wide'));
     // knictl fails until the new kni pod serves: waitFor takes that as not yet.
     await waitFor(() => knictlInPod('kc-w1', 'pods').length === runningPods().filter((p: any) => p.spec.nodeName === 'kc-w1').length, 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
     for (const w of ['w1', 'w2']) assert.equal(kniVeths(w).length, runningPods().filter((p: any) => p.spec.nodeName === `kc-${w}`).length, `veths on kc-${w}`);
+    // The preStop kept the conflist (never removed, so never written again) and said why.
+    assert.equal(conflistInode('w1'), before, 'the conflist on kc-w1 was removed and written again');
+    assert.equal(readyTransition('kc-w1'), readySince, 'kc-w1 went NotReady while kni restarted');
   });
 
-  it('deleting the DaemonSet (preStop --uninstall) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {
+  it('a rolling restart of the DaemonSet (kubectl rollout restart) keeps every node Ready and its conflist in place', async () => {
+    const before = { w1: conflistInode('w1'), w2: conflistInode('w2') };
+    const readySince = { w1: readyTransition('kc-w1'), w2: readyTransition('kc-w2') };
+    const old = new Set(['kc-w1', 'kc-w2'].map(kniPodOn));
+    kubectl('-n', 'kube-system', 'rollout', 'restart', 'daemonset/kni');
+    kubectl('-n', 'kube-system', 'rollout', 'status', 'daemonset/kni', '--timeout=180s');
+    await waitFor(() => ['kc-w1', 'kc-w2'].every((n) => !old.has(kniPodOn(n))), 60_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    for (const w of ['w1', 'w2'] as const) {
+      assert.equal(conflistInode(w), before[w], `the conflist on kc-${w} was removed and written again`);
+      assert.equal(readyTransition(`kc-${w}`), readySince[w], `kc-${w} went NotReady during the rollout`);
+    }
+    // And the new kni pods wire pods.
+    apply(WEB(16));
+    await waitFor(() => runningPods().length === 16, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+  });
+
+  it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {
     kubectl('delete', 'deployment', 'web', '--wait=true');
-    kubectl('-n', 'kube-system', 'delete', 'daemonset', 'kni', '--wait=true');
+    // As users remove it; CRD too (no NADs here).
+    kubectl('delete', '-f', path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), '--wait=true');
     await waitFor(() => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'False'), 120_000, () => kubectl('get', 'nodes'));
     for (const n of kubectlJson('get', 'nodes').items) assert.match(ready(n).message, /network/i);
     for (const w of ['w1', 'w2']) {

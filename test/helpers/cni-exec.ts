@@ -1,5 +1,5 @@
 // Execs kni-cni exactly as a CNI-calling runtime does: CNI_* environment, config on stdin.
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 
@@ -17,11 +17,29 @@ export function cni(command: string, env: Record<string, string>, conf: Record<s
     encoding: 'utf8',
     env: { CNI_COMMAND: command, CNI_PATH: '/usr/lib/cni', ...env },
   });
+  return cniRun(r.status, r.stdout, r.stderr);
+}
+
+/** cni() without blocking the test's event loop (a call that waits for a daemon the test starts). */
+export function cniAsync(command: string, env: Record<string, string>, conf: Record<string, unknown>): Promise<CniRun> {
+  const p = spawn(SHIM, [], { env: { CNI_COMMAND: command, CNI_PATH: '/usr/lib/cni', ...env } });
+  let stdout = '';
+  let stderr = '';
+  p.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+  p.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+  p.stdin.end(JSON.stringify(conf));
+  return new Promise((resolve, reject) => {
+    p.once('error', reject);
+    p.once('close', (code) => resolve(cniRun(code, stdout, stderr)));
+  });
+}
+
+function cniRun(code: number | null, stdout: string, stderr: string): CniRun {
   let out: any;
   try {
-    out = r.stdout ? JSON.parse(r.stdout) : undefined;
+    out = stdout ? JSON.parse(stdout) : undefined;
   } catch {
     out = undefined;
   }
-  return { code: r.status ?? -1, out, raw: `${r.stdout}${r.stderr}` };
+  return { code: code ?? -1, out, raw: `${stdout}${stderr}` };
 }

@@ -1,0 +1,62 @@
+// Whether kni is leaving its node as its pod stops (the DaemonSet's preStop asks): only then
+// do the conflist and kni-cni go. A rolling update, `kubectl rollout restart` or a deleted kni
+// pod is followed at once by a new kni pod on the node; taking the conflist away meanwhile made
+// the runtime report the network not ready and the kubelet set the node NotReady for that
+// moment (Cilium's `cni.uninstall` defaults to false since 1.14 for the same reason; flannel and
+// Calico never remove theirs). Unsure (API away), the files stay: a conflist naming a stopped
+// kni fails a pod's sandbox with "kni-runtime is not reachable", which the kubelet retries.
+import type * as K8s from '@kubernetes/client-node';
+import { apiError, KubeApi, withTimeout } from './kube-api';
+
+export interface Leaving {
+  leaving: boolean;
+  /** Why, for the log line. */
+  reason: string;
+}
+
+/**
+ * The decision from what the API holds: the stopping pod (undefined: gone) and the DaemonSet
+ * its controller reference names (undefined: gone; 'none': the pod names no DaemonSet).
+ */
+export function leavingFrom(pod: K8s.V1Pod | undefined, owner: K8s.V1DaemonSet | undefined | 'none'): Leaving {
+  if (!pod) return { leaving: true, reason: 'kni\'s pod is gone from the API' };
+  const ref = daemonSetRef(pod);
+  if (!ref || owner === 'none') return { leaving: true, reason: 'kni\'s pod belongs to no DaemonSet: nothing starts it again' };
+  if (!owner) return { leaving: true, reason: `its DaemonSet ${ref.name} is deleted` };
+  if (owner.metadata?.uid !== ref.uid) return { leaving: true, reason: `its DaemonSet ${ref.name} was deleted (one of that name made since has its own pods write the conflist)` };
+  if (owner.metadata?.deletionTimestamp) return { leaving: true, reason: `its DaemonSet ${ref.name} is being deleted` };
+  return { leaving: false, reason: `its DaemonSet ${ref.name} stays: a new kni pod takes over on this node (rolling update, restart or a deleted pod)` };
+}
+
+const daemonSetRef = (pod: K8s.V1Pod) => pod.metadata?.ownerReferences?.find((r) => r.controller && r.kind === 'DaemonSet' && r.apiVersion.startsWith('apps/'));
+
+class RightsGone extends Error {}
+
+/**
+ * Asks the API about the pod namespace/name (kni's own, from the downward API); throws when it
+ * cannot tell. `kubectl delete -f` of kni's manifest deletes its ServiceAccount and RBAC beside
+ * the DaemonSet, so by the time a pod's preStop runs its token may be refused (401) or its rights
+ * gone (403): kni is being removed then too.
+ */
+export async function kniLeavingNode(api: KubeApi, namespace: string, name: string, timeoutMs: number): Promise<Leaving> {
+  const ask = async <T>(what: string, call: () => Promise<T>): Promise<T | undefined> => {
+    try {
+      return await withTimeout(call(), timeoutMs, what);
+    } catch (e) {
+      const code = (e as { code?: number }).code;
+      if (code === 404) return undefined;
+      if (code === 401 || code === 403) throw new RightsGone(`${what}: ${apiError(e)}`);
+      throw new Error(`${what}: ${apiError(e)}`);
+    }
+  };
+  try {
+    const pod = await ask(`get Pod ${namespace}/${name}`, () => api.core.readNamespacedPod({ namespace, name }));
+    const ref = pod && daemonSetRef(pod);
+    if (!pod || !ref) return leavingFrom(pod, 'none');
+    const apps = api.kc.makeApiClient(api.k8s.AppsV1Api);
+    return leavingFrom(pod, await ask(`get DaemonSet ${namespace}/${ref.name}`, () => apps.readNamespacedDaemonSet({ namespace, name: ref.name })));
+  } catch (e) {
+    if (e instanceof RightsGone) return { leaving: true, reason: `kni's service account or its rights are gone (${e.message})` };
+    throw e;
+  }
+}
