@@ -3,8 +3,9 @@
 // pod is followed at once by a new kni pod on the node; taking the conflist away meanwhile made
 // the runtime report the network not ready and the kubelet set the node NotReady for that
 // moment (Cilium's `cni.uninstall` defaults to false since 1.14 for the same reason; flannel and
-// Calico never remove theirs). Unsure (API away), the files stay: a conflist naming a stopped
-// kni fails a pod's sandbox with "kni-runtime is not reachable", which the kubelet retries.
+// Calico never remove theirs). Unsure (API away), the files stay: kni-cni holds calls for a
+// restarting kni (kni-cni.c), and one that never comes back fails a pod's sandbox with
+// "kni-runtime is not reachable", which the kubelet retries.
 import type * as K8s from '@kubernetes/client-node';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 
@@ -39,9 +40,11 @@ class RightsGone extends Error {}
  * gone (403): kni is being removed then too.
  */
 export async function kniLeavingNode(api: KubeApi, namespace: string, name: string, timeoutMs: number): Promise<Leaving> {
+  // One budget for both calls: the preStop and kni's shutdown share the pod's grace period.
+  const deadline = Date.now() + timeoutMs;
   const ask = async <T>(what: string, call: () => Promise<T>): Promise<T | undefined> => {
     try {
-      return await withTimeout(call(), timeoutMs, what);
+      return await withTimeout(call(), Math.max(1, deadline - Date.now()), what);
     } catch (e) {
       const code = (e as { code?: number }).code;
       if (code === 404) return undefined;
