@@ -83,6 +83,24 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     assert.deepEqual(run('convert', '', { result: c.result, to: '0.4.0' }).result.ips, [{ version: '6', address: 'fd00::5/64' }]);
   });
 
+  it('a config without cniVersion runs as libcni (and Multus) run it: the plugins answer 0.2.0 (ip4, ip6), which converts both ways', () => {
+    const u = pod('u');
+    const list = JSON.stringify({ name: 'chain', type: 'bridge', bridge: 'cni-k0', isGateway: true, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.77.0.0/24' }], [{ subnet: 'fd00:77::/64' }]], routes: [{ dst: '0.0.0.0/0' }] } });
+    const r = run('add', list, { rt: u.rt });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.equal(r.result.cniVersion, '0.1.0');
+    assert.match(r.result.ip4.ip, /^10\.77\.0\.\d+\/24$/);
+    assert.match(r.result.ip6.ip, /^fd00:77::[0-9a-f]+\/64$/);
+    assert.match(inNetns(u.netns, 'ip', ['-o', 'addr', 'show', 'eth0']).out, new RegExp(r.result.ip4.ip.replace(/\./g, '\\.')));
+    const now = run('convert', '', { result: r.result, to: '1.1.0' }).result;
+    assert.deepEqual(now.ips, [{ address: r.result.ip4.ip, gateway: '10.77.0.1' }, { address: r.result.ip6.ip, gateway: r.result.ip6.gateway }]);
+    assert.deepEqual(now.routes, [{ dst: '0.0.0.0/0' }]);
+    assert.deepEqual(run('convert', '', { result: now, to: '0.4.0' }).result.ips.map((i: any) => i.version), ['4', '6']);
+    assert.deepEqual(run('convert', '', { result: now, to: '0.2.0' }).result, { ...r.result, cniVersion: '0.2.0' });
+    assert.ok(run('del', list, { rt: { containerId: 'u', netns: u.netns, ifName: 'eth0' } }).ok);
+    assert.deepEqual(ipamFiles(), []);
+  });
+
   it('a plugin failing in the middle of the chain fails the ADD and leaves nothing behind (the earlier plugins\' DEL ran)', () => {
     const e = pod('e');
     const list = conflist('1.0.0', [bridge(), tuning({ 'net.ipv4.conf.eth0.no_such_knob': '1' }), portmap]);
@@ -156,7 +174,7 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     assert.deepEqual([listed({ cniVersion: '1.1.0', disableCheck: 'TRUE', disableGC: 'false' })].map((l) => [l.disableCheck, l.disableGC]), [[true, false]]);
     assert.throws(() => listed({ cniVersions: ['2.0.0'] }), /cniVersions \["2\.0\.0"\] and cniVersion name no version up to 1\.1\.0/);
     assert.throws(() => listed({ cniVersions: '1.0.0' }), /cniVersions must list versions/);
-    assert.throws(() => listed({}), /cniVersion is missing/);
+    assert.equal(listed({}).cniVersion, '0.1.0', 'no version at all: the plugins read 0.1.0, as libcni runs it');
     assert.throws(() => listed({ cniVersion: '1.1.0', disableGC: 'yes' }), /disableGC must be true or false/);
     const r = run('add', conflist('1.0.0', [{ type: 'nonexistent-plugin' }]), { rt: pod('m').rt });
     assert.equal(r.ok, false);

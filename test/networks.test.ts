@@ -55,6 +55,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     write('static-legacy.conf', { cniVersion: '1.0.0', name: 'static-legacy', type: 'macvlan', master: 'sec0', mode: 'bridge', ipam: { type: 'static' } });
     // As Multus's quick start writes its macvlan definition: no name (it takes the definition's).
     write('quickstart.conf', { cniVersion: '0.3.1', type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.99.0.0/24' }]] } });
+    write('unversioned.conf', { type: 'macvlan', master: 'sec1', mode: 'bridge', ipam: { type: 'host-local', ranges: [[{ subnet: '10.97.0.0/24' }]] } });
     d = await TestDaemon.start({ networks: { dir, deviceInfoDir: `${dir}-devinfo` }, cni: { confDir: '', binDir: '' }, defaultNetwork: { binDirs: ['/usr/lib/cni', bin] } }, { args: ['--metrics-addr', '127.0.0.1:9273'] });
     // The kernel here has no dummy driver: a veth pair each (the far ends stay unused).
     for (const l of ['sec0', 'sec1']) {
@@ -242,9 +243,10 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.deepEqual(recorded('DEL', 'mn-caps', 'net1').runtimeConfig.portMappings, add.runtimeConfig.portMappings);
   });
 
-  it('a config without a name takes its definition\'s, as Multus gives it (its quick start\'s macvlan has none)', async () => {
-    const { netns, pod } = await attach('mn-qs', 'quickstart');
+  it('a config without a name takes its definition\'s, as Multus gives it (its quick start\'s macvlan has none); one without cniVersion runs as 0.1.0, as libcni runs it', async () => {
+    const { netns, pod } = await attach('mn-qs', 'quickstart,unversioned');
     assert.match(pod.interfaces[1].addresses[0].address, /^10\.99\.0\./);
+    assert.deepEqual([pod.interfaces[2].addresses[0].address.replace(/\d+$/, 'x'), pod.interfaces[2].addresses[0].prefix_length], ['10.97.0.x', 24]);
     assert.match(inNetns(netns, 'ip', ['-d', 'link', 'show', 'net1']).out, /macvlan/);
     assert.equal((await rt.ListNetworks({})).networks.find((n: any) => n.name === 'quickstart').cni_name, 'quickstart');
     await rt.Detach({ sandbox_id: 'mn-qs' });

@@ -24,10 +24,14 @@ export interface CniRuntime {
   podNamedDevice?: boolean;
 }
 
-/** A result in another spec version (0.3.x/0.4.0 carry ips[].version, 1.x does not). */
+/** A result in another spec version (0.3.x/0.4.0 carry ips[].version, 1.x does not; 0.1.0/0.2.0 have ip4 and ip6). */
 export function convertResult(result: unknown, to: string): unknown {
   if (typeof result !== 'object' || result === null) return result;
-  const r: Record<string, unknown> = { ...(result as Record<string, unknown>), cniVersion: to };
+  const from = result as Record<string, unknown>;
+  const legacy = 'ip4' in from || 'ip6' in from || (typeof from.cniVersion === 'string' && !versionAtLeast(from.cniVersion, '0.3.0'));
+  if (legacy && versionAtLeast(to, '0.3.0')) return convertResult(fromLegacy(from), to);
+  if (legacy || !versionAtLeast(to, '0.3.0')) return legacy ? { ...from, cniVersion: to } : toLegacy(from, to);
+  const r: Record<string, unknown> = { ...from, cniVersion: to };
   if (Array.isArray(r.ips)) {
     r.ips = (r.ips as Record<string, unknown>[]).map((ip) => {
       const { version: _v, ...rest } = ip;
@@ -37,6 +41,40 @@ export function convertResult(result: unknown, to: string): unknown {
     });
   }
   return r;
+}
+
+interface LegacyIp {
+  ip?: string;
+  gateway?: string;
+  routes?: { dst?: string; gw?: string }[];
+}
+
+const isV6 = (cidr: unknown) => String(cidr ?? '').includes(':');
+
+/** A 0.1.0/0.2.0 result (ip4, ip6) in the 1.x form, as libcni converts it: no interfaces, no index. */
+function fromLegacy(r: Record<string, unknown>): Record<string, unknown> {
+  const ips: Record<string, unknown>[] = [];
+  const routes: unknown[] = [];
+  for (const fam of [r.ip4, r.ip6] as (LegacyIp | undefined)[]) {
+    if (!fam || typeof fam !== 'object' || typeof fam.ip !== 'string') continue;
+    ips.push({ address: fam.ip, ...(fam.gateway ? { gateway: fam.gateway } : {}) });
+    for (const rt of Array.isArray(fam.routes) ? fam.routes : []) routes.push(rt.gw ? { dst: rt.dst, gw: rt.gw } : { dst: rt.dst });
+  }
+  return { cniVersion: '1.0.0', ips, ...(routes.length ? { routes } : {}), ...(r.dns ? { dns: r.dns } : {}) };
+}
+
+/** A 0.3.0+ result as 0.1.0/0.2.0 has it: the first address of each family, the routes by family. */
+function toLegacy(r: Record<string, unknown>, to: string): Record<string, unknown> {
+  const ips = (Array.isArray(r.ips) ? r.ips : []) as { address?: string; gateway?: string }[];
+  const routes = (Array.isArray(r.routes) ? r.routes : []) as { dst?: string; gw?: string }[];
+  const family = (v6: boolean): LegacyIp | undefined => {
+    const ip = ips.find((i) => typeof i.address === 'string' && isV6(i.address) === v6);
+    if (!ip) return undefined;
+    const own = routes.filter((rt) => isV6(rt.dst) === v6);
+    return { ip: ip.address, ...(ip.gateway ? { gateway: ip.gateway } : {}), ...(own.length ? { routes: own } : {}) };
+  };
+  const [ip4, ip6] = [family(false), family(true)];
+  return { cniVersion: to, ...(ip4 ? { ip4 } : {}), ...(ip6 ? { ip6 } : {}), ...(r.dns ? { dns: r.dns } : {}) };
 }
 
 /** What the caller left out (netns, CNI_ARGS, capability args), as ADD had it. */

@@ -1,7 +1,7 @@
 // A CNI network configuration as libcni reads it: a conflist ({cniVersion, name, plugins}, and
 // CNI 1.1's cniVersions) or a single plugin config (.conf, wrapped as a one-plugin list).
 // Checked whole: every problem named.
-export const CNI_VERSIONS = ['0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
+export const CNI_VERSIONS = ['0.1.0', '0.2.0', '0.3.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
 
 export interface PluginConf {
   type: string;
@@ -91,7 +91,8 @@ function chosenVersion(r: Record<string, unknown>, problems: string[]): string |
   const one = r.cniVersion;
   if (one !== undefined && typeof one !== 'string') return refuse(`cniVersion ${JSON.stringify(one)} is not a version string`);
   const list = r.cniVersions;
-  if (list === undefined) return one === undefined ? refuse('cniVersion is missing (and there is no cniVersions)') : one;
+  // None at all: the plugins read it as 0.1.0 (libcni's decoder, and Multus through it, run such a config).
+  if (list === undefined) return one === undefined || one === '' ? '0.1.0' : one;
   if (!Array.isArray(list) || list.length > 32 || list.some((v) => typeof v !== 'string' || !SEMVER.test(v))) return refuse('cniVersions must list versions like "1.1.0"');
   const candidates = [...(list as string[]), ...(one && SEMVER.test(one) ? [one] : [])].filter((v) => versionAtLeast(LATEST, v));
   if (!candidates.length) return refuse(`cniVersions ${JSON.stringify(list)} and cniVersion name no version up to ${LATEST}`);

@@ -7,7 +7,7 @@ import { log } from './log';
 import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
 import type { Config } from './config';
 import { assignTap, unwireTap, wireTap } from './vm-tap';
-import { CniNetwork, CniRuntime } from '../cni/cni-network';
+import { CniNetwork, CniRuntime, convertResult } from '../cni/cni-network';
 import { cniDeviceInfoName, cniDeviceInfoPath, copyFromDevicePlugin, makeDeviceInfoDir, readDeviceInfo, removeDeviceInfo } from '../cni/device-info';
 import { CniPluginError } from '../cni/plugin-exec';
 import { familyOf, formatIp } from '../ipam/ip';
@@ -33,7 +33,7 @@ export function cniRuntimeOf(rec: SandboxRecord, ifName: string, req?: Attachmen
 
 /** The pod interface of a CNI result as kni records it (the interface's other fields are kept). */
 export function fillFromResult(itf: InterfaceRecord, result: unknown, network: string): void {
-  const r = (result ?? {}) as { interfaces?: { name?: string; mac?: string; sandbox?: string; mtu?: number }[]; ips?: { address?: string; gateway?: string; interface?: number }[]; dns?: unknown };
+  const r = (convertResult(result, '1.1.0') ?? {}) as { interfaces?: { name?: string; mac?: string; sandbox?: string; mtu?: number }[]; ips?: { address?: string; gateway?: string; interface?: number }[]; dns?: unknown };
   const itfs = r.interfaces ?? [];
   const podIndex = itfs.findIndex((i) => i.sandbox && i.name === itf.name);
   const pod = itfs[podIndex];
