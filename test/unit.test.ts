@@ -19,6 +19,7 @@ import { EventLog } from '../plugin/core/events';
 import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
 import { leavingFrom } from '../plugin/kube/leaving-node';
+import { convertResult } from '../plugin/cni/cni-network';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -371,5 +372,15 @@ describe('whether kni leaves its node as its pod stops (the preStop)', () => {
     assert.equal(leavingFrom(pod({ kind: 'ReplicaSet', uid: 'u1' }), 'none').leaving, true);
     assert.equal(leavingFrom(pod(), 'none').leaving, true);
     assert.equal(leavingFrom(undefined, 'none').leaving, true);
+  });
+});
+
+describe('CNI result conversion', () => {
+  it('converts whatever a plugin printed to every version without throwing, and a legacy result keeps its addresses', () => {
+    const versions = ['0.1.0', '0.2.0', '0.3.1', '0.4.0', '1.0.0', '1.1.0'];
+    fc.assert(fc.property(fc.jsonValue(), fc.constantFrom(...versions), (v, to) => void convertResult(v, to)), { numRuns: 500 });
+    const junk = { cniVersion: '0.2.0', ip4: { ip: '10.1.0.5/24', routes: [null, 7, { dst: '0.0.0.0/0', gw: '10.1.0.1' }] }, ip6: { ip: 5 } };
+    assert.deepEqual(convertResult(junk, '1.0.0'), { cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }], routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }] });
+    assert.deepEqual(convertResult({ cniVersion: '1.0.0', ips: [null, { address: 'fd00::5/64' }], routes: [3] }, '0.2.0'), { cniVersion: '0.2.0', ip6: { ip: 'fd00::5/64' } });
   });
 });

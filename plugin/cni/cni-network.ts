@@ -33,7 +33,7 @@ export function convertResult(result: unknown, to: string): unknown {
   if (legacy || !versionAtLeast(to, '0.3.0')) return legacy ? { ...from, cniVersion: to } : toLegacy(from, to);
   const r: Record<string, unknown> = { ...from, cniVersion: to };
   if (Array.isArray(r.ips)) {
-    r.ips = (r.ips as Record<string, unknown>[]).map((ip) => {
+    r.ips = objects(r.ips).map((ip) => {
       const { version: _v, ...rest } = ip;
       void _v;
       if (versionAtLeast(to, '1.0.0')) return rest;
@@ -50,6 +50,8 @@ interface LegacyIp {
 }
 
 const isV6 = (cidr: unknown) => String(cidr ?? '').includes(':');
+/** The object entries of a list a plugin returned (its output is not trusted). */
+const objects = (v: unknown): Record<string, unknown>[] => (Array.isArray(v) ? v.filter((x) => typeof x === 'object' && x !== null) : []);
 
 /** A 0.1.0/0.2.0 result (ip4, ip6) in the 1.x form, as libcni converts it: no interfaces, no index. */
 function fromLegacy(r: Record<string, unknown>): Record<string, unknown> {
@@ -58,15 +60,15 @@ function fromLegacy(r: Record<string, unknown>): Record<string, unknown> {
   for (const fam of [r.ip4, r.ip6] as (LegacyIp | undefined)[]) {
     if (!fam || typeof fam !== 'object' || typeof fam.ip !== 'string') continue;
     ips.push({ address: fam.ip, ...(fam.gateway ? { gateway: fam.gateway } : {}) });
-    for (const rt of Array.isArray(fam.routes) ? fam.routes : []) routes.push(rt.gw ? { dst: rt.dst, gw: rt.gw } : { dst: rt.dst });
+    for (const rt of objects(fam.routes)) routes.push(rt.gw ? { dst: rt.dst, gw: rt.gw } : { dst: rt.dst });
   }
   return { cniVersion: '1.0.0', ips, ...(routes.length ? { routes } : {}), ...(r.dns ? { dns: r.dns } : {}) };
 }
 
 /** A 0.3.0+ result as 0.1.0/0.2.0 has it: the first address of each family, the routes by family. */
 function toLegacy(r: Record<string, unknown>, to: string): Record<string, unknown> {
-  const ips = (Array.isArray(r.ips) ? r.ips : []) as { address?: string; gateway?: string }[];
-  const routes = (Array.isArray(r.routes) ? r.routes : []) as { dst?: string; gw?: string }[];
+  const ips = objects(r.ips) as { address?: string; gateway?: string }[];
+  const routes = objects(r.routes) as { dst?: string; gw?: string }[];
   const family = (v6: boolean): LegacyIp | undefined => {
     const ip = ips.find((i) => typeof i.address === 'string' && isV6(i.address) === v6);
     if (!ip) return undefined;
