@@ -47,6 +47,8 @@ mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
 with_libs /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/lib/x86_64-linux-gnu/xtables/*.so
 # nsenter: the example extension (hack/examples/mesh-redirect.ts) enters pod netns with it.
 with_libs /usr/bin/nsenter
+# CNI plugins installed on the host run chrooted in its root (defaultNetwork.chrootDir).
+with_libs /usr/sbin/chroot
 for t in iptables ip6tables iptables-nft ip6tables-nft iptables-save ip6tables-save iptables-restore ip6tables-restore iptables-nft-save ip6tables-nft-save iptables-nft-restore ip6tables-nft-restore; do ln -sf xtables-nft-multi "$root/usr/sbin/$t"; done
 for t in iptables-legacy ip6tables-legacy iptables-legacy-save ip6tables-legacy-save iptables-legacy-restore ip6tables-legacy-restore; do ln -sf xtables-legacy-multi "$root/usr/sbin/$t"; done
 cp /etc/protocols /etc/services "$root/etc/" 2> /dev/null || true

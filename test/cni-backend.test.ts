@@ -160,6 +160,36 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     sh('ip', ['-n', node, 'link', 'del', dev]);
   });
 
+  it('with chrootDir (the host\'s root, as Multus thick\'s), a plugin found under it runs chrooted there and sees its files; one found only in kni\'s own root runs there, in the same chain', () => {
+    // A "host root" holding a static busybox and a plugin that exists only there.
+    const root = `${dir}/hostroot`;
+    const hostBin = `/opt/kni-hostonly-${RUN}`;
+    fs.mkdirSync(`${root}/bin`, { recursive: true });
+    fs.mkdirSync(`${root}${hostBin}`, { recursive: true });
+    fs.copyFileSync('/bin/busybox', `${root}/bin/busybox`);
+    fs.chmodSync(`${root}/bin/busybox`, 0o755);
+    const script = ['#!/bin/busybox sh', '/bin/busybox mkdir -p /var/lib/cni', '/bin/busybox cat > /var/lib/cni/seen-$CNI_COMMAND', '[ "$CNI_COMMAND" = ADD ] && echo \'{"cniVersion":"1.0.0","interfaces":[],"ips":[{"address":"10.79.0.5/24"}]}\'', 'exit 0'];
+    fs.writeFileSync(`${root}${hostBin}/kni-test-hostonly`, `${script.join('\n')}\n`, { mode: 0o755 });
+    const ownBin = `${dir}/own-bin`;
+    installTestPlugin(ownBin, 'kni-test-record', 'record-cni');
+    const log = `${dir}/chroot-record.log`;
+    const list = conflist('1.0.0', [{ type: 'kni-test-hostonly' }, { type: 'kni-test-record', logFile: log }]);
+    const h = pod('h');
+    const where = { binDirs: [hostBin, ownBin], chrootDir: root };
+    const r = run('add', list, { rt: h.rt, ...where });
+    assert.ok(r.ok, JSON.stringify(r));
+    assert.deepEqual(r.result.ips, [{ address: '10.79.0.5/24' }]);
+    // The chrooted plugin wrote into the host root's /var/lib/cni; kni's root has no such file.
+    assert.equal(JSON.parse(fs.readFileSync(`${root}/var/lib/cni/seen-ADD`, 'utf8')).name, 'chain');
+    assert.ok(!fs.existsSync(`/var/lib/cni/seen-ADD`));
+    // The plugin only in kni's root (a Node script: no Node in the host root) ran, with the chrooted one's result.
+    assert.deepEqual(JSON.parse(fs.readFileSync(log, 'utf8').trim()).prevIps, ['10.79.0.5/24']);
+    assert.ok(run('del', list, { rt: { containerId: 'h', netns: h.netns, ifName: 'eth0' }, ...where }).ok);
+    assert.ok(fs.existsSync(`${root}/var/lib/cni/seen-DEL`));
+    const missing = run('add', list, { rt: pod('h2').rt, binDirs: where.binDirs, chrootDir: `${dir}/no-such-root` });
+    assert.match(missing.error.msg, /defaultNetwork\.chrootDir .*no-such-root is not a directory: mount the host's root there/);
+  });
+
   it('a bad config is refused with every problem named; a missing plugin binary says where it looked', () => {
     assert.throws(() => parseNetworkConfig('{"cniVersion":"9.9.9","name":"bad name","plugins":[{"type":"../x"},{"capabilities":{"a":1}}]}', 'f.conflist'), (e: Error) =>
       e instanceof CniConfigError && /cniVersion "9\.9\.9"/.test(e.message) && /name "bad name"/.test(e.message) && /plugins\[0\]\.type "\.\.\/x"/.test(e.message) && /plugins\[1\]\.type/.test(e.message) && /plugins\[1\]\.capabilities/.test(e.message));

@@ -38,6 +38,8 @@ describe('kni image', function () {
     assert.equal(version.stdout.trim(), `kni-runtime 0.1.0 (commit ${JSON.parse(fs.readFileSync(path.join(packageRoot(), 'dist/build-info.json'), 'utf8')).commit})`);
     assert.doesNotMatch(version.stdout, /commit unknown/);
     assert.match(execFileSync('chroot', [root, '/usr/sbin/iptables', '--version'], { encoding: 'utf8' }), /nf_tables/);
+    // chroot(8), for plugins found under defaultNetwork.chrootDir (here: the image's own root again).
+    assert.match(execFileSync('chroot', [root, '/usr/sbin/chroot', '/', '/usr/local/bin/node', '--version'], { encoding: 'utf8' }), /^v\d+/);
     assert.match(execFileSync('chroot', [root, '/usr/sbin/ip6tables', '--version'], { encoding: 'utf8' }), /nf_tables/);
     // Both backends, each with its save and restore: kni writes with the node's (plugin/node/iptables.ts).
     for (const b of ['nft', 'legacy']) {

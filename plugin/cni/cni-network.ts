@@ -4,7 +4,7 @@
 // capabilities each plugin declares; the final result converted to the config's version.
 import { CachedAttachment, CniResultCache } from './cni-result-cache';
 import { NetworkConfList, PluginConf, versionAtLeast } from './conflist';
-import { CniPluginError, execPlugin } from './plugin-exec';
+import { CniPluginError, execPlugin, PluginDirs } from './plugin-exec';
 
 export interface CniRuntime {
   containerId: string;
@@ -84,10 +84,10 @@ const withCached = (rt: CniRuntime, cached: CachedAttachment | undefined): CniRu
   cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs, cniArgs: rt.cniArgs ?? cached.cniArgs, podNamedDevice: rt.podNamedDevice ?? cached.podNamedDevice } : rt;
 
 export class CniNetwork {
-  constructor(readonly list: NetworkConfList, private readonly binDirs: string[], private readonly cache: CniResultCache) {}
+  constructor(readonly list: NetworkConfList, private readonly binDirs: PluginDirs, private readonly cache: CniResultCache) {}
 
   /** The network an attachment was added with, from its cache entry (undefined: none cached, or cached before configs were). */
-  static ofCached(cache: CniResultCache, network: string, containerId: string, ifName: string, binDirs: string[]): CniNetwork | undefined {
+  static ofCached(cache: CniResultCache, network: string, containerId: string, ifName: string, binDirs: PluginDirs): CniNetwork | undefined {
     const config = cache.get(network, containerId, ifName)?.config;
     return config ? new CniNetwork(config, binDirs, cache) : undefined;
   }

@@ -14,7 +14,7 @@ export function loadCniNetwork(d: DefaultNetworkConfig, cacheDir: string): CniNe
     throw new ConfigError(`defaultNetwork.cni: cannot read ${d.cni}: ${(e as Error).message}`);
   }
   try {
-    return new CniNetwork(parseNetworkConfig(text, d.cni), d.binDirs, new CniResultCache(cacheDir));
+    return new CniNetwork(parseNetworkConfig(text, d.cni), d, new CniResultCache(cacheDir));
   } catch (e) {
     throw e instanceof CniConfigError ? new ConfigError(`defaultNetwork.cni: ${e.message}`) : e;
   }

@@ -21,26 +21,49 @@ export class CniPluginError extends Error {
 }
 
 const TIMEOUT_MS = 60_000;
+/** coreutils' chroot(8): chroot(2), then exec in place (the plugin keeps its pid, stdin and env). */
+const CHROOT = '/usr/sbin/chroot';
 
-export function findPlugin(binDirs: string[], type: string): string {
-  for (const d of binDirs) {
-    const f = path.join(d, type);
-    try {
-      fs.accessSync(f, fs.constants.X_OK);
-      return f;
-    } catch {
-      // next dir
-    }
+/**
+ * Where plugins are looked up: binDirs in order; with chrootDir (the host's root as mounted in
+ * kni's container, Multus thick's chrootDir), each directory under it first: a plugin found
+ * there runs chrooted in it, seeing the host's files and sockets (Open vSwitch's, the dhcp
+ * daemon's, SR-IOV CNI's cache), and one found only in kni's own root (its image's plugins)
+ * runs there.
+ */
+export interface PluginDirs {
+  binDirs: string[];
+  chrootDir?: string;
+}
+
+const executable = (f: string) => {
+  try {
+    fs.accessSync(f, fs.constants.X_OK);
+    return fs.statSync(f).isFile();
+  } catch {
+    return false;
   }
-  throw new CniPluginError(type, 7, `no executable ${type} in ${binDirs.join(', ') || '(no plugin directory configured)'}`);
+};
+
+export function findPlugin(where: PluginDirs, type: string): { file: string; chroot?: string } {
+  const { binDirs, chrootDir } = where;
+  if (chrootDir && !fs.statSync(chrootDir, { throwIfNoEntry: false })?.isDirectory()) {
+    throw new CniPluginError(type, 7, `defaultNetwork.chrootDir ${chrootDir} is not a directory: mount the host's root there (kind-config/kni-daemonset.yaml mounts it at /host), or leave the setting out`);
+  }
+  for (const d of binDirs) {
+    if (chrootDir && executable(path.join(chrootDir, d, type))) return { file: path.join(d, type), chroot: chrootDir };
+    if (executable(path.join(d, type))) return { file: path.join(d, type) };
+  }
+  const where2 = binDirs.join(', ') || '(no plugin directory configured)';
+  throw new CniPluginError(type, 7, `no executable ${type} in ${where2}${chrootDir ? ` (under ${chrootDir} nor in kni's own root)` : ''}`);
 }
 
 /** Runs one plugin; resolves with its parsed stdout (undefined when empty). */
-export function execPlugin(binDirs: string[], type: string, inv: CniInvocation, stdin: unknown): Promise<unknown> {
-  const file = findPlugin(binDirs, type);
+export function execPlugin(where: PluginDirs, type: string, inv: CniInvocation, stdin: unknown): Promise<unknown> {
+  const { file, chroot } = findPlugin(where, type);
   const env: Record<string, string> = {
     CNI_COMMAND: inv.command,
-    CNI_PATH: binDirs.join(':'),
+    CNI_PATH: where.binDirs.join(':'),
     PATH: process.env.PATH || '/usr/sbin:/usr/bin:/sbin:/bin',
   };
   if (inv.containerId !== undefined) env.CNI_CONTAINERID = inv.containerId;
@@ -48,7 +71,7 @@ export function execPlugin(binDirs: string[], type: string, inv: CniInvocation, 
   if (inv.ifName !== undefined) env.CNI_IFNAME = inv.ifName;
   if (inv.args) env.CNI_ARGS = inv.args;
   return new Promise((resolve, reject) => {
-    const child = execFile(file, [], { env, timeout: TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
+    const child = execFile(chroot ? CHROOT : file, chroot ? [chroot, file] : [], { env, timeout: TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
       let out: unknown;
       try {
         out = stdout.trim() ? JSON.parse(stdout) : undefined;
@@ -72,7 +95,7 @@ export function execPlugin(binDirs: string[], type: string, inv: CniInvocation, 
  */
 export function supportedVersionsSync(binDirs: string[], type: string): string[] | undefined {
   try {
-    const out = execFileSync(findPlugin(binDirs, type), [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] });
+    const out = execFileSync(findPlugin({ binDirs }, type).file, [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] });
     const v = JSON.parse(out).supportedVersions;
     return Array.isArray(v) && v.every((x) => typeof x === 'string') ? v : undefined;
   } catch {

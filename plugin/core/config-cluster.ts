@@ -81,7 +81,11 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const d = r.defaultNetwork as Record<string, unknown>;
     if (typeof d !== 'object' || d === null || Array.isArray(d)) problems.push('defaultNetwork must be a map of settings');
     else {
-      for (const key of Object.keys(d)) if (!['cni', 'binDirs'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
+      for (const key of Object.keys(d)) if (!['cni', 'binDirs', 'chrootDir'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
+      if (d.chrootDir !== undefined) {
+        if (typeof d.chrootDir !== 'string' || (d.chrootDir !== '' && !path.isAbsolute(d.chrootDir))) problems.push('defaultNetwork.chrootDir must be an absolute directory (the host\'s root as mounted in kni\'s container) or empty');
+        else cfg.defaultNetwork.chrootDir = d.chrootDir;
+      }
       if (d.cni !== undefined) {
         if (typeof d.cni !== 'string' || (d.cni !== '' && !path.isAbsolute(d.cni))) problems.push('defaultNetwork.cni must be the absolute path of a CNI conflist (or empty: the built-in network)');
         else cfg.defaultNetwork.cni = d.cni;
@@ -91,6 +95,13 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
         else cfg.defaultNetwork.binDirs = d.binDirs as string[];
       }
     }
+  }
+  // The container's layout, not the network's: kni's DaemonSet mounts the host's root and says
+  // where in its env, so one ConfigMap serves kni in that container and kni run on a node by hand.
+  const chrootFromEnv = process.env.KNI_CHROOT_DIR;
+  if (chrootFromEnv && (r.defaultNetwork as { chrootDir?: unknown } | undefined)?.chrootDir === undefined) {
+    if (!path.isAbsolute(chrootFromEnv)) problems.push(`KNI_CHROOT_DIR ${JSON.stringify(chrootFromEnv)} must be an absolute directory`);
+    else cfg.defaultNetwork.chrootDir = chrootFromEnv;
   }
   if (r.extensions !== undefined) {
     const x = r.extensions as Record<string, unknown>;

@@ -58,8 +58,10 @@ export interface KubernetesConfig {
 export interface DefaultNetworkConfig {
   /** A CNI conflist (or .conf) run for every pod instead of kni's built-in network ('' = built-in). */
   cni: string;
-  /** Where its plugins are looked up, in order. */
+  /** Where its plugins (and every CNI network's) are looked up, in order. */
   binDirs: string[];
+  /** The host's root as mounted in kni's container: plugins found under it run chrooted there ('' = none). */
+  chrootDir: string;
 }
 
 export interface NetworksConfig {
@@ -185,7 +187,7 @@ export const defaultConfig = (): Config => ({
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan', txChecksumOffload: 'auto' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
-  defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'] },
+  defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'], chrootDir: '' },
   networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo', everyPod: [], systemNamespaces: ['kube-system'] },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',

@@ -111,7 +111,7 @@ export function backendForSelection(rt: NetworkRuntime, sel: Pick<NetworkSelecti
   const def = rt.networks.get(key);
   if (!def) throw new KniError('NOT_FOUND', `network ${key}: no NetworkAttachmentDefinition (or networks.dir file) of that name`);
   if (!def.config) throw new KniError('FAILED_PRECONDITION', `network ${key}: its definition is invalid: ${def.error}`);
-  return new CniBackend(new CniNetwork(def.config, rt.cfg.defaultNetwork.binDirs, rt.cniCache), key, { deviceInfoDir: rt.cfg.networks.deviceInfoDir, cfg: rt.cfg });
+  return new CniBackend(new CniNetwork(def.config, rt.cfg.defaultNetwork, rt.cniCache), key, { deviceInfoDir: rt.cfg.networks.deviceInfoDir, cfg: rt.cfg });
 }
 
 /** One selection as a planned interface. */
@@ -181,7 +181,7 @@ export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: 
   const definition = definitionOf(itf);
   const label = definition || rt.defaultBackend.name;
   if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
-  const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork.binDirs);
+  const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork);
   if (cached) return new CniBackend(cached, label, { deviceInfoDir: rt.cfg.networks.deviceInfoDir, cfg: rt.cfg });
   if (!definition) return undefined;
   const [namespace, name] = definition.split('/');

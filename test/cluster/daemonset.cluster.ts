@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, ready, runningPods, WEB } from './cluster-helpers';
+import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB } from './cluster-helpers';
 
 const nodesReady = () => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'True');
 const conflistInode = (w: string) => fs.statSync(`${CL}/${w}/root/etc/cni/net.d/10-kni.conflist`).ino;
@@ -78,6 +78,26 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     // And the new kni pods wire pods.
     apply(WEB(16));
     await waitFor(() => runningPods().length === 16, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+  });
+
+  it('a NetworkAttachmentDefinition whose plugin is installed only on the host runs it chrooted in the host\'s root (KNI_CHROOT_DIR=/host, as Multus thick\'s chrootDir)', async () => {
+    // Its interpreter, /bin/busybox, is the host's: kni's image has none, so it runs only chrooted.
+    const proof = `${CL}/w1/hostonly-${process.pid}.log`;
+    const plugin = `${CL}/w1/root/opt/cni/bin/kni-test-hostonly`;
+    fs.writeFileSync(plugin, ['#!/bin/busybox sh', '/bin/busybox cat > /dev/null', `echo "$CNI_COMMAND $CNI_IFNAME" >> ${proof}`, '[ "$CNI_COMMAND" = ADD ] && echo \'{"cniVersion":"1.0.0","interfaces":[],"ips":[{"address":"10.123.0.5/24"}]}\'', 'exit 0', ''].join('\n'), { mode: 0o755 });
+    try {
+      apply(`apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata: {name: hostonly, namespace: default}\nspec:\n  config: '{"cniVersion": "1.0.0", "type": "kni-test-hostonly"}'\n`);
+      apply(POD('chrooted', 'w1', { annotations: { 'k8s.v1.cni.cncf.io/networks': 'hostonly' } }));
+      await waitFor(() => kubectlJson('get', 'pod', 'chrooted').status.phase === 'Running', 120_000, () => kubectl('describe', 'pod', 'chrooted'));
+      const status = JSON.parse(kubectlJson('get', 'pod', 'chrooted').metadata.annotations['k8s.v1.cni.cncf.io/network-status'] ?? '[]');
+      assert.deepEqual(status.find((n: any) => n.interface === 'net1')?.ips, ['10.123.0.5'], JSON.stringify(status));
+      assert.match(fs.readFileSync(proof, 'utf8'), /^ADD net1$/m);
+      kubectl('delete', 'pod', 'chrooted', '--wait=true');
+      await waitFor(() => /^DEL net1$/m.test(fs.readFileSync(proof, 'utf8')), 60_000, () => fs.readFileSync(proof, 'utf8'));
+    } finally {
+      fs.rmSync(plugin, { force: true });
+      fs.rmSync(proof, { force: true });
+    }
   });
 
   it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {

@@ -9,7 +9,7 @@ import { CniPluginError } from '../../plugin/cni/plugin-exec';
 async function main(): Promise<void> {
   const req = JSON.parse(process.argv[2]);
   if (req.op === 'convert') return void process.stdout.write(JSON.stringify({ ok: true, result: convertResult(req.result, req.to) }));
-  const net = new CniNetwork(parseNetworkConfig(req.conflist, 'test'), req.binDirs, new CniResultCache(req.cacheDir));
+  const net = new CniNetwork(parseNetworkConfig(req.conflist, 'test'), { binDirs: req.binDirs, chrootDir: req.chrootDir }, new CniResultCache(req.cacheDir));
   let result: unknown;
   switch (req.op) {
     case 'add': result = await net.add(req.rt); break;
