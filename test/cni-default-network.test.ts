@@ -14,6 +14,8 @@ import { installTestPlugin } from './helpers/test-plugins';
 import { stateRecords } from './helpers/state-records';
 import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { networkStatus } from '../plugin/kube/pod-networks';
+import { parseConfig } from '../plugin/core/config';
+import { waitFor } from './helpers/wait';
 
 describe('a CNI conflist as the default network', () => {
   let d: TestDaemon;
@@ -143,6 +145,46 @@ describe('a CNI conflist as the default network', () => {
   it('a plugin that fails makes the attach fail with its message, and nothing is kept', async () => {
     await rejectsWith(rt.Attach({ sandbox_id: 'cd-bad', netns_path: '/run/netns/does-not-exist', pod: { name: 'x', namespace: 'default', uid: 'u' } }), grpc.status.NOT_FOUND, /does not exist/);
     assert.equal((await rt.ListPods({})).pods.length, 0);
+  });
+});
+
+describe('defaultNetwork.readinessIndicatorFile (Multus\'s readinessindicatorfile)', () => {
+  it('the node is not ready, STATUS says 50 and attaches wait until the default network\'s agent writes the file; gone again, the same', async () => {
+    const dir = `/tmp/${RUN}-indicator`;
+    const file = `${dir}/agent-ready`;
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(`${dir}/net.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'agentnet', plugins: [{ type: 'bridge', bridge: 'cni-k2', isGateway: true, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.76.0.0/24' }]] } }] }));
+    const d = await TestDaemon.start({ defaultNetwork: { cni: `${dir}/net.conflist`, binDirs: ['/usr/lib/cni'], readinessIndicatorFile: file }, cni: { confDir: '', binDir: '' } });
+    try {
+      const rt = d.rt();
+      const conf = { cniVersion: '1.1.0', name: 'kni', socket: d.cniSocket };
+      const waiting = new RegExp(`waiting for ${file} \\(defaultNetwork\\.readinessIndicatorFile\\)`);
+      const node = await rt.GetNode({});
+      assert.equal(node.ready, false);
+      assert.match(node.networks[0].reason, waiting);
+      const st = cni('STATUS', {}, conf);
+      assert.equal(st.out.code, 50);
+      assert.match(`${st.out.msg} ${st.out.details}`, waiting);
+      const netns = d.makePodNetns('ri-a');
+      await rejectsWith(rt.Attach({ sandbox_id: 'ri-a', netns_path: netns }), grpc.status.UNAVAILABLE, waiting);
+      fs.writeFileSync(file, '');
+      await waitFor(async () => (await rt.GetNode({})).ready, 10_000, () => d.output.slice(-2000));
+      assert.equal(cni('STATUS', {}, conf).code, 0);
+      assert.match((await rt.Attach({ sandbox_id: 'ri-a', netns_path: netns })).interfaces[0].addresses[0].address, /^10\.76\.0\./);
+      fs.rmSync(file);
+      assert.equal(cni('STATUS', {}, conf).out.code, 50);
+      assert.match((await rt.GetNode({})).networks[0].reason, waiting);
+      fs.writeFileSync(file, '');
+      await waitFor(async () => (await rt.GetNode({})).ready, 10_000, () => d.output.slice(-2000));
+      await rt.Detach({ sandbox_id: 'ri-a' });
+    } finally {
+      d.cleanup();
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('is refused without defaultNetwork.cni: it tells when that network\'s agent is ready', () => {
+    assert.throws(() => parseConfig({ defaultNetwork: { readinessIndicatorFile: '/run/flannel/subnet.env' } }), /defaultNetwork\.readinessIndicatorFile goes with defaultNetwork\.cni/);
   });
 });
 

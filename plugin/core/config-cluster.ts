@@ -81,7 +81,12 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
     const d = r.defaultNetwork as Record<string, unknown>;
     if (typeof d !== 'object' || d === null || Array.isArray(d)) problems.push('defaultNetwork must be a map of settings');
     else {
-      for (const key of Object.keys(d)) if (!['cni', 'binDirs', 'chrootDir'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
+      for (const key of Object.keys(d)) if (!['cni', 'binDirs', 'chrootDir', 'readinessIndicatorFile'].includes(key)) problems.push(`unknown setting "defaultNetwork.${key}"`);
+      if (d.readinessIndicatorFile !== undefined) {
+        if (typeof d.readinessIndicatorFile !== 'string' || (d.readinessIndicatorFile !== '' && !path.isAbsolute(d.readinessIndicatorFile))) problems.push('defaultNetwork.readinessIndicatorFile must be an absolute path (or empty)');
+        else if (d.readinessIndicatorFile && !d.cni) problems.push('defaultNetwork.readinessIndicatorFile goes with defaultNetwork.cni: it says when that network\'s own agent is ready');
+        else cfg.defaultNetwork.readinessIndicatorFile = d.readinessIndicatorFile;
+      }
       if (d.chrootDir !== undefined) {
         if (typeof d.chrootDir !== 'string' || (d.chrootDir !== '' && !path.isAbsolute(d.chrootDir))) problems.push('defaultNetwork.chrootDir must be an absolute directory (the host\'s root as mounted in kni\'s container) or empty');
         else cfg.defaultNetwork.chrootDir = d.chrootDir;

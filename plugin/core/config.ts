@@ -62,6 +62,8 @@ export interface DefaultNetworkConfig {
   binDirs: string[];
   /** The host's root as mounted in kni's container: plugins found under it run chrooted there ('' = none). */
   chrootDir: string;
+  /** With cni: a file the default network's own agent writes when it can serve (Multus's readinessindicatorfile; '' = none). */
+  readinessIndicatorFile: string;
 }
 
 export interface NetworksConfig {
@@ -187,7 +189,7 @@ export const defaultConfig = (): Config => ({
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan', txChecksumOffload: 'auto' },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
-  defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'], chrootDir: '' },
+  defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'], chrootDir: '', readinessIndicatorFile: '' },
   networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo', everyPod: [], systemNamespaces: ['kube-system'] },
   extensions: { required: [], ownerGraceSeconds: 300 },
   netnsDir: '/run/netns',

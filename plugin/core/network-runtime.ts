@@ -138,6 +138,7 @@ export class NetworkRuntime {
 
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
+    this.node.stopPolling();
     saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();
     this.wiring.close();

@@ -1,6 +1,7 @@
 // The node side of the network runtime: setting the node network up (and again when its
 // bridge went away), readiness and its reason, the pod ranges (adopted from the Node by the
 // node agent), and the other nodes' pod CIDRs that pod traffic reaches unmasqueraded.
+import fs from 'node:fs';
 import { KniError } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { SandboxRecord } from '../store/records';
@@ -114,7 +115,13 @@ export class NodeLifecycle {
   async setup(): Promise<void> {
     try {
       if (this.rt.cni) {
-        // A CNI default network: the node is ready when its plugins say so (STATUS, CNI 1.1.0).
+        // A CNI default network: the node is ready when its agent's file is there (if one is
+        // named) and its plugins say so (STATUS, CNI 1.1.0).
+        const waiting = this.indicatorMissing();
+        if (waiting) {
+          this.pollIndicator();
+          throw new KniError('FAILED_PRECONDITION', waiting);
+        }
         await this.rt.cni.status();
         this.ready = true;
         this.reason = '';
@@ -137,6 +144,29 @@ export class NodeLifecycle {
       if (e instanceof KniError) throw e;
       throw new KniError('FAILED_PRECONDITION', `node network setup failed: ${this.reason}`);
     }
+  }
+
+  /** Why the default network's readiness indicator file holds the node back ('' = it does not). */
+  private indicatorMissing(): string {
+    const file = this.rt.cfg.defaultNetwork.readinessIndicatorFile;
+    return file && !fs.existsSync(file) ? `waiting for ${file} (defaultNetwork.readinessIndicatorFile): the default network's own agent has not written it` : '';
+  }
+
+  private indicatorPoll?: NodeJS.Timeout;
+
+  /** Until the file comes: looked for every second (as Multus waits for it), then set up. */
+  private pollIndicator(): void {
+    this.indicatorPoll ??= setInterval(() => {
+      if (this.indicatorMissing()) return;
+      clearInterval(this.indicatorPoll);
+      this.indicatorPoll = undefined;
+      this.ensure().catch((e) => log('warn', 'node network setup failed after the readiness indicator file came', { error: (e as Error).message }));
+    }, 1000).unref();
+  }
+
+  stopPolling(): void {
+    if (this.indicatorPoll) clearInterval(this.indicatorPoll);
+    this.indicatorPoll = undefined;
   }
 
   /** Until the pod ranges are known (from the Node), the node is not ready for this reason. */
@@ -253,6 +283,18 @@ export class NodeLifecycle {
     if (ready && gate) {
       ready = false;
       reason = gate;
+    }
+    if (ready && this.rt.cni) {
+      // Gone after the node was ready (the agent stopped and cleaned up): ADD waits, as in Multus.
+      const waiting = this.indicatorMissing();
+      if (waiting) {
+        ready = false;
+        reason = waiting;
+        this.ready = false;
+        this.announced = false;
+        this.reason = waiting;
+        this.pollIndicator();
+      }
     }
     if (ready && !this.rt.cni) {
       const br = linkByName(this.rt.host, this.rt.cfg.bridge);
