@@ -54,8 +54,8 @@ export function findPlugin(where: PluginDirs, type: string): { file: string; chr
     if (chrootDir && executable(path.join(chrootDir, d, type))) return { file: path.join(d, type), chroot: chrootDir };
     if (executable(path.join(d, type))) return { file: path.join(d, type) };
   }
-  const where2 = binDirs.join(', ') || '(no plugin directory configured)';
-  throw new CniPluginError(type, 7, `no executable ${type} in ${where2}${chrootDir ? ` (under ${chrootDir} nor in kni's own root)` : ''}`);
+  const dirs = binDirs.join(', ') || '(no plugin directory configured)';
+  throw new CniPluginError(type, 7, `no executable ${type} in ${dirs}${chrootDir ? ` (under ${chrootDir} nor in kni's own root)` : ''}`);
 }
 
 /** Runs one plugin; resolves with its parsed stdout (undefined when empty). */

@@ -285,7 +285,7 @@ export class NodeLifecycle {
       reason = gate;
     }
     if (ready && this.rt.cni) {
-      // Gone after the node was ready (the agent stopped and cleaned up): ADD waits, as in Multus.
+      // Gone after the node was ready (the agent stopped and cleaned up): attaches are refused until it is back.
       const waiting = this.indicatorMissing();
       if (waiting) {
         ready = false;
