@@ -103,7 +103,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
-    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'default/static-legacy', 'team/macvlan-hl']);
+    assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'default/static-legacy', 'default/unversioned', 'team/macvlan-hl']);
     assert.equal(byName['default/broken'].valid, false);
     assert.match(byName['default/broken'].error, /not JSON/);
     assert.deepEqual(byName['team/macvlan-hl'].attachments.sort(), ['mn-a/net2', 'mn-b/net2']);
