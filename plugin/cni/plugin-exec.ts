@@ -51,7 +51,10 @@ export function findPlugin(where: PluginDirs, type: string): { file: string; chr
     throw new CniPluginError(type, 7, `defaultNetwork.chrootDir ${chrootDir} is not a directory: mount the host's root there (kind-config/kni-daemonset.yaml mounts it at /host), or leave the setting out`);
   }
   for (const d of binDirs) {
-    if (chrootDir && executable(path.join(chrootDir, d, type))) return { file: path.join(d, type), chroot: chrootDir };
+    if (chrootDir && executable(path.join(chrootDir, d, type))) {
+      if (!executable(CHROOT)) throw new CniPluginError(type, 7, `${type} is on the host (${path.join(chrootDir, d)}) but kni's root has no ${CHROOT} to run it there (coreutils; kni's image has it)`);
+      return { file: path.join(d, type), chroot: chrootDir };
+    }
     if (executable(path.join(d, type))) return { file: path.join(d, type) };
   }
   const dirs = binDirs.join(', ') || '(no plugin directory configured)';
