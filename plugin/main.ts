@@ -205,13 +205,15 @@ async function main(): Promise<void> {
     nads?.stop();
     podNetworks?.stop();
     markRestarting(cfg.cni.socket, cfg.cni.confDir ? path.join(cfg.cni.confDir, cfg.cni.confName) : undefined);
-    cniServer.close();
+    // The CNI calls in flight are answered too (within the 3 s below; one cut short is sent
+    // again by kni-cni to the next kni).
+    const cniDrained = new Promise<void>((done) => cniServer.close(() => done()));
     metrics?.close();
-    server.shutdown(() => {
+    server.shutdown(() => void cniDrained.then(() => {
       rt.stop();
       // A thread still loading koffi when the process exits aborts it (plugin/sys/threads.ts).
       void Promise.all([threadsLoaded(), Promise.resolve(stopTracing?.()).catch(() => undefined)]).finally(() => process.exit(0));
-    });
+    }));
     setTimeout(() => process.exit(0), 3000).unref();
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));

@@ -2,10 +2,11 @@
 import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { cni, cniAsync } from './helpers/cni-exec';
-import { inNetns, ping } from './helpers/sh';
+import { inNetns, ping, RUN } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
@@ -218,6 +219,46 @@ describe('CNI shim (kni-cni)', () => {
       assert.match(cni('ADD', env('rst-b', netns), c).out.msg, /kni-runtime is not reachable/);
     } finally {
       g.cleanup();
+    }
+  });
+
+  it('a call in flight when kni stops gracefully is answered before it exits; one cut short is sent again to the next kni', async () => {
+    // A default network whose plugin takes a second: the ADD is in flight when SIGTERM comes.
+    const dir = `/tmp/${RUN}-drain`;
+    fs.mkdirSync(`${dir}/bin`, { recursive: true });
+    fs.writeFileSync(`${dir}/bin/kni-test-slow`, '#!/bin/sh\ncat > /dev/null\n[ "$CNI_COMMAND" = ADD ] || exit 0\nsleep 1\necho \'{"cniVersion":"1.0.0","interfaces":[],"ips":[{"address":"10.87.0.5/24"}]}\'\n', { mode: 0o755 });
+    fs.writeFileSync(`${dir}/slow.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'slow', plugins: [{ type: 'kni-test-slow' }] }));
+    const g = await TestDaemon.start({ defaultNetwork: { cni: `${dir}/slow.conflist`, binDirs: [`${dir}/bin`] }, cni: { confDir: '', binDir: '' } });
+    const c = { cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: g.cniSocket };
+    try {
+      const netns = g.makePodNetns('drain-a');
+      const add = cniAsync('ADD', env('drain-a', netns), c);
+      await waitFor(() => fs.existsSync(`${g.stateDir}/cni-results`) && fs.readdirSync(`${g.stateDir}/cni-results`).length > 0, 5_000, () => g.output.slice(-2000));
+      const exited = g.stop('SIGTERM');
+      const r = await add;
+      assert.equal(r.code, 0, r.raw);
+      assert.deepEqual(r.out.ips.map((i: any) => i.address), ['10.87.0.5/24']);
+      assert.equal(await exited, 0);
+      // Cut short: the stopping kni (here a stand-in that takes the call and hangs up) leaves the
+      // restart marker; kni-cni sends the call again once the next kni serves.
+      let taken = 0;
+      const standIn = net.createServer((conn) => {
+        taken++;
+        conn.destroy();
+        standIn.close();
+      });
+      await new Promise<void>((resolve) => standIn.listen(g.cniSocket, resolve));
+      const again = cniAsync('ADD', env('drain-b', g.makePodNetns('drain-b')), c);
+      await waitFor(() => taken === 1, 5_000, () => 'kni-cni never reached the stand-in');
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      await g.launch();
+      const r2 = await again;
+      assert.equal(r2.code, 0, r2.raw);
+      assert.deepEqual(r2.out.ips.map((i: any) => i.address), ['10.87.0.5/24']);
+      assert.equal(taken, 1);
+    } finally {
+      g.cleanup();
+      fs.rmSync(dir, { recursive: true, force: true });
     }
   });
 

@@ -23,8 +23,9 @@
  * While that marker is younger than RESTART_GRACE_S and the socket is not served, STATUS
  * answers ready (the runtime would otherwise report the node's network not ready, and the
  * kubelet the node NotReady, for the moment of every restart) and the other commands wait for
- * the new daemon instead of failing into the kubelet's retry backoff. A crashed daemon leaves
- * no marker: its absence is reported at once.
+ * the new daemon instead of failing into the kubelet's retry backoff; a call the stopping
+ * daemon cut short is sent again to the new one (kni answers each command again the same way
+ * for the same container). A crashed daemon leaves no marker: its absence is reported at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -165,6 +166,31 @@ static long restart_left(const char *socket_path) {
 /* Not served (no socket file, or nobody listening): what a stopped daemon leaves. */
 static int not_served(int err) { return err == ENOENT || err == ECONNREFUSED; }
 
+/*
+ * Connected to the daemon, waiting through a graceful restart (see the top); STATUS answers
+ * ready and exits while a restarting daemon is away. Fails (exits) when it cannot connect.
+ */
+static int connect_or_wait(const char *path, const char *command) {
+    arm_deadline("kni-runtime is not reachable: connecting timed out", CONNECT_TIMEOUT_S, path);
+    int fd = connect_unix(path);
+    long left = fd < 0 && not_served(errno) ? restart_left(path) : 0;
+    if (left > 0) {
+        if (strcmp(command ? command : "", "STATUS") == 0) exit(0);
+        arm_deadline("kni-runtime is restarting and was not back in time", (unsigned)left, path);
+        while (fd < 0 && not_served(errno) && restart_left(path) > 0) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+            fd = connect_unix(path);
+        }
+    }
+    if (fd < 0) {
+        char detail[256];
+        snprintf(detail, sizeof detail, "connect %s: %s", path, strerror(errno));
+        fail("kni-runtime is not reachable", detail);
+    }
+    return fd;
+}
+
 static void put32(char **p, uint32_t v) {
     (*p)[0] = v >> 24; (*p)[1] = v >> 16; (*p)[2] = v >> 8; (*p)[3] = v;
     *p += 4;
@@ -239,30 +265,23 @@ int main(void) {
     put32(&p, 5); memcpy(p, "STDIN", 5); p += 5;
     put32(&p, in_len); memcpy(p, in, in_len); p += in_len;
 
-    arm_deadline("kni-runtime is not reachable: connecting timed out", CONNECT_TIMEOUT_S, path);
-    int fd = connect_unix(path);
-    long left = fd < 0 && not_served(errno) ? restart_left(path) : 0;
-    if (left > 0) {
-        if (strcmp(command ? command : "", "STATUS") == 0) return 0;
-        arm_deadline("kni-runtime is restarting and was not back in time", (unsigned)left, path);
-        while (fd < 0 && not_served(errno) && restart_left(path) > 0) {
-            struct timespec ts = {0, 50 * 1000 * 1000};
-            nanosleep(&ts, NULL);
-            fd = connect_unix(path);
-        }
-    }
-    if (fd < 0) {
-        char detail[256];
-        snprintf(detail, sizeof detail, "connect %s: %s", path, strerror(errno));
-        fail("kni-runtime is not reachable", detail);
-    }
+    /* A daemon gone mid-call raises EPIPE on the write, not a signal that would kill us unanswered. */
+    signal(SIGPIPE, SIG_IGN);
+    int fd = connect_or_wait(path, command);
     const char *t = getenv("KNI_CNI_TIMEOUT_SECONDS");
     unsigned call_timeout = t && atoi(t) > 0 ? (unsigned)atoi(t) : CALL_TIMEOUT_S;
-    arm_deadline("kni-runtime did not answer in time", call_timeout, path);
-    if (write_all(fd, req, p - req) < 0) fail("cannot send the request to kni-runtime", strerror(errno));
-
     unsigned char head[8];
-    if (read_all(fd, (char *)head, 8) < 0) fail("kni-runtime closed the connection without an answer", strerror(errno));
+    for (;;) {
+        arm_deadline("kni-runtime did not answer in time", call_timeout, path);
+        int sent = write_all(fd, req, p - req) == 0;
+        if (sent && read_all(fd, (char *)head, 8) == 0) break;
+        int err = errno;
+        /* A kni stopping gracefully cut the call short: every command is idempotent by its
+         * container id, so it goes again to the kni that comes next. */
+        if (restart_left(path) <= 0) fail(sent ? "kni-runtime closed the connection without an answer" : "cannot send the request to kni-runtime", strerror(err));
+        close(fd);
+        fd = connect_or_wait(path, command);
+    }
     uint32_t code = get32(head), len = get32(head + 4);
     if (len > MAX_REPLY) fail("kni-runtime answered too much", "more than 4 MiB");
     char *out = malloc(len + 1);
