@@ -20,7 +20,9 @@ export interface Leaving {
  * its controller reference names (undefined: gone; 'none': the pod names no DaemonSet).
  */
 export function leavingFrom(pod: K8s.V1Pod | undefined, owner: K8s.V1DaemonSet | undefined | 'none'): Leaving {
-  if (!pod) return { leaving: true, reason: 'kni\'s pod is gone from the API' };
+  // Graceful deletion keeps the object until the kubelet is done with it, this preStop included:
+  // gone already, it was force-deleted (a stuck pod), and its DaemonSet, if any, starts another.
+  if (!pod) return { leaving: false, reason: 'kni\'s pod is gone from the API (force-deleted): a DaemonSet that still exists starts another' };
   const ref = daemonSetRef(pod);
   if (!ref || owner === 'none') return { leaving: true, reason: 'kni\'s pod belongs to no DaemonSet: nothing starts it again' };
   if (!owner) return { leaving: true, reason: `its DaemonSet ${ref.name} is deleted` };
