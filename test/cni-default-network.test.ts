@@ -142,6 +142,37 @@ describe('a CNI conflist as the default network', () => {
     assert.deepEqual(ipamFiles(), []);
   });
 
+  it('the conflist rewritten (as a network\'s own agent does): new pods get the new config, pods wired before are deleted with theirs; a broken rewrite keeps the last good one and says so', async () => {
+    const original = fs.readFileSync(conflistFile, 'utf8');
+    const changed = (text: string) => {
+      fs.writeFileSync(conflistFile, text);
+      const later = new Date(Date.now() + 5_000); // a new mtime even within the file system's tick
+      fs.utimesSync(conflistFile, later, later);
+    };
+    const record2 = `${dir}/record2.log`;
+    try {
+      await attach('rl-old');
+      const next = JSON.parse(original);
+      next.plugins[3].logFile = record2;
+      changed(JSON.stringify(next));
+      await waitFor(() => d.output.includes('"msg":"defaultNetwork.cni changed: new pods get the new config'), 10_000, () => d.output.slice(-2000));
+      await attach('rl-new');
+      assert.match(fs.readFileSync(record2, 'utf8'), /"cmd":"ADD","containerId":"rl-new"/, 'the new pod did not get the new config');
+      await rt.Detach({ sandbox_id: 'rl-old' });
+      assert.ok(recorded('DEL', 'rl-old'), 'the pod wired before was not deleted with its own config');
+      assert.equal(fs.readFileSync(record2, 'utf8').split('\n').filter((l) => l.includes('"rl-old"')).length, 0);
+      changed('{"cniVersion": "1.0.0", "name": ');
+      await waitFor(async () => (await rt.GetNode({})).warnings.some((w: string) => /defaultNetwork\.cni .* changed but cannot be used \(.*not JSON/.test(w)), 10_000, () => d.output.slice(-2000));
+      await attach('rl-broken');
+      assert.match(fs.readFileSync(record2, 'utf8'), /"cmd":"ADD","containerId":"rl-broken"/, 'the last good config does not serve on');
+      changed(original);
+      await waitFor(async () => (await rt.GetNode({})).warnings.length === 0, 10_000, () => d.output.slice(-2000));
+      for (const id of ['rl-new', 'rl-broken']) await rt.Detach({ sandbox_id: id });
+    } finally {
+      if (fs.readFileSync(conflistFile, 'utf8') !== original) changed(original);
+    }
+  });
+
   it('a plugin that fails makes the attach fail with its message, and nothing is kept', async () => {
     await rejectsWith(rt.Attach({ sandbox_id: 'cd-bad', netns_path: '/run/netns/does-not-exist', pod: { name: 'x', namespace: 'default', uid: 'u' } }), grpc.status.NOT_FOUND, /does not exist/);
     assert.equal((await rt.ListPods({})).pods.length, 0);

@@ -84,7 +84,16 @@ const withCached = (rt: CniRuntime, cached: CachedAttachment | undefined): CniRu
   cached ? { ...rt, netns: rt.netns || cached.netns, args: rt.args ?? cached.args, capabilityArgs: rt.capabilityArgs ?? cached.capabilityArgs, cniArgs: rt.cniArgs ?? cached.cniArgs, podNamedDevice: rt.podNamedDevice ?? cached.podNamedDevice } : rt;
 
 export class CniNetwork {
-  constructor(readonly list: NetworkConfList, private readonly binDirs: PluginDirs, private readonly cache: CniResultCache) {}
+  constructor(private current: NetworkConfList, private readonly binDirs: PluginDirs, private readonly cache: CniResultCache) {}
+
+  get list(): NetworkConfList {
+    return this.current;
+  }
+
+  /** A new config of the same network, for the attachments made from now on. */
+  reconfigure(list: NetworkConfList): void {
+    this.current = list;
+  }
 
   /** The network an attachment was added with, from its cache entry (undefined: none cached, or cached before configs were). */
   static ofCached(cache: CniResultCache, network: string, containerId: string, ifName: string, binDirs: PluginDirs): CniNetwork | undefined {

@@ -1,5 +1,7 @@
 // The CNI network of defaultNetwork.cni, read and checked when kni starts: a bad file stops
-// kni with every problem named, as a bad config file does.
+// kni with every problem named, as a bad config file does. Changed later (the network's own
+// agent rewrites its file, as Multus watches its delegate's), it is read again for new pods;
+// pods already wired are deleted with the config their ADD ran with (the result cache has it).
 import fs from 'node:fs';
 import { ConfigError, DefaultNetworkConfig } from '../core/config';
 import { CniNetwork } from './cni-network';
@@ -17,5 +19,36 @@ export function loadCniNetwork(d: DefaultNetworkConfig, cacheDir: string): CniNe
     return new CniNetwork(parseNetworkConfig(text, d.cni), d, new CniResultCache(cacheDir));
   } catch (e) {
     throw e instanceof CniConfigError ? new ConfigError(`defaultNetwork.cni: ${e.message}`) : e;
+  }
+}
+
+/** What a look at the file found: unchanged, a new config for new pods, or a problem (the old one stays). */
+export type Reload = { changed: false } | { changed: true; problem?: string };
+
+/** Reads defaultNetwork.cni again when its size or mtime moved since the last look. */
+export class DefaultNetworkFile {
+  private seen: string;
+
+  constructor(private readonly net: CniNetwork, private readonly file: string) {
+    this.seen = this.stamp();
+  }
+
+  private stamp(): string {
+    const st = fs.statSync(this.file, { throwIfNoEntry: false });
+    return st ? `${st.size}:${st.mtimeMs}:${st.ino}` : 'missing';
+  }
+
+  look(): Reload {
+    const now = this.stamp();
+    if (now === this.seen) return { changed: false };
+    this.seen = now;
+    try {
+      const list = parseNetworkConfig(fs.readFileSync(this.file, 'utf8'), this.file);
+      if (list.name !== this.net.name) return { changed: true, problem: `its network name changed from ${this.net.name} to ${list.name}: the pods' cached attachments are under the old name; restart kni to take it` };
+      this.net.reconfigure(list);
+      return { changed: true };
+    } catch (e) {
+      return { changed: true, problem: (e as Error).message };
+    }
   }
 }

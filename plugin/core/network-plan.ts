@@ -180,8 +180,11 @@ export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: 
   if (isBuiltIn(itf)) return rt.builtin;
   const definition = definitionOf(itf);
   const label = definition || rt.defaultBackend.name;
-  if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) return rt.defaultBackend;
   const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork);
+  if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) {
+    // The default network's file changed since this pod's ADD: its own config undoes it.
+    return cached && JSON.stringify(cached.list) !== JSON.stringify(rt.cni.list) ? new CniBackend(cached, undefined, { cfg: rt.cfg }) : rt.defaultBackend;
+  }
   if (cached) return new CniBackend(cached, label, { deviceInfoDir: rt.cfg.networks.deviceInfoDir, cfg: rt.cfg });
   if (!definition) return undefined;
   const [namespace, name] = definition.split('/');

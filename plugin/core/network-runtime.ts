@@ -27,7 +27,7 @@ import { restoreState } from './restore-state';
 import { podRef, sandboxKind, updateMetadata } from './sandbox-metadata';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
-import { loadCniNetwork } from '../cni/load-network';
+import { DefaultNetworkFile, loadCniNetwork } from '../cni/load-network';
 import { cniIpamStatus } from '../cni/cni-ipam-status';
 import { EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
@@ -79,6 +79,8 @@ export class NetworkRuntime {
 
   /** The CNI network that wires every pod instead of the built-in one (defaultNetwork.cni). */
   readonly cni?: CniNetwork;
+  private readonly cniFile?: DefaultNetworkFile;
+  private cniFileWatch?: NodeJS.Timeout;
   /** kni's built-in network, and the backend of the default network (one of the two). */
   readonly builtin = new BuiltInBackend(this);
   readonly defaultBackend: NetworkBackend;
@@ -95,7 +97,10 @@ export class NetworkRuntime {
     this.store = new StateStore(stateDir);
     this.ipam = new Ipam(cfg.ranges);
     this.cniCache = new CniResultCache(path.join(stateDir, 'cni-results'));
-    if (cfg.defaultNetwork.cni) this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
+    if (cfg.defaultNetwork.cni) {
+      this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
+      this.cniFile = new DefaultNetworkFile(this.cni, cfg.defaultNetwork.cni);
+    }
     this.defaultBackend = this.cni ? new CniBackend(this.cni, undefined, { cfg }) : this.builtin;
     this.networks = new NetworkDefinitions(path.join(stateDir, 'cni-ipam'));
     this.extensions = new ExtensionRegistry(path.join(stateDir, 'extensions'), cfg.extensions.required, () => this.node.extensionsChanged());
@@ -133,11 +138,25 @@ export class NetworkRuntime {
     // The node network was just set up: what setup wrote is not read back (four iptables processes before serving).
     await reconcile(this, { nodeJustSetUp: true }).catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
     this.restartSweeper();
+    this.watchCniFile();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.node.isSetUp });
+  }
+
+  /** defaultNetwork.cni looked at every 2 s (a stat): a changed file serves the next pods. */
+  private watchCniFile(): void {
+    const file = this.cniFile;
+    if (!file) return;
+    this.cniFileWatch = setInterval(() => {
+      const r = file.look();
+      if (!r.changed) return;
+      if (!r.problem) log('info', 'defaultNetwork.cni changed: new pods get the new config, pods already wired keep theirs', { file: this.cfg.defaultNetwork.cni });
+      this.node.warn('default-network-file', r.problem && `defaultNetwork.cni ${this.cfg.defaultNetwork.cni} changed but cannot be used (${r.problem}): new pods keep the config read before`);
+    }, 2000).unref();
   }
 
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
+    if (this.cniFileWatch) clearInterval(this.cniFileWatch);
     this.node.stopPolling();
     saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();
