@@ -101,6 +101,7 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     // Per network, for an operator's dashboards: interfaces now, and the plugins' ADDs.
     for (const network of ['kni', 'default/macvlan-static', 'team/macvlan-hl', 'default/bridge-net']) assert.equal(metric(`kni_network_interfaces{network="${network}"}`), 2, network);
     assert.equal(metric('kni_network_attachments_total{network="team/macvlan-hl",result="ok"}'), 2);
+    assert.ok(metric('kni_cni_plugin_duration_seconds_count{plugin="macvlan",command="ADD",result="ok"}') >= 2, 'no plugin timings');
     const nets = (await rt.ListNetworks({})).networks;
     const byName = Object.fromEntries(nets.map((n: any) => [`${n.namespace}/${n.name}`, n]));
     assert.deepEqual(Object.keys(byName).sort(), ['default/bridge-net', 'default/broken', 'default/dev-net', 'default/ipvlan-hl', 'default/macvlan-static', 'default/quickstart', 'default/rec-net', 'default/static-legacy', 'default/unversioned', 'team/macvlan-hl']);

@@ -3,6 +3,7 @@
 import { execFile, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { cniPluginSeconds } from '../observe/metrics';
 
 export interface CniInvocation {
   command: 'ADD' | 'DEL' | 'CHECK' | 'STATUS' | 'GC' | 'VERSION';
@@ -73,8 +74,10 @@ export function execPlugin(where: PluginDirs, type: string, inv: CniInvocation, 
   if (inv.netns !== undefined) env.CNI_NETNS = inv.netns;
   if (inv.ifName !== undefined) env.CNI_IFNAME = inv.ifName;
   if (inv.args) env.CNI_ARGS = inv.args;
+  const started = process.hrtime.bigint();
   return new Promise((resolve, reject) => {
     const child = execFile(chroot ? CHROOT : file, chroot ? [chroot, file] : [], { env, timeout: TIMEOUT_MS, maxBuffer: 4 * 1024 * 1024 }, (err, stdout, stderr) => {
+      cniPluginSeconds.observe({ plugin: type, command: inv.command, result: err ? 'error' : 'ok' }, Number(process.hrtime.bigint() - started) / 1e9);
       let out: unknown;
       try {
         out = stdout.trim() ? JSON.parse(stdout) : undefined;

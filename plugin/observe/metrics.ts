@@ -185,6 +185,14 @@ export const networkAttachments = new prom.Counter({
   registers: [registry],
 });
 
+export const cniPluginSeconds = new prom.Histogram({
+  name: 'kni_cni_plugin_duration_seconds',
+  help: 'Time a CNI plugin binary takes for one command (the plugins of CNI networks: the default network\'s conflist, NetworkAttachmentDefinitions, networks.dir files), by plugin type, command and result (ok, error)',
+  labelNames: ['plugin', 'command', 'result'] as const,
+  buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60],
+  registers: [registry],
+});
+
 export interface RuntimeView {
   podCount(): number;
   ipamStatus(): { range: string; size: number; used: number; free: number }[];
