@@ -20,6 +20,7 @@ import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runt
 import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi } from './kube/kube-api';
 import { kniLeavingNode } from './kube/leaving-node';
+import { clusterNetworkConf } from './cni/load-network';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
@@ -45,6 +46,19 @@ function nriPlugin(rt: NetworkRuntime, cfg: Config): NriPlugin | undefined {
     });
   }
   return cfg.nri.enabled ? new NriPlugin(rt, cfg.nri) : undefined;
+}
+
+/** defaultNetwork.cni "auto": the cluster network's config, waited for (looked for every second) until its agent writes it. */
+async function clusterNetwork(cfg: Config): Promise<string> {
+  for (let said = false; ; said = true) {
+    const found = clusterNetworkConf(cfg.cni.confDir, cfg.cni.confName);
+    if (found) {
+      log('info', 'defaultNetwork.cni is auto: the cluster network\'s config found', { file: found, kniConfig: path.join(cfg.cni.confDir, cfg.cni.confName) });
+      return found;
+    }
+    if (!said) log('info', 'defaultNetwork.cni is auto: waiting for the cluster network\'s CNI config (the first other config in cni.confDir)', { confDir: cfg.cni.confDir });
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+  }
 }
 
 /**
@@ -123,16 +137,23 @@ async function main(): Promise<void> {
     // State on disk wins: the ranges this node's pods hold addresses in, even with the API away.
     if (cfg.rangesFromNode) cfg.ranges = readRangesFile(opts.stateDir) ?? [];
   }
-  const rt = new NetworkRuntime(cfg, opts.stateDir);
-  rt.podDevices = (namespace, name) => podDevices(cfg.networks.podResourcesSocket, namespace, name);
   // Before the node network is set up: an address in use stops the start with nothing touched.
-  // Ready (GET /readyz) once the sockets below are served too, not only the node network.
+  // Ready (GET /readyz) once the sockets below are served too, not only the node network; alive
+  // (GET /livez) while it waits for the cluster network's config.
   let serving = false;
+  let starting = 'starting: its sockets are not served yet';
   const metrics = opts.metricsAddr
-    ? await serveMetrics(opts.metricsAddr, () => (serving ? rt.node.status() : { ready: false, reason: 'starting: its sockets are not served yet' })).catch((e: Error) => {
+    ? await serveMetrics(opts.metricsAddr, () => (serving ? rt.node.status() : { ready: false, reason: starting })).catch((e: Error) => {
         throw new ConfigError(`--metrics-addr ${opts.metricsAddr}: ${e.message}`);
       })
     : undefined;
+  if (cfg.defaultNetwork.cni === 'auto') {
+    starting = `starting: waiting for the cluster network's CNI config in ${cfg.cni.confDir} (defaultNetwork.cni: auto)`;
+    cfg.defaultNetwork.cni = await clusterNetwork(cfg);
+    starting = 'starting: its sockets are not served yet';
+  }
+  const rt = new NetworkRuntime(cfg, opts.stateDir);
+  rt.podDevices = (namespace, name) => podDevices(cfg.networks.podResourcesSocket, namespace, name);
   if (cfg.rangesFromNode && !cfg.ranges.length) rt.node.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
   await rt.start();
   const agent = api ? new NodeAgent(rt, cfg, opts.stateDir, api) : undefined;

@@ -219,6 +219,46 @@ describe('defaultNetwork.readinessIndicatorFile (Multus\'s readinessindicatorfil
   });
 });
 
+describe('defaultNetwork.cni: auto (Multus\'s way of finding the cluster network)', () => {
+  it('waits for the first other CNI config in cni.confDir, runs it for every pod, and writes its own conflist to sort first (00-kni.conflist)', async () => {
+    const netd = `/tmp/${RUN}-auto-netd`;
+    const dir = `/tmp/${RUN}-auto`;
+    fs.mkdirSync(netd, { recursive: true });
+    fs.mkdirSync(dir, { recursive: true });
+    // The cluster network's agent writes its config 1.5 s after kni started (and a later one that must not be taken).
+    const cluster = { cniVersion: '1.0.0', name: 'clusternet', plugins: [{ type: 'bridge', bridge: 'cni-k3', isGateway: true, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.74.0.0/24' }]] } }] };
+    let agent: NodeJS.Timeout | undefined;
+    let d: TestDaemon | undefined;
+    try {
+      d = await TestDaemon.start({ defaultNetwork: { cni: 'auto', binDirs: ['/usr/lib/cni'] }, cni: { confDir: netd, binDir: '' } }, {
+        beforeLaunch: () => {
+          agent = setTimeout(() => {
+            fs.writeFileSync(`${netd}/10-clusternet.conflist`, JSON.stringify(cluster));
+            fs.writeFileSync(`${netd}/20-other.conflist`, JSON.stringify({ ...cluster, name: 'other' }));
+          }, 1500);
+        },
+      });
+      assert.match(d.output, /"msg":"defaultNetwork.cni is auto: waiting for the cluster network's CNI config/);
+      assert.match(d.output, new RegExp(`"msg":"defaultNetwork.cni is auto: the cluster network's config found","file":"${netd}/10-clusternet.conflist"`));
+      const daemon = d;
+      const rt = daemon.rt();
+      const p = await rt.Attach({ sandbox_id: 'auto-a', netns_path: daemon.makePodNetns('auto-a') });
+      assert.match(p.interfaces[0].addresses[0].address, /^10\.74\.0\./);
+      await waitFor(() => fs.existsSync(`${netd}/00-kni.conflist`), 10_000, () => daemon.output.slice(-2000));
+      assert.deepEqual((await rt.GetNode({})).warnings, [], 'kni\'s conflist does not sort first');
+      await rt.Detach({ sandbox_id: 'auto-a' });
+    } finally {
+      clearTimeout(agent);
+      d?.cleanup();
+      for (const p of [netd, dir]) fs.rmSync(p, { recursive: true, force: true });
+    }
+  });
+
+  it('needs cni.confDir', () => {
+    assert.throws(() => parseConfig({ defaultNetwork: { cni: 'auto' }, cni: { confDir: '' } }), /defaultNetwork\.cni "auto" looks for the cluster network's config in cni\.confDir, which is empty/);
+  });
+});
+
 describe('defaultNetwork.cni misconfigured', () => {
   it('kni refuses to start and names the file and every problem', async () => {
     const f = `/tmp/${RUN}-bad.conflist`;

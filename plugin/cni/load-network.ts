@@ -3,6 +3,7 @@
 // agent rewrites its file, as Multus watches its delegate's), it is read again for new pods;
 // pods already wired are deleted with the config their ADD ran with (the result cache has it).
 import fs from 'node:fs';
+import path from 'node:path';
 import { ConfigError, DefaultNetworkConfig } from '../core/config';
 import { CniNetwork } from './cni-network';
 import { CniResultCache } from './cni-result-cache';
@@ -51,4 +52,20 @@ export class DefaultNetworkFile {
       return { changed: true, problem: (e as Error).message };
     }
   }
+}
+
+/**
+ * defaultNetwork.cni "auto": the first CNI config in the runtime's conf dir by name (.conf,
+ * .conflist, .json, as libcni orders them) that is not kni's own: the cluster network's, as
+ * Multus's auto-generated config finds it. undefined: none there yet.
+ */
+export function clusterNetworkConf(confDir: string, ownName: string): string | undefined {
+  let names: string[];
+  try {
+    names = fs.readdirSync(confDir);
+  } catch {
+    return undefined;
+  }
+  const first = names.filter((n) => /\.(conf|conflist|json)$/.test(n) && n !== ownName && !n.startsWith('.')).sort()[0];
+  return first && path.join(confDir, first);
 }

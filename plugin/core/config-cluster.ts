@@ -92,7 +92,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
         else cfg.defaultNetwork.chrootDir = d.chrootDir;
       }
       if (d.cni !== undefined) {
-        if (typeof d.cni !== 'string' || (d.cni !== '' && !path.isAbsolute(d.cni))) problems.push('defaultNetwork.cni must be the absolute path of a CNI conflist (or empty: the built-in network)');
+        if (typeof d.cni !== 'string' || (d.cni !== '' && d.cni !== 'auto' && !path.isAbsolute(d.cni))) problems.push('defaultNetwork.cni must be the absolute path of a CNI conflist, "auto" (the first other CNI config in cni.confDir, as Multus finds the cluster network) or empty (the built-in network)');
         else cfg.defaultNetwork.cni = d.cni;
       }
       if (d.binDirs !== undefined) {

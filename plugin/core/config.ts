@@ -317,6 +317,11 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   }
   parseRuntimeSettings(r, cfg, problems);
   parseClusterSettings(r, cfg, problems);
+  if (cfg.defaultNetwork.cni === 'auto') {
+    if (!cfg.cni.confDir) problems.push('defaultNetwork.cni "auto" looks for the cluster network\'s config in cni.confDir, which is empty');
+    // kni's own conflist sorts before the one it runs, as Multus writes 00-multus.conf.
+    else if ((r.cni as { confName?: unknown } | undefined)?.confName === undefined) cfg.cni.confName = '00-kni.conflist';
+  }
   if (problems.length) throw new ConfigError(`${source}: ${problems.join('; ')}`);
   return cfg;
 }
