@@ -227,6 +227,8 @@ describe('defaultNetwork.cni: auto (Multus\'s way of finding the cluster network
     fs.mkdirSync(dir, { recursive: true });
     // The cluster network's agent writes its config 1.5 s after kni started (and a later one that must not be taken).
     const cluster = { cniVersion: '1.0.0', name: 'clusternet', plugins: [{ type: 'bridge', bridge: 'cni-k3', isGateway: true, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.74.0.0/24' }]] } }] };
+    // A kni conflist of an earlier confName is never taken: kni would call itself.
+    fs.writeFileSync(`${netd}/05-kni-old.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'kni', plugins: [{ type: 'kni-cni' }] }));
     let agent: NodeJS.Timeout | undefined;
     let d: TestDaemon | undefined;
     try {

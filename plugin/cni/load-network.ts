@@ -66,6 +66,16 @@ export function clusterNetworkConf(confDir: string, ownName: string): string | u
   } catch {
     return undefined;
   }
-  const first = names.filter((n) => /\.(conf|conflist|json)$/.test(n) && n !== ownName && !n.startsWith('.')).sort()[0];
-  return first && path.join(confDir, first);
+  const candidates = names.filter((n) => /\.(conf|conflist|json)$/.test(n) && n !== ownName && !n.startsWith('.')).sort();
+  // A kni conflist under another name (a confName changed since) would have kni call itself.
+  return candidates.map((n) => path.join(confDir, n)).find((f) => !runsKniCni(f));
+}
+
+function runsKniCni(file: string): boolean {
+  try {
+    const c = JSON.parse(fs.readFileSync(file, 'utf8')) as { type?: unknown; plugins?: { type?: unknown }[] };
+    return c.type === 'kni-cni' || (Array.isArray(c.plugins) && c.plugins.some((p) => p?.type === 'kni-cni'));
+  } catch {
+    return false;
+  }
 }
