@@ -185,11 +185,12 @@ describe('defaultNetwork.readinessIndicatorFile (Multus\'s readinessindicatorfil
     const file = `${dir}/agent-ready`;
     fs.mkdirSync(dir, { recursive: true });
     fs.writeFileSync(`${dir}/net.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'agentnet', plugins: [{ type: 'bridge', bridge: 'cni-k2', isGateway: true, ipam: { type: 'host-local', dataDir: `${dir}/ipam`, ranges: [[{ subnet: '10.76.0.0/24' }]] } }] }));
-    const d = await TestDaemon.start({ defaultNetwork: { cni: `${dir}/net.conflist`, binDirs: ['/usr/lib/cni'], readinessIndicatorFile: file }, cni: { confDir: '', binDir: '' } });
+    // A host path: with chrootDir (here the test's dir stands for the host's root), looked for under it.
+    const d = await TestDaemon.start({ defaultNetwork: { cni: `${dir}/net.conflist`, binDirs: ['/usr/lib/cni'], readinessIndicatorFile: '/agent-ready', chrootDir: dir }, cni: { confDir: '', binDir: '' } });
     try {
       const rt = d.rt();
       const conf = { cniVersion: '1.1.0', name: 'kni', socket: d.cniSocket };
-      const waiting = new RegExp(`waiting for ${file} \\(defaultNetwork\\.readinessIndicatorFile\\)`);
+      const waiting = new RegExp(`waiting for /agent-ready \\(at ${file}\\) \\(defaultNetwork\\.readinessIndicatorFile\\)`);
       const node = await rt.GetNode({});
       assert.equal(node.ready, false);
       assert.match(node.networks[0].reason, waiting);

@@ -2,6 +2,7 @@
 // bridge went away), readiness and its reason, the pod ranges (adopted from the Node by the
 // node agent), and the other nodes' pod CIDRs that pod traffic reaches unmasqueraded.
 import fs from 'node:fs';
+import path from 'node:path';
 import { KniError } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { SandboxRecord } from '../store/records';
@@ -148,8 +149,10 @@ export class NodeLifecycle {
 
   /** Why the default network's readiness indicator file holds the node back ('' = it does not). */
   private indicatorMissing(): string {
-    const file = this.rt.cfg.defaultNetwork.readinessIndicatorFile;
-    return file && !fs.existsSync(file) ? `waiting for ${file} (defaultNetwork.readinessIndicatorFile): the default network's own agent has not written it` : '';
+    const { readinessIndicatorFile: file, chrootDir } = this.rt.cfg.defaultNetwork;
+    // A host path, as the plugins see it: in kni's container, under the host's root.
+    const where = file && chrootDir ? path.join(chrootDir, file) : file;
+    return file && !fs.existsSync(where) ? `waiting for ${file}${where !== file ? ` (at ${where})` : ''} (defaultNetwork.readinessIndicatorFile): the default network's own agent has not written it` : '';
   }
 
   private indicatorPoll?: NodeJS.Timeout;
