@@ -147,12 +147,13 @@ async function main(): Promise<void> {
         throw new ConfigError(`--metrics-addr ${opts.metricsAddr}: ${e.message}`);
       })
     : undefined;
-  if (cfg.defaultNetwork.cni === 'auto') {
+  let defaultCni = cfg.defaultNetwork.cni;
+  if (defaultCni === 'auto') {
     starting = `starting: waiting for the cluster network's CNI config in ${cfg.cni.confDir} (defaultNetwork.cni: auto)`;
-    cfg.defaultNetwork.cni = await clusterNetwork(cfg);
+    defaultCni = await clusterNetwork(cfg);
     starting = 'starting: its sockets are not served yet';
   }
-  const rt = new NetworkRuntime(cfg, opts.stateDir);
+  const rt = new NetworkRuntime(cfg, opts.stateDir, defaultCni);
   rt.podDevices = (namespace, name) => podDevices(cfg.networks.podResourcesSocket, namespace, name);
   if (cfg.rangesFromNode && !cfg.ranges.length) rt.node.waitForRanges(`waiting for the pod ranges of Node ${cfg.kubernetes.nodeName} (spec.podCIDRs)`);
   await rt.start();

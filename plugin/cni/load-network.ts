@@ -9,15 +9,16 @@ import { CniNetwork } from './cni-network';
 import { CniResultCache } from './cni-result-cache';
 import { CniConfigError, parseNetworkConfig } from './conflist';
 
-export function loadCniNetwork(d: DefaultNetworkConfig, cacheDir: string): CniNetwork {
+/** `file`: defaultNetwork.cni's path, or the config "auto" found. */
+export function loadCniNetwork(file: string, d: DefaultNetworkConfig, cacheDir: string): CniNetwork {
   let text: string;
   try {
-    text = fs.readFileSync(d.cni, 'utf8');
+    text = fs.readFileSync(file, 'utf8');
   } catch (e) {
-    throw new ConfigError(`defaultNetwork.cni: cannot read ${d.cni}: ${(e as Error).message}`);
+    throw new ConfigError(`defaultNetwork.cni: cannot read ${file}: ${(e as Error).message}`);
   }
   try {
-    return new CniNetwork(parseNetworkConfig(text, d.cni), d, new CniResultCache(cacheDir));
+    return new CniNetwork(parseNetworkConfig(text, file), d, new CniResultCache(cacheDir));
   } catch (e) {
     throw e instanceof CniConfigError ? new ConfigError(`defaultNetwork.cni: ${e.message}`) : e;
   }
@@ -30,7 +31,7 @@ export type Reload = { changed: false } | { changed: true; problem?: string };
 export class DefaultNetworkFile {
   private seen: string;
 
-  constructor(private readonly net: CniNetwork, private readonly file: string) {
+  constructor(private readonly net: CniNetwork, readonly file: string) {
     this.seen = this.stamp();
   }
 

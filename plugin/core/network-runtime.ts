@@ -93,13 +93,14 @@ export class NetworkRuntime {
   /** The devices the kubelet gave a pod, by resource name (main.ts: its pod-resources API). */
   podDevices: (namespace: string, name: string) => Promise<Map<string, string[]>> = () => Promise.reject(new KniError('UNAVAILABLE', 'this kni has no kubelet pod-resources API to ask for devices'));
 
-  constructor(readonly cfg: Config, stateDir: string) {
+  /** `defaultCni`: the conflist "auto" found (defaultNetwork.cni stays "auto", as the ConfigMap says). */
+  constructor(readonly cfg: Config, stateDir: string, defaultCni = cfg.defaultNetwork.cni) {
     this.store = new StateStore(stateDir);
     this.ipam = new Ipam(cfg.ranges);
     this.cniCache = new CniResultCache(path.join(stateDir, 'cni-results'));
-    if (cfg.defaultNetwork.cni) {
-      this.cni = loadCniNetwork(cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
-      this.cniFile = new DefaultNetworkFile(this.cni, cfg.defaultNetwork.cni);
+    if (defaultCni) {
+      this.cni = loadCniNetwork(defaultCni, cfg.defaultNetwork, path.join(stateDir, 'cni-results'));
+      this.cniFile = new DefaultNetworkFile(this.cni, defaultCni);
     }
     this.defaultBackend = this.cni ? new CniBackend(this.cni, undefined, { cfg }) : this.builtin;
     this.networks = new NetworkDefinitions(path.join(stateDir, 'cni-ipam'));
@@ -149,8 +150,8 @@ export class NetworkRuntime {
     this.cniFileWatch = setInterval(() => {
       const r = file.look();
       if (!r.changed) return;
-      if (!r.problem) log('info', 'defaultNetwork.cni changed: new pods get the new config, pods already wired keep theirs', { file: this.cfg.defaultNetwork.cni });
-      this.node.warn('default-network-file', r.problem && `defaultNetwork.cni ${this.cfg.defaultNetwork.cni} changed but cannot be used (${r.problem}): new pods keep the config read before`);
+      if (!r.problem) log('info', 'defaultNetwork.cni changed: new pods get the new config, pods already wired keep theirs', { file: file.file });
+      this.node.warn('default-network-file', r.problem && `defaultNetwork.cni ${file.file} changed but cannot be used (${r.problem}): new pods keep the config read before`);
     }, 2000).unref();
   }
 
