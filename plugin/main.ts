@@ -18,7 +18,7 @@ import { markRestarting, serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 import { ConfigWatch } from './kube/config-watch';
-import { connectKube, KubeApi } from './kube/kube-api';
+import { connectKube, KubeApi, recordEvent } from './kube/kube-api';
 import { kniLeavingNode } from './kube/leaving-node';
 import { clusterNetworkConf } from './cni/load-network';
 import { NodeAgent } from './kube/node-agent';
@@ -63,15 +63,19 @@ async function clusterNetwork(cfg: Config): Promise<string> {
 
 /**
  * --uninstall-if-leaving: whether the files go (see kube/leaving-node.ts). The preStop has the
- * pod's grace period (5 s in kni's DaemonSet): the API gets 2 s, and without an answer the files stay.
+ * pod's grace period (10 s in kni's DaemonSet) with kni's shutdown: the API gets 2 s for the
+ * decision and 1 s for its Event, and without an answer the files stay.
  */
 async function kniLeaving(cfg: Config): Promise<boolean> {
   const namespace = process.env.KNI_POD_NAMESPACE ?? '';
   const name = process.env.KNI_POD_NAME ?? '';
   if (!namespace || !name) throw new ConfigError('--uninstall-if-leaving needs KNI_POD_NAMESPACE and KNI_POD_NAME (the downward API\'s metadata.namespace and metadata.name, as kind-config/kni-daemonset.yaml sets them)');
   try {
-    const { leaving, reason } = await kniLeavingNode(connectKube(cfg.kubernetes.kubeconfig), namespace, name, 2_000);
+    const api = connectKube(cfg.kubernetes.kubeconfig);
+    const { leaving, reason, podUid } = await kniLeavingNode(api, namespace, name, 2_000);
     log('info', leaving ? 'kni leaves this node: removing its CNI config and kni-cni' : 'kni\'s CNI config and kni-cni stay', { reason });
+    // A preStop's output is seen by no one: its decision goes on the Pod (kubectl get events).
+    if (podUid) await recordEvent(api, { kind: 'Pod', name, namespace, uid: podUid }, 'Normal', leaving ? 'CNIConfigRemoved' : 'CNIConfigKept', `${leaving ? 'kni leaves this node: its CNI config and kni-cni removed' : 'kni\'s CNI config and kni-cni stay on this node'}: ${reason}`, 1_000);
     return leaving;
   } catch (e) {
     log('warn', 'cannot tell whether kni leaves this node: its CNI config and kni-cni stay (kni-runtime --uninstall removes them)', { error: (e as Error).message });

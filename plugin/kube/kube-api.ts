@@ -70,7 +70,7 @@ export interface EventTarget {
  * Records a core/v1 Event on an object (a Node's events live in "default", as the kubelet's
  * do). Never throws: an Event that cannot be written is logged instead.
  */
-export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Normal' | 'Warning', reason: string, message: string): Promise<void> {
+export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Normal' | 'Warning', reason: string, message: string, timeoutMs = 10_000): Promise<void> {
   const namespace = target.namespace ?? 'default';
   const now = new Date();
   try {
@@ -89,7 +89,7 @@ export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Norm
         lastTimestamp: now,
         count: 1,
       },
-    }), 10_000, 'create Event');
+    }), timeoutMs, 'create Event');
   } catch (e) {
     log('warn', 'cannot record an Event', { reason, message, error: apiError(e) });
   }

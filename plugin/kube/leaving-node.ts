@@ -11,8 +11,10 @@ import { apiError, KubeApi, withTimeout } from './kube-api';
 
 export interface Leaving {
   leaving: boolean;
-  /** Why, for the log line. */
+  /** Why, for the log line and the Pod's Event. */
   reason: string;
+  /** kni's pod as the API had it (for its Event). */
+  podUid?: string;
 }
 
 /**
@@ -57,9 +59,10 @@ export async function kniLeavingNode(api: KubeApi, namespace: string, name: stri
   try {
     const pod = await ask(`get Pod ${namespace}/${name}`, () => api.core.readNamespacedPod({ namespace, name }));
     const ref = pod && daemonSetRef(pod);
-    if (!pod || !ref) return leavingFrom(pod, 'none');
+    const podUid = pod?.metadata?.uid;
+    if (!pod || !ref) return { ...leavingFrom(pod, 'none'), podUid };
     const apps = api.kc.makeApiClient(api.k8s.AppsV1Api);
-    return leavingFrom(pod, await ask(`get DaemonSet ${namespace}/${ref.name}`, () => apps.readNamespacedDaemonSet({ namespace, name: ref.name })));
+    return { ...leavingFrom(pod, await ask(`get DaemonSet ${namespace}/${ref.name}`, () => apps.readNamespacedDaemonSet({ namespace, name: ref.name }))), podUid };
   } catch (e) {
     if (e instanceof RightsGone) return { leaving: true, reason: `kni's service account or its rights are gone (${e.message})` };
     throw e;
