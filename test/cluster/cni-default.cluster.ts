@@ -1,6 +1,7 @@
-// A cluster keeping its CNI plugins with kni in front: every worker's default network is a
-// chained conflist (Debian's bridge + host-local on the Node's podCIDR + portmap + tuning, as
-// kindnet chains them) that kni runs itself (defaultNetwork.cni). Pods get the plugins'
+// A cluster keeping its CNI plugins with kni in front, as Multus sits in front of one: every
+// worker's default network is the chained conflist in its /etc/cni/net.d (Debian's bridge +
+// host-local on the Node's podCIDR + portmap + tuning, as kindnet chains them), which kni finds
+// (defaultNetwork.cni: auto), runs itself, and puts its own 00-kni.conflist before. Pods get the plugins'
 // addresses, reach each other across nodes over kni's routes, a hostPort answers from its node
 // and from the other node, and deleting the pods frees every lease.
 import assert from 'node:assert/strict';
@@ -25,7 +26,7 @@ describe('cluster: a chained CNI conflist as every node\'s default network', fun
       const deadline = Date.now() + 60_000;
       while (!v4 && Date.now() < deadline) v4 = kubectl('get', 'node', `kc-${w}`, '-o', 'jsonpath={.spec.podCIDRs[0]}');
       assert.ok(v4, `kc-${w} has no podCIDR`);
-      fs.writeFileSync(`${CL}/${w}/root/var/lib/kni/chain.conflist`, JSON.stringify({
+      fs.writeFileSync(`${CL}/${w}/root/etc/cni/net.d/10-chain.conflist`, JSON.stringify({
         cniVersion: '1.0.0',
         name: 'chain',
         plugins: [
@@ -35,7 +36,7 @@ describe('cluster: a chained CNI conflist as every node\'s default network', fun
         ],
       }));
     }
-    kniWith('defaultNetwork: { cni: /var/lib/kni/chain.conflist }\n');
+    kniWith('defaultNetwork: { cni: auto }\n');
   });
   after(() => {
     cluster('down');
@@ -43,6 +44,10 @@ describe('cluster: a chained CNI conflist as every node\'s default network', fun
 
   it('nodes Ready; pods get the plugins\' addresses from their node\'s podCIDR and reach pods on the other node', async () => {
     for (const n of kubectlJson('get', 'nodes').items) assert.equal(ready(n).status, 'True', n.metadata.name);
+    for (const w of WORKERS) {
+      assert.deepEqual(fs.readdirSync(`${CL}/${w}/root/etc/cni/net.d`).sort(), ['00-kni.conflist', '10-chain.conflist'], `kc-${w}`);
+      assert.match(fs.readFileSync(`${CL}/run/kni-${w}.log`, 'utf8'), /"msg":"defaultNetwork.cni is auto: the cluster network's config found","file":"\/etc\/cni\/net.d\/10-chain.conflist"/);
+    }
     apply(WEB(4));
     await waitFor(() => webPods().length === 4, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     const pods = webPods();
