@@ -6,7 +6,7 @@ import { guardRunNetnsMount } from '../../bench/run-netns-mount';
 
 const problems: string[] = [];
 if (process.getuid?.() !== 0) problems.push('the tests must run as root (they create network namespaces, veths and bridges)');
-for (const [tool, pkg] of [['ip', 'iproute2'], ['nsenter', 'util-linux'], ['ping', 'iputils-ping'], ['iptables', 'iptables'], ['ip6tables', 'iptables'], ['containerd', 'containerd'], ['ctr', 'containerd'], ['runc', 'runc'], ['busybox', 'busybox-static'], ['gcc', 'gcc'], ['pkill', 'procps'], ['curl', 'curl'], ['ethtool', 'ethtool']]) {
+for (const [tool, pkg] of [['ip', 'iproute2'], ['nsenter', 'util-linux'], ['ping', 'iputils-ping'], ['iptables', 'iptables'], ['ip6tables', 'iptables'], ['containerd', 'containerd'], ['ctr', 'containerd'], ['runc', 'runc'], ['busybox', 'busybox-static'], ['gcc', 'gcc'], ['pkill', 'procps'], ['curl', 'curl'], ['ethtool', 'ethtool'], ['chroot', 'coreutils']]) {
   try {
     execFileSync('sh', ['-c', `command -v ${tool}`], { stdio: 'ignore' });
   } catch {
