@@ -169,7 +169,10 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     fs.copyFileSync('/bin/busybox', `${root}/bin/busybox`);
     fs.chmodSync(`${root}/bin/busybox`, 0o755);
     const script = ['#!/bin/busybox sh', '/bin/busybox mkdir -p /var/lib/cni', '/bin/busybox cat > /var/lib/cni/seen-$CNI_COMMAND', '[ "$CNI_COMMAND" = ADD ] && echo \'{"cniVersion":"1.0.0","interfaces":[],"ips":[{"address":"10.79.0.5/24"}]}\'', 'exit 0'];
-    fs.writeFileSync(`${root}${hostBin}/kni-test-hostonly`, `${script.join('\n')}\n`, { mode: 0o755 });
+    // Installed as some distributions install plugins: a symlink whose absolute target is the host's.
+    fs.mkdirSync(`${root}/usr/libexec/cni`, { recursive: true });
+    fs.writeFileSync(`${root}/usr/libexec/cni/kni-test-hostonly`, `${script.join('\n')}\n`, { mode: 0o755 });
+    fs.symlinkSync('/usr/libexec/cni/kni-test-hostonly', `${root}${hostBin}/kni-test-hostonly`);
     const ownBin = `${dir}/own-bin`;
     installTestPlugin(ownBin, 'kni-test-record', 'record-cni');
     const log = `${dir}/chroot-record.log`;

@@ -46,13 +46,29 @@ const executable = (f: string) => {
   }
 };
 
+/**
+ * Whether `file` (a path as the host sees it) is an executable file under `root`: a symlink's
+ * absolute target is the host's, so it is followed under root too (kni's own root would be wrong).
+ */
+function executableUnder(root: string, file: string): boolean {
+  let p = file;
+  for (let hops = 0; hops < 16; hops++) {
+    const st = fs.lstatSync(path.join(root, p), { throwIfNoEntry: false });
+    if (!st) return false;
+    if (!st.isSymbolicLink()) return executable(path.join(root, p));
+    const target = fs.readlinkSync(path.join(root, p));
+    p = path.isAbsolute(target) ? target : path.join(path.dirname(p), target);
+  }
+  return false;
+}
+
 export function findPlugin(where: PluginDirs, type: string): { file: string; chroot?: string } {
   const { binDirs, chrootDir } = where;
   if (chrootDir && !fs.statSync(chrootDir, { throwIfNoEntry: false })?.isDirectory()) {
     throw new CniPluginError(type, 7, `defaultNetwork.chrootDir ${chrootDir} is not a directory: mount the host's root there (kind-config/kni-daemonset.yaml mounts it at /host), or leave the setting out`);
   }
   for (const d of binDirs) {
-    if (chrootDir && executable(path.join(chrootDir, d, type))) {
+    if (chrootDir && executableUnder(chrootDir, path.join(d, type))) {
       if (!executable(CHROOT)) throw new CniPluginError(type, 7, `${type} is on the host (${path.join(chrootDir, d)}) but kni's root has no ${CHROOT} to run it there (coreutils; kni's image has it)`);
       return { file: path.join(d, type), chroot: chrootDir };
     }
