@@ -152,6 +152,13 @@ program.command('detach-network <sandbox> <interface>').description(`remove a se
   process.stdout.write(r.removed ? `removed ${itf}\n` : `sandbox ${shortId(id)} has no interface ${itf}\n`);
 });
 
+/** The CNI network kni runs as the default network, and how. */
+function defaultCniText(d: { file: string; name: string; cni_version: string; plugins: string[]; auto: boolean; chroot_dir: string; readiness_indicator_file: string }): string {
+  return `default network: ${d.name} (CNI ${d.cni_version}) from ${d.file}${d.auto ? ' (found by defaultNetwork.cni: auto)' : ''}: ${d.plugins.join(' → ')}\n` +
+    (d.chroot_dir ? `  plugins found under ${d.chroot_dir} run chrooted there\n` : '') +
+    (d.readiness_indicator_file ? `  ready once ${d.readiness_indicator_file} exists\n` : '');
+}
+
 program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).action(async (o) => {
   const n = await withClient((c) => c.GetNode());
   print(o.output, n, () =>
@@ -159,6 +166,7 @@ program.command('node').description('node networks, readiness, and (in Kubernete
     table([['NETWORK', 'READY', 'BRIDGE', 'POD LINK', 'MTU', 'RANGES', 'REASON'], ...n.networks.map((x: any) => [x.name, String(x.ready), x.bridge, x.pod_link || '-', String(x.mtu), x.ranges.join(','), x.reason || '-'])]) +
     n.networks.map((x: any) => `masquerade (${x.name}): ${x.masquerade ? `on, but to the cluster's pod CIDRs${x.non_masquerade_cidrs?.length ? ` and ${x.non_masquerade_cidrs.join(', ')}` : ''}` : 'off'}\n`).join('') +
     (n.cni_config ? `CNI config: ${n.cni_config.file} (CNI ${n.cni_config.cni_version}): ${n.cni_config.plugins.join(' → ')}\n` : '') +
+    (n.default_cni ? defaultCniText(n.default_cni) : '') +
     (n.warnings?.length ? `\nwarnings:\n${n.warnings.map((w: string) => `- ${w}\n`).join('')}` : '') +
     (n.repairs?.length ? `\nput back lately (found undone on the node):\n${n.repairs.map((r: { time: string; what: string }) => `- ${r.time}  ${r.what}\n`).join('')}` : '') +
     (n.cluster ? `\n${clusterText(n.cluster)}` : ''),

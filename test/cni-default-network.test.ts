@@ -194,6 +194,8 @@ describe('defaultNetwork.readinessIndicatorFile (Multus\'s readinessindicatorfil
       const node = await rt.GetNode({});
       assert.equal(node.ready, false);
       assert.match(node.networks[0].reason, waiting);
+      assert.deepEqual([node.default_cni.chroot_dir, node.default_cni.readiness_indicator_file], [dir, '/agent-ready']);
+      assert.match(knictl('--socket', d.socket, 'node').stdout, new RegExp(`  plugins found under ${dir} run chrooted there\n  ready once /agent-ready exists\n`));
       const st = cni('STATUS', {}, conf);
       assert.equal(st.out.code, 50);
       assert.match(`${st.out.msg} ${st.out.details}`, waiting);
@@ -248,7 +250,11 @@ describe('defaultNetwork.cni: auto (Multus\'s way of finding the cluster network
       const p = await rt.Attach({ sandbox_id: 'auto-a', netns_path: daemon.makePodNetns('auto-a') });
       assert.match(p.interfaces[0].addresses[0].address, /^10\.74\.0\./);
       await waitFor(() => fs.existsSync(`${netd}/00-kni.conflist`), 10_000, () => daemon.output.slice(-2000));
-      assert.deepEqual((await rt.GetNode({})).warnings, [], 'kni\'s conflist does not sort first');
+      const node = await rt.GetNode({});
+      assert.deepEqual(node.warnings, [], 'kni\'s conflist does not sort first');
+      // One place to look: what kni runs as the default network, and how.
+      assert.deepEqual(node.default_cni, { file: `${netd}/10-clusternet.conflist`, name: 'clusternet', cni_version: '1.0.0', plugins: ['bridge'], auto: true, chroot_dir: '', readiness_indicator_file: '' });
+      assert.ok(knictl('--socket', daemon.socket, 'node').stdout.includes(`default network: clusternet (CNI 1.0.0) from ${netd}/10-clusternet.conflist (found by defaultNetwork.cni: auto): bridge\n`));
       await rt.Detach({ sandbox_id: 'auto-a' });
     } finally {
       clearTimeout(agent);

@@ -3,7 +3,7 @@
 // socket; a sandbox id is the key for all of them. The node side is NodeLifecycle (this.node).
 import path from 'node:path';
 import { Config, PodWiring, SandboxKind } from './config';
-import { AttachRequest } from './runtime-types';
+import { AttachRequest, DefaultCniStatus } from './runtime-types';
 import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
@@ -141,6 +141,14 @@ export class NetworkRuntime {
     this.restartSweeper();
     this.watchCniFile();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.node.isSetUp });
+  }
+
+  /** The CNI default network as it runs now (undefined: the built-in network). */
+  defaultCniStatus(): DefaultCniStatus | undefined {
+    if (!this.cni || !this.cniFile) return undefined;
+    const d = this.cfg.defaultNetwork;
+    const list = this.cni.list;
+    return { file: this.cniFile.file, name: list.name, cniVersion: list.cniVersion, plugins: list.plugins.map((p) => p.type), auto: d.cni === 'auto', chrootDir: d.chrootDir, readinessIndicatorFile: d.readinessIndicatorFile };
   }
 
   /** defaultNetwork.cni looked at every 2 s (a stat): a changed file serves the next pods. */

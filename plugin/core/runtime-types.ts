@@ -52,6 +52,17 @@ export interface NodeStatus {
   cniConfig?: CniConfigStatus;
 }
 
+/** The CNI network kni runs as the default network (GetNode's default_cni). */
+export interface DefaultCniStatus {
+  file: string;
+  name: string;
+  cniVersion: string;
+  plugins: string[];
+  auto: boolean;
+  chrootDir: string;
+  readinessIndicatorFile: string;
+}
+
 export interface CniConfigStatus {
   file: string;
   cniVersion: string;

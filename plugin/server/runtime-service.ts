@@ -138,7 +138,9 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.node.status();
+      const d = rt.defaultCniStatus();
       return {
+        ...(d ? { default_cni: { file: d.file, name: d.name, cni_version: d.cniVersion, plugins: d.plugins, auto: d.auto, chroot_dir: d.chrootDir, readiness_indicator_file: d.readinessIndicatorFile } } : {}),
         ready: s.ready, networks: [{ ...s, pod_link: s.podLink, non_masquerade_cidrs: s.nonMasqueradeCidrs }], warnings: s.warnings, repairs: s.repairs,
         ...(cluster ? { cluster: clusterStatus(cluster.status()) } : {}), ...(s.cniConfig ? { cni_config: { file: s.cniConfig.file, cni_version: s.cniConfig.cniVersion, plugins: s.cniConfig.plugins } } : {}),
       };
