@@ -18,7 +18,7 @@ import { hostVethName } from '../plugin/core/runtime-types';
 import { EventLog } from '../plugin/core/events';
 import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
-import { leavingFrom } from '../plugin/kube/leaving-node';
+import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { convertResult } from '../plugin/cni/cni-network';
 import * as libc from '../plugin/sys/libc';
 
@@ -373,6 +373,22 @@ describe('whether kni leaves its node as its pod stops (the preStop)', () => {
     assert.equal(leavingFrom(pod(), 'none').leaving, true);
     // Force-deleted (graceful deletion keeps the object through the preStop): kept, as a new pod follows.
     assert.equal(leavingFrom(undefined, 'none').leaving, false);
+  });
+
+  it('leaves a node its DaemonSet no longer selects (nodeSelector, required node affinity), as the DaemonSet controller then deletes its pod', () => {
+    const node = { metadata: { name: 'n1', labels: { role: 'net', size: '8' } } };
+    const on = (spec: object) => ({ ...ds('u1'), spec: { selector: {}, template: { spec: { containers: [], ...spec } } } });
+    const owned = pod({ kind: 'DaemonSet', uid: 'u1' });
+    assert.equal(leavingFrom(owned, on({ nodeSelector: { role: 'net' } }), node).leaving, false);
+    assert.match(leavingFrom(owned, on({ nodeSelector: { role: 'edge' } }), node).reason, /no longer selects node n1/);
+    const affinity = (terms: object[]) => ({ affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: terms } } } });
+    const holds = (terms: object[]) => selectsNode(affinity(terms) as any, node as any);
+    assert.equal(holds([{ matchExpressions: [{ key: 'role', operator: 'In', values: ['net', 'x'] }] }]), true);
+    assert.equal(holds([{ matchExpressions: [{ key: 'role', operator: 'NotIn', values: ['net'] }] }]), false);
+    assert.equal(holds([{ matchExpressions: [{ key: 'gpu', operator: 'DoesNotExist' }, { key: 'size', operator: 'Gt', values: ['4'] }] }]), true);
+    assert.equal(holds([{ matchExpressions: [{ key: 'size', operator: 'Lt', values: ['4'] }] }, { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['n1'] }] }]), true, 'terms are ORed');
+    assert.equal(holds([{}]), false, 'an empty term matches no node');
+    assert.equal(selectsNode(undefined, node as any), true);
   });
 });
 

@@ -21,7 +21,7 @@ export interface Leaving {
  * The decision from what the API holds: the stopping pod (undefined: gone) and the DaemonSet
  * its controller reference names (undefined: gone; 'none': the pod names no DaemonSet).
  */
-export function leavingFrom(pod: K8s.V1Pod | undefined, owner: K8s.V1DaemonSet | undefined | 'none'): Leaving {
+export function leavingFrom(pod: K8s.V1Pod | undefined, owner: K8s.V1DaemonSet | undefined | 'none', node?: K8s.V1Node): Leaving {
   // Graceful deletion keeps the object until the kubelet is done with it, this preStop included:
   // gone already, it was force-deleted (a stuck pod), and its DaemonSet, if any, starts another.
   if (!pod) return { leaving: false, reason: 'kni\'s pod is gone from the API (force-deleted): a DaemonSet that still exists starts another' };
@@ -30,7 +30,35 @@ export function leavingFrom(pod: K8s.V1Pod | undefined, owner: K8s.V1DaemonSet |
   if (!owner) return { leaving: true, reason: `its DaemonSet ${ref.name} is deleted` };
   if (owner.metadata?.uid !== ref.uid) return { leaving: true, reason: `its DaemonSet ${ref.name} was deleted (one of that name made since has its own pods write the conflist)` };
   if (owner.metadata?.deletionTimestamp) return { leaving: true, reason: `its DaemonSet ${ref.name} is being deleted` };
+  // The DaemonSet controller deletes the pods of the nodes it no longer selects: none follows.
+  if (node && !selectsNode(owner.spec?.template?.spec, node)) return { leaving: true, reason: `its DaemonSet ${ref.name} no longer selects node ${node.metadata?.name} (nodeSelector, node affinity)` };
   return { leaving: false, reason: `its DaemonSet ${ref.name} stays: a new kni pod takes over on this node (rolling update, restart or a deleted pod)` };
+}
+
+/** Whether a pod spec's nodeSelector and required node affinity admit the node (taints aside). */
+export function selectsNode(spec: K8s.V1PodSpec | undefined, node: K8s.V1Node): boolean {
+  const labels = node.metadata?.labels ?? {};
+  if (Object.entries(spec?.nodeSelector ?? {}).some(([k, v]) => labels[k] !== v)) return false;
+  const required = spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution;
+  if (!required) return true;
+  // The terms are ORed, a term's requirements ANDed; an empty term matches no node.
+  return required.nodeSelectorTerms.some((t) => {
+    const reqs = [...(t.matchExpressions ?? []).map((r) => ({ r, value: labels[r.key] as string | undefined })), ...(t.matchFields ?? []).map((r) => ({ r, value: r.key === 'metadata.name' ? node.metadata?.name : undefined }))];
+    return reqs.length > 0 && reqs.every(({ r, value }) => requirementHolds(r, value));
+  });
+}
+
+function requirementHolds(r: K8s.V1NodeSelectorRequirement, value: string | undefined): boolean {
+  const values = r.values ?? [];
+  switch (r.operator) {
+    case 'In': return value !== undefined && values.includes(value);
+    case 'NotIn': return value === undefined || !values.includes(value);
+    case 'Exists': return value !== undefined;
+    case 'DoesNotExist': return value === undefined;
+    case 'Gt': return value !== undefined && /^-?\d+$/.test(value) && values.length === 1 && Number(value) > Number(values[0]);
+    case 'Lt': return value !== undefined && /^-?\d+$/.test(value) && values.length === 1 && Number(value) < Number(values[0]);
+    default: return true; // an operator the API server would have refused: not a reason to remove the files
+  }
 }
 
 const daemonSetRef = (pod: K8s.V1Pod) => pod.metadata?.ownerReferences?.find((r) => r.controller && r.kind === 'DaemonSet' && r.apiVersion.startsWith('apps/'));
@@ -44,7 +72,7 @@ class RightsGone extends Error {}
  * gone (403): kni is being removed then too.
  */
 export async function kniLeavingNode(api: KubeApi, namespace: string, name: string, timeoutMs: number): Promise<Leaving> {
-  // One budget for both calls: the preStop and kni's shutdown share the pod's grace period.
+  // One budget for the calls: the preStop and kni's shutdown share the pod's grace period.
   const deadline = Date.now() + timeoutMs;
   const ask = async <T>(what: string, call: () => Promise<T>): Promise<T | undefined> => {
     try {
@@ -62,7 +90,12 @@ export async function kniLeavingNode(api: KubeApi, namespace: string, name: stri
     const podUid = pod?.metadata?.uid;
     if (!pod || !ref) return { ...leavingFrom(pod, 'none'), podUid };
     const apps = api.kc.makeApiClient(api.k8s.AppsV1Api);
-    return { ...leavingFrom(pod, await ask(`get DaemonSet ${namespace}/${ref.name}`, () => apps.readNamespacedDaemonSet({ namespace, name: ref.name }))), podUid };
+    const owner = await ask(`get DaemonSet ${namespace}/${ref.name}`, () => apps.readNamespacedDaemonSet({ namespace, name: ref.name }));
+    const stays = !leavingFrom(pod, owner).leaving;
+    // Only then the node: does the DaemonSet still select it? (Unknown: it does.)
+    const nodeName = pod.spec?.nodeName;
+    const node = stays && nodeName ? await ask(`get Node ${nodeName}`, () => api.core.readNode({ name: nodeName })).catch(() => undefined) : undefined;
+    return { ...leavingFrom(pod, owner, node), podUid };
   } catch (e) {
     if (e instanceof RightsGone) return { leaving: true, reason: `kni's service account or its rights are gone (${e.message})` };
     throw e;

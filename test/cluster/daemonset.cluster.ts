@@ -104,8 +104,22 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     }
   });
 
-  it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {
+  it('a node the DaemonSet no longer selects (its nodeSelector changed) loses kni\'s conflist and kni-cni; the node it still selects keeps them through the rollout', async () => {
+    // The pods first, while kni runs on both nodes: without a CNI config the runtime cannot stop a
+    // sandbox (containerd's teardown needs one), so pods left on kc-w2 would stay Terminating.
     kubectl('delete', 'deployment', 'web', '--wait=true');
+    const w1 = conflistInode('w1');
+    const gone = kniPodOn('kc-w2');
+    kubectl('-n', 'kube-system', 'patch', 'daemonset', 'kni', '--type', 'merge', '-p', '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"kc-w1"}}}}}');
+    await waitFor(() => !fs.existsSync(`${CL}/w2/root/etc/cni/net.d/10-kni.conflist`), 120_000, () => kubectl('-n', 'kube-system', 'get', 'pods', '-o', 'wide'));
+    assert.ok(!fs.existsSync(`${CL}/w2/root/opt/cni/bin/kni-cni`), 'kni-cni left on kc-w2');
+    kubectl('-n', 'kube-system', 'rollout', 'status', 'daemonset/kni', '--timeout=180s');
+    assert.equal(conflistInode('w1'), w1, 'the conflist on kc-w1 was removed and written again');
+    const removed = kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'reason=CNIConfigRemoved').items.find((e: any) => e.involvedObject.name === gone);
+    assert.match(removed?.message ?? '', /its DaemonSet kni no longer selects node kc-w2/, kubectl('-n', 'kube-system', 'get', 'events'));
+  });
+
+  it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {
     // As users remove it; CRD too (no NADs here).
     kubectl('delete', '-f', path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), '--wait=true');
     await waitFor(() => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'False'), 120_000, () => kubectl('get', 'nodes'));
