@@ -13,7 +13,7 @@ import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe
 import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
-import { installCni, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
+import { installCni, kniConflist, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { markRestarting, serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
@@ -53,7 +53,7 @@ async function clusterNetwork(cfg: Config): Promise<string> {
   for (let said = false; ; said = true) {
     const found = clusterNetworkConf(cfg.cni.confDir, cfg.cni.confName);
     if (found) {
-      log('info', 'defaultNetwork.cni is auto: the cluster network\'s config found', { file: found, kniConfig: path.join(cfg.cni.confDir, cfg.cni.confName) });
+      log('info', 'defaultNetwork.cni is auto: the cluster network\'s config found', { file: found, kniConfig: kniConflist(cfg.cni) });
       return found;
     }
     if (!said) log('info', 'defaultNetwork.cni is auto: waiting for the cluster network\'s CNI config (the first other config in cni.confDir)', { confDir: cfg.cni.confDir });
@@ -230,7 +230,7 @@ async function main(): Promise<void> {
     configWatch?.stop();
     nads?.stop();
     podNetworks?.stop();
-    markRestarting(cfg.cni.socket, cfg.cni.confDir ? path.join(cfg.cni.confDir, cfg.cni.confName) : undefined);
+    markRestarting(cfg.cni);
     // The CNI calls in flight are answered too (within the 3 s below; one cut short is sent
     // again by kni-cni to the next kni).
     const cniDrained = new Promise<void>((done) => cniServer.close(() => done()));

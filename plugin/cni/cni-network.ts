@@ -90,9 +90,13 @@ export class CniNetwork {
     return this.current;
   }
 
+  /** Whether the config changed since kni read it first (the attachments before may differ). */
+  reconfigured = false;
+
   /** A new config of the same network, for the attachments made from now on. */
   reconfigure(list: NetworkConfList): void {
     this.current = list;
+    this.reconfigured = true;
   }
 
   /** The network an attachment was added with, from its cache entry (undefined: none cached, or cached before configs were). */

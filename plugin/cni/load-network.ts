@@ -56,18 +56,24 @@ export class DefaultNetworkFile {
 }
 
 /**
+ * The network configs in a CNI conf dir in the order containerd and CRI-O (through libcni) load
+ * them: its *.conf, *.conflist and *.json by name. None when the dir cannot be read.
+ */
+export function cniConfFiles(confDir: string): string[] {
+  try {
+    return fs.readdirSync(confDir).filter((n) => /\.(conf|conflist|json)$/.test(n)).sort();
+  } catch {
+    return [];
+  }
+}
+
+/**
  * defaultNetwork.cni "auto": the first CNI config in the runtime's conf dir by name (.conf,
  * .conflist, .json, as libcni orders them) that is not kni's own: the cluster network's, as
  * Multus's auto-generated config finds it. undefined: none there yet.
  */
 export function clusterNetworkConf(confDir: string, ownName: string): string | undefined {
-  let names: string[];
-  try {
-    names = fs.readdirSync(confDir);
-  } catch {
-    return undefined;
-  }
-  const candidates = names.filter((n) => /\.(conf|conflist|json)$/.test(n) && n !== ownName && !n.startsWith('.')).sort();
+  const candidates = cniConfFiles(confDir).filter((n) => n !== ownName && !n.startsWith('.'));
   // A kni conflist under another name (a confName changed since) would have kni call itself.
   return candidates.map((n) => path.join(confDir, n)).find((f) => !runsKniCni(f));
 }

@@ -180,11 +180,14 @@ export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: 
   if (isBuiltIn(itf)) return rt.builtin;
   const definition = definitionOf(itf);
   const label = definition || rt.defaultBackend.name;
-  const cached = CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork);
+  const ofCached = () => CniNetwork.ofCached(rt.cniCache, itf.cniName ?? '', rec.id, itf.name, rt.cfg.defaultNetwork);
   if (!definition && rt.cni && (!itf.cniName || itf.cniName === rt.cni.name)) {
-    // The default network's file changed since this pod's ADD: its own config undoes it.
-    return cached && JSON.stringify(cached.list) !== JSON.stringify(rt.cni.list) ? new CniBackend(cached, undefined, { cfg: rt.cfg }) : rt.defaultBackend;
+    if (!rt.cni.reconfigured) return rt.defaultBackend;
+    // The default network's file changed since kni read it: a pod's own config undoes it.
+    const own = ofCached();
+    return own && JSON.stringify(own.list) !== JSON.stringify(rt.cni.list) ? new CniBackend(own, undefined, { cfg: rt.cfg }) : rt.defaultBackend;
   }
+  const cached = ofCached();
   if (cached) return new CniBackend(cached, label, { deviceInfoDir: rt.cfg.networks.deviceInfoDir, cfg: rt.cfg });
   if (!definition) return undefined;
   const [namespace, name] = definition.split('/');

@@ -9,6 +9,7 @@ import path from 'node:path';
 import { CniConfig } from '../../plugin/core/config';
 import type { CniConfigStatus } from '../../plugin/core/runtime-types';
 import { supportedVersionsSync } from '../../plugin/cni/plugin-exec';
+import { cniConfFiles } from '../../plugin/cni/load-network';
 import { log } from '../../plugin/core/log';
 import { makeDir } from '../../plugin/sys/make-dir';
 import { SUPPORTED_VERSIONS } from './cni-result';
@@ -56,7 +57,7 @@ export function installCni(cfg: CniConfig, networkName: string): CniInstall {
   }
   if (cfg.confDir) {
     makeDir(cfg.confDir);
-    const target = path.join(cfg.confDir, cfg.confName);
+    const target = kniConflist(cfg);
     const list = withChained(conflist(cfg, networkName), target, [...new Set([cfg.binDir, '/opt/cni/bin'].filter(Boolean))]);
     const text = `${JSON.stringify(list, null, 2)}\n`;
     installed = { file: target, cniVersion: [list.cniVersion, ...((list.cniVersions as string[] | undefined) ?? [])].filter((v, i, all) => all.indexOf(v) === i).join(', '), plugins: (list.plugins as { type: string }[]).map((p) => p.type) };
@@ -139,19 +140,16 @@ function withChained(mine: Record<string, unknown>, file: string, binDirs: strin
  */
 export function shadowingConf(cfg: CniConfig): string | undefined {
   if (!cfg.confDir) return undefined;
-  let names: string[];
-  try {
-    names = fs.readdirSync(cfg.confDir);
-  } catch {
-    return undefined;
-  }
-  const first = names.filter((n) => /\.(conf|conflist|json)$/.test(n)).sort()[0];
+  const first = cniConfFiles(cfg.confDir)[0];
   return first !== undefined && first !== cfg.confName ? path.join(cfg.confDir, first) : undefined;
 }
 
+/** The conflist kni writes for the runtime ('' when it writes none). */
+export const kniConflist = (cfg: CniConfig): string => (cfg.confDir ? path.join(cfg.confDir, cfg.confName) : '');
+
 export function uninstallCni(cfg: CniConfig): string[] {
   const removed: string[] = [];
-  for (const f of [cfg.confDir && path.join(cfg.confDir, cfg.confName), cfg.binDir && path.join(cfg.binDir, 'kni-cni')]) {
+  for (const f of [kniConflist(cfg), cfg.binDir && path.join(cfg.binDir, 'kni-cni')]) {
     if (f && fs.existsSync(f)) {
       fs.rmSync(f);
       removed.push(f);

@@ -9,6 +9,8 @@ import { withSpan } from '../../plugin/observe/tracing';
 import { clearStaleSocket } from '../../plugin/server/server';
 import { ByteQueue } from '../wire/byte-queue';
 import { handleCni } from './cni-handler';
+import { kniConflist } from './cni-install';
+import type { CniConfig } from '../../plugin/core/config';
 import { cniError, CNI_ERR } from './cni-result';
 import { decodeRequest, encodeResponse, MAX_REQUEST } from './cni-wire';
 
@@ -96,10 +98,11 @@ const restartMarker = (socketPath: string) => `${socketPath}.restarting`;
  * holds the other commands until a new kni serves (see kni-cni.c). Not when kni's conflist is
  * gone (the preStop found kni leaving the node): no kni is coming back then.
  */
-export function markRestarting(socketPath: string, conflist: string | undefined): void {
+export function markRestarting(cfg: CniConfig): void {
+  const conflist = kniConflist(cfg);
   if (conflist && !fs.existsSync(conflist)) return;
   try {
-    fs.writeFileSync(restartMarker(socketPath), `${JSON.stringify({ stoppedAt: new Date().toISOString(), pid: process.pid, graceSeconds: RESTART_GRACE_S })}\n`, { mode: 0o644 });
+    fs.writeFileSync(restartMarker(cfg.socket), `${JSON.stringify({ stoppedAt: new Date().toISOString(), pid: process.pid, graceSeconds: RESTART_GRACE_S })}\n`, { mode: 0o644 });
   } catch (e) {
     log('warn', 'cannot leave the restart marker for kni-cni: until kni serves again, CNI calls fail and STATUS reports the network not ready', { error: (e as Error).message });
   }
