@@ -341,7 +341,7 @@ describe('CNI shim (kni-cni)', () => {
       await g.launch();
       const kept = () => g.output.split('\n').filter((l) => l.includes('"msg":"keeping the plugins chained')).length;
       await waitFor(() => kept() === 2, 10_000, () => g.output.slice(-2000));
-      assert.equal(fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs, mtime);
+      assert.equal(fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs, mtime, `rewritten:\n${fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')}\n${g.output.split('\n').filter((l) => /CNI config|chained|CNI version/.test(l)).join('\n')}`);
       await g.stop();
       // The DaemonSet's preStop: without its pod named it refuses; when the API cannot say
       // whether kni leaves the node (the DaemonSet stays through a rolling update), the files stay.
