@@ -64,7 +64,7 @@ async function clusterNetwork(cfg: Config): Promise<string> {
 /**
  * --uninstall-if-leaving: whether the files go (see kube/leaving-node.ts). The preStop has the
  * pod's grace period (10 s in kni's DaemonSet) with kni's shutdown: the API gets 2 s for the
- * decision and 1 s for its Event, and without an answer the files stay.
+ * decision and 2 s for its Event, and without an answer the files stay.
  */
 async function kniLeaving(cfg: Config): Promise<boolean> {
   const namespace = process.env.KNI_POD_NAMESPACE ?? '';
@@ -75,7 +75,7 @@ async function kniLeaving(cfg: Config): Promise<boolean> {
     const { leaving, reason, podUid } = await kniLeavingNode(api, namespace, name, 2_000);
     log('info', leaving ? 'kni leaves this node: removing its CNI config and kni-cni' : 'kni\'s CNI config and kni-cni stay', { reason });
     // A preStop's output is seen by no one: its decision goes on the Pod (kubectl get events).
-    if (podUid) await recordEvent(api, { kind: 'Pod', name, namespace, uid: podUid }, 'Normal', leaving ? 'CNIConfigRemoved' : 'CNIConfigKept', `${leaving ? 'kni leaves this node: its CNI config and kni-cni removed' : 'kni\'s CNI config and kni-cni stay on this node'}: ${reason}`, 1_000);
+    if (podUid) await recordEvent(api, { kind: 'Pod', name, namespace, uid: podUid }, 'Normal', leaving ? 'CNIConfigRemoved' : 'CNIConfigKept', `${leaving ? 'kni leaves this node: its CNI config and kni-cni removed' : 'kni\'s CNI config and kni-cni stay on this node'}: ${reason}`, 2_000);
     return leaving;
   } catch (e) {
     log('warn', 'cannot tell whether kni leaves this node: its CNI config and kni-cni stay (kni-runtime --uninstall removes them)', { error: (e as Error).message });

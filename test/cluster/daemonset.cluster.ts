@@ -76,9 +76,10 @@ describe('cluster: kni as a DaemonSet from its image', function () {
       assert.equal(readyTransition(`kc-${w}`), readySince[w], `kc-${w} went NotReady during the rollout`);
     }
     // The old pods' preStops said why on each Pod (their output is seen by no one).
-    const kept = kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'reason=CNIConfigKept').items.filter((e: any) => old.has(e.involvedObject.name));
-    assert.equal(kept.length, 2, kubectl('-n', 'kube-system', 'get', 'events'));
-    assert.match(kept[0].message, /kni's CNI config and kni-cni stay on this node: its DaemonSet kni stays/);
+    // Best effort (the Event has a short budget inside the pod's grace): one at least, each saying why.
+    const kept = () => kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'reason=CNIConfigKept').items.filter((e: any) => old.has(e.involvedObject.name));
+    await waitFor(() => kept().length > 0, 30_000, () => kubectl('-n', 'kube-system', 'get', 'events'));
+    for (const e of kept()) assert.match(e.message, /kni's CNI config and kni-cni stay on this node: its DaemonSet kni stays/);
     // And the new kni pods wire pods.
     apply(WEB(16));
     await waitFor(() => runningPods().length === 16, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
