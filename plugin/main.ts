@@ -20,6 +20,7 @@ import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runt
 import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi, recordEvent } from './kube/kube-api';
 import { kniLeavingNode } from './kube/leaving-node';
+import { clearLeaving, leaveNode, leavingMarked, leaveWithoutDaemon } from './core/leave-node';
 import { clusterNetworkConf } from './cni/load-network';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
@@ -96,7 +97,7 @@ async function main(): Promise<void> {
     .option('--log-level <level>', 'debug, info, warn or error', process.env.KNI_LOG_LEVEL ?? 'info')
     .option('--metrics-addr <host:port>', 'serve Prometheus metrics on http://host:port/metrics (off by default)', process.env.KNI_METRICS_ADDR)
     .option('--print-config', 'print the effective config and exit')
-    .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed, and exit (pods are left alone)")
+    .option('--uninstall', "remove the CNI conflist and kni-cni binary kni installed and, once no pod is left on kni's network, its node network and state (now, or when the running daemon stops), and exit (pods are left alone)")
     .option('--uninstall-if-leaving', "the DaemonSet's preStop: --uninstall only if kni leaves this node (its DaemonSet deleted), not when a new kni pod takes over (KNI_POD_NAMESPACE, KNI_POD_NAME name kni's pod)")
     .version(`kni-runtime ${versionText()}`, '--version', 'print the version and the commit built from, and exit')
     .parse();
@@ -121,6 +122,7 @@ async function main(): Promise<void> {
   if (opts.uninstallIfLeaving && !(await kniLeaving(cfg))) return;
   if (opts.uninstall || opts.uninstallIfLeaving) {
     for (const f of uninstallCni(cfg.cni)) log('info', 'removed', { file: f });
+    await leaveWithoutDaemon(cfg, opts.stateDir);
     return;
   }
   if (process.getuid?.() !== 0) throw new Error('kni-runtime must run as root (it creates network namespaces and links)');
@@ -130,6 +132,7 @@ async function main(): Promise<void> {
   await clearStaleSocket(opts.socket);
   await clearStaleSocket(cfg.cni.socket);
   lockStateDir(opts.stateDir);
+  if (clearLeaving(opts.stateDir)) log('info', 'kni is back on this node (it had been uninstalled while running)', { stateDir: opts.stateDir });
   const stopTracing = startTracingFromEnv();
   let api: KubeApi | undefined;
   if (cfg.kubernetes.nodeName) {
@@ -209,6 +212,7 @@ async function main(): Promise<void> {
     rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
   };
   rt.node.onReady(() => {
+    if (leavingMarked(opts.stateDir)) return void log('warn', 'kni was uninstalled while running: its CNI config is not written again (start kni again to install it)');
     try {
       const { written: files, conflist } = installCni(cfg.cni, cfg.name);
       rt.node.cniConfig = conflist;
@@ -224,7 +228,10 @@ async function main(): Promise<void> {
   compileBaselineFromNowOn();
 
   const shutdown = (signal: string) => {
-    log('info', 'shutting down; pods stay as they are', { signal });
+    // Uninstalled (--uninstall, or the preStop of a deleted DaemonSet): the node network goes
+    // too once the calls in flight are answered, if no pod is left on it (core/leave-node.ts).
+    const leaving = leavingMarked(opts.stateDir);
+    log('info', leaving ? 'shutting down: kni leaves this node' : 'shutting down; pods stay as they are', { signal });
     nri?.stop();
     agent?.stop();
     configWatch?.stop();
@@ -235,12 +242,15 @@ async function main(): Promise<void> {
     // again by kni-cni to the next kni).
     const cniDrained = new Promise<void>((done) => cniServer.close(() => done()));
     metrics?.close();
-    server.shutdown(() => void cniDrained.then(() => {
+    server.shutdown(() => void cniDrained.then(async () => {
+      const held = rt.sandboxes.size + rt.netns.size;
       rt.stop();
+      if (leaving) await leaveNode(cfg, opts.stateDir, cfg.ranges, held, [opts.socket, cfg.cni.socket]).catch((e) => log('error', 'kni could not leave this node clean', { error: (e as Error).message }));
       // A thread still loading koffi when the process exits aborts it (plugin/sys/threads.ts).
       void Promise.all([threadsLoaded(), Promise.resolve(stopTracing?.()).catch(() => undefined)]).finally(() => process.exit(0));
     }));
-    setTimeout(() => process.exit(0), 3000).unref();
+    // Leaving: a few iptables processes more (the DaemonSet's 10 s grace holds the preStop's ≤ 4 s too).
+    setTimeout(() => process.exit(0), leaving ? 5000 : 3000).unref();
   };
   process.once('SIGTERM', () => shutdown('SIGTERM'));
   process.once('SIGINT', () => shutdown('SIGINT'));

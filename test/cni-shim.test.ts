@@ -355,7 +355,7 @@ describe('CNI shim (kni-cni)', () => {
       assert.equal(unsure.status, 0, unsure.stderr);
       assert.match(unsure.stdout, /"level":"warn","msg":"cannot tell whether kni leaves this node: its CNI config and kni-cni stay.*get Pod kube-system\/kni-x/);
       assert.ok(fs.existsSync(`${confDir}/10-kni.conflist`) && fs.existsSync(`${binDir}/kni-cni`));
-      const u = spawnSync(process.execPath, [main, '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
+      const u = spawnSync('nsenter', [`--net=${g.nodeNetns}`, process.execPath, main, '--state-dir', g.stateDir, '--config', g.configFile, '--uninstall'], { encoding: 'utf8' });
       assert.equal(u.status, 0, u.stderr);
       assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`));
       assert.ok(!fs.existsSync(`${binDir}/kni-cni`));

@@ -5,7 +5,7 @@
 // Written only when a pod with port mappings comes or goes (and at node setup and reconcile
 // when any rule exists): a pod without port mappings costs no iptables call.
 import { Cidr, Family, familyOf } from '../ipam/ip';
-import { ensureRule, restoreChains } from './iptables';
+import { deleteChain, deleteRule, ensureRule, restoreChains } from './iptables';
 
 export const HOSTPORT_CHAIN = 'KNI-HOSTPORTS';
 export const HOSTPORT_SNAT_CHAIN = 'KNI-HOSTPORTS-SNAT';
@@ -57,5 +57,16 @@ export async function syncHostPorts(ranges: Cidr[], targets: HostPortTarget[]): 
     await ensureRule(f, 'nat', 'PREROUTING', JUMP_LOCAL);
     await ensureRule(f, 'nat', 'OUTPUT', JUMP_LOCAL);
     await ensureRule(f, 'nat', 'POSTROUTING', JUMP_SNAT);
+  }
+}
+
+/** Takes the jumps and both chains away (kni leaving the node). */
+export async function removeHostPorts(ranges: Cidr[]): Promise<void> {
+  for (const f of [...new Set(ranges.map((c) => c.family))]) {
+    await deleteRule(f, 'nat', 'PREROUTING', JUMP_LOCAL);
+    await deleteRule(f, 'nat', 'OUTPUT', JUMP_LOCAL);
+    await deleteRule(f, 'nat', 'POSTROUTING', JUMP_SNAT);
+    await deleteChain(f, 'nat', HOSTPORT_CHAIN);
+    await deleteChain(f, 'nat', HOSTPORT_SNAT_CHAIN);
   }
 }

@@ -8,7 +8,7 @@
 // the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, Family } from '../ipam/ip';
-import { chainDrift, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
+import { chainDrift, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
@@ -49,6 +49,12 @@ export async function removeMasquerade(ranges: Cidr[]): Promise<void> {
     await deleteRule(c.family, 'nat', 'POSTROUTING', jumpRule(c));
     await deleteRule(c.family, 'nat', 'POSTROUTING', oldRule(c));
   }
+}
+
+/** The rules and the chain (kni leaving the node). */
+export async function removeMasqueradeChain(ranges: Cidr[]): Promise<void> {
+  await removeMasquerade(ranges);
+  for (const f of new Set(ranges.map((c) => c.family))) await deleteChain(f, 'nat', MASQ_CHAIN);
 }
 
 /**

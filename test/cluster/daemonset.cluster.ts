@@ -11,6 +11,17 @@ import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, POD, r
 const nodesReady = () => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'True');
 const conflistInode = (w: string) => fs.statSync(`${CL}/${w}/root/etc/cni/net.d/10-kni.conflist`).ino;
 const readyTransition = (node: string) => ready(kubectlJson('get', 'node', node)).lastTransitionTime as string;
+/** What of kni's node network and state is still on a worker (kni0, its routes, its chains, its state dir). */
+const kniLeftOn = (w: string): string[] => {
+  const sh = (cmd: string, ...args: string[]) => execFileSync('ip', ['netns', 'exec', `kc-${w}`, cmd, ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  return [
+    ...sh('ip', '-o', 'link', 'show').split('\n').filter((l) => /: kni(0|\.vxlan)[:@]/.test(l)).map((l) => `link ${l.split(':')[1].trim()}`),
+    ...['-4', '-6'].flatMap((f) => sh('ip', f, 'route', 'show', 'proto', '107').split('\n').filter(Boolean).map((r) => `route ${r}`)),
+    // Whichever backend kni chose (both hold tables on this machine).
+    ...['iptables', 'ip6tables'].flatMap((t) => ['nft', 'legacy'].flatMap((b) => sh(`${t}-${b}-save`).split('\n').filter((l) => l.includes('KNI-')))),
+    ...fs.readdirSync(`${CL}/${w}/root/var/lib/kni`).map((f) => `state ${f}`),
+  ];
+};
 const kniPodOn = (node: string): string => kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items.find((p: any) => !p.metadata.deletionTimestamp)?.metadata.name ?? '';
 
 describe('cluster: kni as a DaemonSet from its image', function () {
@@ -105,10 +116,12 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     }
   });
 
-  it('a node the DaemonSet no longer selects (its nodeSelector changed) loses kni\'s conflist and kni-cni; the node it still selects keeps them through the rollout', async () => {
+  it('a node the DaemonSet no longer selects (its nodeSelector changed) loses kni\'s conflist, kni-cni and node network; the node it still selects keeps them through the rollout', async () => {
     // The pods first, while kni runs on both nodes: without a CNI config the runtime cannot stop a
     // sandbox (containerd's teardown needs one), so pods left on kc-w2 would stay Terminating.
     kubectl('delete', 'deployment', 'web', '--wait=true');
+    // Its pods go after it (the garbage collector's, in the background): gone from kni's network too.
+    await waitFor(() => kubectlJson('get', 'pods').items.length === 0 && kniVeths('w2').length === 0, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
     const w1 = conflistInode('w1');
     const gone = kniPodOn('kc-w2');
     kubectl('-n', 'kube-system', 'patch', 'daemonset', 'kni', '--type', 'merge', '-p', '{"spec":{"template":{"spec":{"nodeSelector":{"kubernetes.io/hostname":"kc-w1"}}}}}');
@@ -118,9 +131,12 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     assert.equal(conflistInode('w1'), w1, 'the conflist on kc-w1 was removed and written again');
     const removed = kubectlJson('-n', 'kube-system', 'get', 'events', '--field-selector', 'reason=CNIConfigRemoved').items.find((e: any) => e.involvedObject.name === gone);
     assert.match(removed?.message ?? '', /its DaemonSet kni no longer selects node kc-w2/, kubectl('-n', 'kube-system', 'get', 'events'));
+    // No pod left on kni's network there: its node network and state went with it.
+    await waitFor(() => kniLeftOn('w2').length === 0, 30_000, () => kniLeftOn('w2').join('\n'));
+    assert.ok(['link kni0', '-A KNI-MASQ'].every((x) => kniLeftOn('w1').some((l) => l.startsWith(x))), `kni left kc-w1 too: ${kniLeftOn('w1').join('\n')}`);
   });
 
-  it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist and kni-cni away, and the nodes report the network not ready', async () => {
+  it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist, kni-cni and node network away, and the nodes report the network not ready', async () => {
     // As users remove it; CRD too (no NADs here).
     kubectl('delete', '-f', path.join(packageRoot(), 'kind-config/kni-daemonset.yaml'), '--wait=true');
     await waitFor(() => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'False'), 120_000, () => kubectl('get', 'nodes'));
@@ -129,5 +145,6 @@ describe('cluster: kni as a DaemonSet from its image', function () {
       assert.deepEqual(fs.readdirSync(`${CL}/${w}/root/etc/cni/net.d`), [], `conflist left on kc-${w}`);
       assert.ok(!fs.existsSync(`${CL}/${w}/root/opt/cni/bin/kni-cni`), `kni-cni left on kc-${w}`);
     }
+    await waitFor(() => kniLeftOn('w1').length === 0, 60_000, () => kniLeftOn('w1').join('\n'));
   });
 });
