@@ -20,7 +20,7 @@ import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runt
 import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi, recordEvent } from './kube/kube-api';
 import { kniLeavingNode } from './kube/leaving-node';
-import { clearLeaving, leaveNode, leavingMarked, leaveWithoutDaemon } from './core/leave-node';
+import { clearLeaving, leaveNode, leavingMarked, leaveWithoutDaemon, podsHeld } from './core/leave-node';
 import { clusterNetworkConf } from './cni/load-network';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
@@ -243,7 +243,7 @@ async function main(): Promise<void> {
     const cniDrained = new Promise<void>((done) => cniServer.close(() => done()));
     metrics?.close();
     server.shutdown(() => void cniDrained.then(async () => {
-      const held = rt.sandboxes.size + rt.netns.size;
+      const held = podsHeld(rt.sandboxes.values(), rt.netns.values());
       rt.stop();
       if (leaving) await leaveNode(cfg, opts.stateDir, cfg.ranges, held, [opts.socket, cfg.cni.socket]).catch((e) => log('error', 'kni could not leave this node clean', { error: (e as Error).message }));
       // A thread still loading koffi when the process exits aborts it (plugin/sys/threads.ts).

@@ -77,12 +77,17 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       assert.ok(!fs.existsSync(g.stateDir) && !fs.existsSync(g.socket) && !fs.existsSync(g.cniSocket));
 
       // Stopped without being uninstalled, everything stays; --uninstall with no daemon running
-      // then does it all itself.
+      // then does it all itself. A pod whose sandbox went while no kni ran (its netns gone with
+      // it) holds nothing: its record does not keep kni on the node.
       await g.launch();
       await waitFor(() => fs.existsSync(`${confDir}/10-kni.conflist`), 10_000, () => g.output.slice(-2000));
+      const gone = g.makePodNetns('gone');
+      assert.equal(cni('ADD', env('gone', gone), conf).code, 0);
       await g.stop();
       assert.match(links(), /: kni0: /);
       assert.ok(kniChains().length > 0);
+      sh('ip', ['netns', 'del', path.basename(gone)]);
+      assert.deepEqual(await g.kniVethsSettled(0), []);
       // An extension's registration belongs to its agent, not to kni: it stays.
       fs.mkdirSync(`${g.stateDir}/extensions`, { recursive: true });
       fs.writeFileSync(`${g.stateDir}/extensions/mesh.json`, '{}');

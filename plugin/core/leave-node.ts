@@ -14,6 +14,7 @@ import { readRangesFile } from '../kube/node-ranges';
 import { NetlinkSocket } from '../netlink/socket';
 import { kniPodLinks, removeNodeNetwork } from '../node/node-teardown';
 import { StateDirInUseError, lockStateDir } from '../store/state-lock';
+import type { NetnsRecord, SandboxRecord } from '../store/records';
 import { StateStore } from '../store/state-store';
 import type { Config } from './config';
 import { log } from './log';
@@ -95,7 +96,20 @@ export async function leaveWithoutDaemon(cfg: Config, stateDir: string): Promise
       log('warn', 'the pod ranges are unknown: kni\'s masquerade and host port rules stay', { error: (e as Error).message });
     }
   }
-  await leaveNode(cfg, stateDir, ranges, sandboxes.records.length + netns.records.length, []);
+  await leaveNode(cfg, stateDir, ranges, podsHeld(sandboxes.records, netns.records), []);
+}
+
+/**
+ * The records of pods still on the node. One whose netns is gone is a pod gone with it (its
+ * sandbox removed while no kni ran, or after kni's conflist was): it holds nothing there.
+ */
+export function podsHeld(sandboxes: Iterable<SandboxRecord>, netns: Iterable<NetnsRecord>): number {
+  return [...sandboxes].filter((r) => netnsThere(r.netnsPath, r.netnsInode)).length + [...netns].filter((r) => netnsThere(r.path)).length;
+}
+
+function netnsThere(file: string, inode?: number): boolean {
+  const st = fs.statSync(file, { throwIfNoEntry: false });
+  return !!st && (!inode || st.ino === inode);
 }
 
 /** Everything in the state dir but the extensions' registrations; the dir itself where it can go (not a mount point). */
