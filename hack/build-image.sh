@@ -64,6 +64,12 @@ cp -r "$repo/proto" "$root/app/"
 cp "$repo/package.json" "$repo/package-lock.json" "$root/app/"
 (cd "$root/app" && npm ci --omit=dev --no-audit --no-fund --loglevel=error > /dev/null)
 rm -f "$root/app/package-lock.json"
+# The commands by name (kubectl -n kube-system exec ds/kni -- knictl node): node scripts, as the
+# image has no shell.
+for c in knictl:knictl kni-runtime:main; do
+  printf '#!/usr/local/bin/node\nrequire("/app/dist/plugin/%s.js");\n' "${c#*:}" > "$root/usr/local/bin/${c%%:*}"
+  chmod 755 "$root/usr/local/bin/${c%%:*}"
+done
 
 oci_image "$root" "$out" "$name" '{"Entrypoint":["/usr/local/bin/node","/app/dist/plugin/main.js"],"Env":["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/app"}'
 echo "$out"

@@ -55,6 +55,10 @@ describe('kni image', function () {
     // The CNI reference plugins run from the image (for defaultNetwork.cni).
     const bridge = spawnSync('chroot', [root, '/usr/lib/cni/bridge'], { encoding: 'utf8', input: '{"cniVersion":"1.0.0"}', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
     assert.match(bridge.stdout, /"supportedVersions"/, bridge.stderr);
+    // The commands by name, as kubectl exec runs them.
+    const byName = (c: string, arg: string) => spawnSync('chroot', [root, `/usr/local/bin/${c}`, arg], { encoding: 'utf8', env: { PATH: process.env.PATH } });
+    assert.match(byName('knictl', '--help').stdout, /^Usage: knictl/);
+    assert.equal(byName('kni-runtime', '--version').stdout, version.stdout);
   });
 
   it('the Containerfile is equivalent: same entrypoint, same paths under /app, iptables installed', () => {
@@ -66,5 +70,6 @@ describe('kni image', function () {
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);
     assert.match(cf, /apt-get install .*containernetworking-plugins/);
+    for (const c of ['knictl', 'kni-runtime']) assert.match(cf, new RegExp(`> /usr/local/bin/${c} `));
   });
 });

@@ -83,5 +83,5 @@ export const runningPods = () => kubectlJson('get', 'pods', '-l', 'app=web').ite
 /** knictl run inside the kni pod of a node (kni as the DaemonSet). */
 export const knictlInPod = (node: string, ...args: string[]): any => {
   const pod = kubectlJson('-n', 'kube-system', 'get', 'pods', '-l', 'app=kni', '--field-selector', `spec.nodeName=${node}`).items[0];
-  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'node', '/app/dist/plugin/knictl.js', ...args, '-o', 'json'));
+  return JSON.parse(kubectl('-n', 'kube-system', 'exec', pod.metadata.name, '--', 'knictl', ...args, '-o', 'json'));
 };
