@@ -17,6 +17,7 @@ import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { convertResult } from '../plugin/cni/cni-network';
+import { unroutedPeersWarning } from '../plugin/kube/node-agent';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -268,5 +269,19 @@ describe('CNI result conversion', () => {
     const junk = { cniVersion: '0.2.0', ip4: { ip: '10.1.0.5/24', routes: [null, 7, { dst: '0.0.0.0/0', gw: '10.1.0.1' }] }, ip6: { ip: 5 } };
     assert.deepEqual(convertResult(junk, '1.0.0'), { cniVersion: '1.0.0', ips: [{ address: '10.1.0.5/24' }], routes: [{ dst: '0.0.0.0/0', gw: '10.1.0.1' }] });
     assert.deepEqual(convertResult({ cniVersion: '1.0.0', ips: [null, { address: 'fd00::5/64' }], routes: [3] }, '0.2.0'), { cniVersion: '0.2.0', ip6: { ip: 'fd00::5/64' } });
+  });
+});
+
+describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
+  const view = (name: string, ...podCidrs: string[]) => ({ name, internalIPs: ['10.0.0.1'], podCidrs });
+  it('names them, says why their pods are unreachable, and points at node IPAM when no Node has podCIDRs and kni\'s ranges are its config\'s', () => {
+    assert.equal(unroutedPeersWarning([view('a', '10.1.0.0/24'), view('b', '10.1.1.0/24')], 'a', false), undefined);
+    // Its own Node is not a peer.
+    assert.equal(unroutedPeersWarning([view('a'), view('b', '10.1.1.0/24')], 'a', true), undefined);
+    assert.equal(unroutedPeersWarning([view('a', '10.1.0.0/24'), view('c'), view('b', '10.1.1.0/24')], 'a', false), "Node c has no spec.podCIDRs, and kni routes to other nodes' pods by them: their pods are unreachable from this node until node IPAM gives them podCIDRs");
+    const none = unroutedPeersWarning([view('a'), ...['h', 'g', 'f', 'e', 'd', 'c', 'b'].map((n) => view(n))], 'a', true)!;
+    assert.match(none, /^Nodes b, c, d, e, f and 2 more have no spec\.podCIDRs, .*: kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off\? .*--allocate-node-cidrs/);
+    // From the Node (or a CNI default network's), the same Nodes are only waiting for theirs.
+    assert.match(unroutedPeersWarning([view('a'), view('b')], 'a', false)!, /until node IPAM gives them podCIDRs$/);
   });
 });

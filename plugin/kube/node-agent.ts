@@ -36,6 +36,22 @@ const nodeView = (n: K8s.V1Node): NodeView => ({
   podCidrs: n.spec?.podCIDRs?.length ? n.spec.podCIDRs : n.spec?.podCIDR ? [n.spec.podCIDR] : [],
 });
 
+/**
+ * The warning for other Nodes with no podCIDRs (undefined: none): kni routes to a node's pods by
+ * its Node's podCIDRs, so those nodes' pods cannot be reached from here. Every other Node
+ * without them, while this kni's ranges come from its config, is a cluster without node IPAM.
+ */
+export function unroutedPeersWarning(views: NodeView[], self: string, rangesFromConfig: boolean): string | undefined {
+  const names = views.filter((v) => v.name !== self && !v.podCidrs.length).map((v) => v.name).sort();
+  if (!names.length) return undefined;
+  const shown = names.length > 5 ? `${names.slice(0, 5).join(', ')} and ${names.length - 5} more` : names.join(', ');
+  const all = names.length === views.filter((v) => v.name !== self).length;
+  const hint = rangesFromConfig && all
+    ? ": kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off? Pods reach across nodes only with it (kube-controller-manager --allocate-node-cidrs, which kind and kubeadm with --pod-network-cidr turn on)"
+    : ': their pods are unreachable from this node until node IPAM gives them podCIDRs';
+  return `Node${names.length === 1 ? '' : 's'} ${shown} ha${names.length === 1 ? 's' : 've'} no spec.podCIDRs, and kni routes to other nodes' pods by them${hint}`;
+}
+
 /** How often the peer routes are compared with the kernel (a sync that finds them all writes nothing). */
 const ROUTE_CHECK_MS = 10_000;
 
@@ -176,6 +192,7 @@ export class NodeAgent {
       // nodes' as for its own network (backend none leaves that to the plugins).
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
+      this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
       const status = this.peers.sync(nodeView(self), views);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
       if (restored.length) {
@@ -265,7 +282,7 @@ export class NodeAgent {
     const ready = this.rt.node.status().ready;
     this.writer.setCondition(
       ready && !bad.length
-        ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: `kni: node network set up, routes to ${peerCount} other node(s) in place` }
+        ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: `kni: node network set up, routes to the pods of ${new Set(status.map((st) => st.node)).size} other node(s) in place` }
         : {
             type: 'NetworkUnavailable',
             status: 'True',
