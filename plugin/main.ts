@@ -9,18 +9,18 @@ import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
 import { socketPathProblem } from './core/validate';
 import { NetworkRuntime } from './core/network-runtime';
-import { parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
+import { driftFindings, parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
 import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
-import { installCni, kniConflist, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
+import { cniInstallDrift, installCni, kniConflist, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
 import { markRestarting, serveCni } from '../runtime-hooks/cni/cni-server';
 import { reconcileWithCri } from '../runtime-hooks/cri/cri-reconcile';
 import { podNetworkLifecycleHandlers, podNetworkLifecycleService } from '../runtime-hooks/containerd/pod-network-lifecycle';
 import { ConfigWatch } from './kube/config-watch';
 import { connectKube, KubeApi, recordEvent } from './kube/kube-api';
 import { kniLeavingNode } from './kube/leaving-node';
-import { clearLeaving, leaveNode, leavingMarked, leaveWithoutDaemon, podsHeld } from './core/leave-node';
+import { clearLeaving, leaveNode, leavingMarked, leaveWithoutDaemon, markLeaving, podsHeld } from './core/leave-node';
 import { clusterNetworkConf } from './cni/load-network';
 import { NodeAgent } from './kube/node-agent';
 import { readRangesFile } from './kube/node-ranges';
@@ -121,6 +121,8 @@ async function main(): Promise<void> {
   }
   if (opts.uninstallIfLeaving && !(await kniLeaving(cfg))) return;
   if (opts.uninstall || opts.uninstallIfLeaving) {
+    // First: a running kni puts back a conflist that goes without it.
+    markLeaving(opts.stateDir);
     for (const f of uninstallCni(cfg.cni)) log('info', 'removed', { file: f });
     await leaveWithoutDaemon(cfg, opts.stateDir);
     return;
@@ -205,9 +207,21 @@ async function main(): Promise<void> {
       void rt.wiring.start().then((threads) => threads && log('info', 'wiring threads loaded', { threads, ms: Math.round(performance.now() - started) }));
     }, 1000).unref();
   });
-  // Another plugin's config may come (or go) after kni's: looked at again as often as reconcile runs.
+  // Another plugin's config may come (or go) after kni's, and kni's own may be removed or
+  // rewritten behind its back: looked at again as often as reconcile runs.
   let confOrderTimer: NodeJS.Timeout | undefined;
   const checkConfOrder = () => {
+    const drift = rt.node.isSetUp && !leavingMarked(opts.stateDir) ? cniInstallDrift(cfg.cni) : '';
+    if (drift) {
+      try {
+        rt.node.cniConfig = installCni(cfg.cni, cfg.name).conflist;
+        driftFindings.inc({ object: 'cni_config' });
+        log('warn', 'kni\'s CNI config was changed behind its back: written again', { drift });
+        rt.node.recordRepair(`${drift} (kni's CNI config, written again)`, true);
+      } catch (e) {
+        log('error', 'cannot write the CNI config again', { drift, error: (e as Error).message });
+      }
+    }
     const other = shadowingConf(cfg.cni);
     rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
   };

@@ -316,6 +316,18 @@ describe('CNI shim (kni-cni)', () => {
       assert.equal(spawnSync(`${binDir}/kni-cni`, [], { env: { CNI_COMMAND: 'VERSION' }, input: '{}', encoding: 'utf8' }).status, 0);
       assert.deepEqual([list.cniVersion, list.cniVersions], ['1.0.0', ['1.0.0', '1.1.0']]);
       assert.deepEqual((await g.rt().GetNode()).cni_config, { file: `${confDir}/10-kni.conflist`, cni_version: '1.0.0, 1.1.0', plugins: ['kni-cni'] });
+      // Removed behind kni's back, or made another plugin's: written again at reconcile's pace (1 s
+      // here), and said where one looks.
+      fs.rmSync(`${confDir}/10-kni.conflist`);
+      fs.rmSync(`${binDir}/kni-cni`);
+      await waitFor(() => fs.existsSync(`${confDir}/10-kni.conflist`) && fs.existsSync(`${binDir}/kni-cni`), 10_000, () => g.output.slice(-2000));
+      assert.deepEqual(JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')), list);
+      fs.writeFileSync(`${confDir}/10-kni.conflist`, '{"cniVersion":"1.0.0","name":"other","plugins":[{"type":"bridge"}]}');
+      await waitFor(() => JSON.parse(fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')).plugins[0].type === 'kni-cni', 10_000, () => g.output.slice(-2000));
+      const repairs = (await g.rt().GetNode()).repairs.map((r: any) => r.what);
+      assert.ok(repairs.includes(`${binDir}/kni-cni is gone; ${confDir}/10-kni.conflist is gone (kni's CNI config, written again)`), repairs.join('\n'));
+      assert.ok(repairs.includes(`${confDir}/10-kni.conflist no longer runs kni-cni on ${g.cniSocket} (kni's CNI config, written again)`), repairs.join('\n'));
+      assert.match(g.output, /"level":"warn","msg":"kni's CNI config was changed behind its back: written again"/);
       // A mesh's CNI agent chains its plugin into kni's conflist (as istio-cni does): kni
       // started again keeps it after its own, drops what is no plugin config, and names a CNI
       // version every chained plugin it can ask takes (one built before CNI 1.1 answers VERSION

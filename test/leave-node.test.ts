@@ -20,7 +20,7 @@ describe('kni leaving its node (real kernel, iptables)', () => {
   after(() => fs.rmSync(files, { recursive: true, force: true }));
 
   it('keeps everything while a pod is on its network, and takes its node network and state away once none is', async () => {
-    const g = await TestDaemon.start({ ranges: ['10.93.0.0/24', 'fd00:93::/64'], allowPodForwarding: true, cni: { confDir, binDir } });
+    const g = await TestDaemon.start({ ranges: ['10.93.0.0/24', 'fd00:93::/64'], allowPodForwarding: true, reconcileSeconds: 1, cni: { confDir, binDir } });
     const ns = g.nodeNetnsName;
     const conf = { cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: g.cniSocket };
     const env = (id: string, netns: string) => ({ CNI_CONTAINERID: id, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=${id};K8S_POD_UID=u-${id}` });
@@ -49,6 +49,9 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       assert.match(u.stdout, /"msg":"kni-runtime is running: it removes its node network and state when it stops, if no pod is left on its network"/);
       assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`) && !fs.existsSync(`${binDir}/kni-cni`));
       assert.ok(fs.existsSync(`${g.stateDir}/leaving`));
+      // Uninstalled, its files are not put back as ones removed behind its back are.
+      await new Promise((r) => setTimeout(r, 2500));
+      assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`) && !fs.existsSync(`${binDir}/kni-cni`));
       await g.stop();
       assert.match(g.output, /"msg":"kni leaves this node with pods on its network: their interfaces stay.*"records":1/);
       assert.match(links(), /: kni0: /);

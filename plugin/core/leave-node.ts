@@ -23,7 +23,9 @@ const MARKER = 'leaving';
 /** Kept in the state dir when kni leaves: extensions registered with the node, not with a kni pod, are called again by a kni that comes back. */
 const KEPT = new Set(['extensions']);
 
+/** Where kni ran with this state dir (not as root: it cannot have). */
 export function markLeaving(stateDir: string): void {
+  if (!fs.existsSync(stateDir) || process.getuid?.() !== 0) return;
   fs.writeFileSync(path.join(stateDir, MARKER), `${new Date().toISOString()}\n`);
 }
 
@@ -63,14 +65,13 @@ export async function leaveNode(cfg: Config, stateDir: string, ranges: Cidr[], h
   }
 }
 
-/** --uninstall (and a leaving preStop): marks the state dir, and with no daemon running leaves the node itself. */
+/** --uninstall (and a leaving preStop), once markLeaving and the files' removal are done: with no daemon running, leaves the node itself. */
 export async function leaveWithoutDaemon(cfg: Config, stateDir: string): Promise<void> {
   if (!fs.existsSync(stateDir)) return; // no kni ran here with this state dir
   if (process.getuid?.() !== 0) {
     log('warn', 'not root: kni\'s node network and state dir are left as they are', { stateDir });
     return;
   }
-  markLeaving(stateDir);
   try {
     lockStateDir(stateDir);
   } catch (e) {

@@ -112,7 +112,7 @@ new prom.Gauge({ name: 'kni_build_info', help: "kni's version and the commit it 
 
 export const driftFindings = new prom.Counter({
   name: 'kni_drift_findings_total',
-  help: 'What reconcile (records and node network against the kernel) and the peer route check found changed or left behind, by object: node_network, sandbox, leftover, host_ports, peer_route',
+  help: 'What reconcile (records and node network against the kernel) and the peer route check found changed or left behind, by object: node_network, sandbox, leftover, host_ports, peer_route, cni_config',
   labelNames: ['object'] as const,
   registers: [registry],
 });

@@ -147,6 +147,31 @@ export function shadowingConf(cfg: CniConfig): string | undefined {
 /** The conflist kni writes for the runtime ('' when it writes none). */
 export const kniConflist = (cfg: CniConfig): string => (cfg.confDir ? path.join(cfg.confDir, cfg.confName) : '');
 
+/**
+ * What of kni's install is gone or changed behind its back ('' when in place): the binary's and
+ * the conflist's presence, and the conflist still running kni-cni on kni's socket. A stat and a
+ * read, no process (the chained plugins are asked only when kni writes the file).
+ */
+export function cniInstallDrift(cfg: CniConfig): string {
+  const problems: string[] = [];
+  const bin = cfg.binDir && path.join(cfg.binDir, 'kni-cni');
+  if (bin && !fs.existsSync(bin)) problems.push(`${bin} is gone`);
+  const file = kniConflist(cfg);
+  const text = file ? readText(file) : undefined;
+  if (file && text === undefined) problems.push(`${file} is gone`);
+  else if (file) {
+    let runsKni = false;
+    try {
+      const plugins = (JSON.parse(text!) as { plugins?: unknown }).plugins;
+      runsKni = Array.isArray(plugins) && plugins.some((p) => (p as { type?: unknown } | null)?.type === 'kni-cni' && (p as { socket?: unknown }).socket === cfg.socket);
+    } catch {
+      // not JSON: not kni's either
+    }
+    if (!runsKni) problems.push(`${file} no longer runs kni-cni on ${cfg.socket}`);
+  }
+  return problems.join('; ');
+}
+
 export function uninstallCni(cfg: CniConfig): string[] {
   const removed: string[] = [];
   for (const f of [kniConflist(cfg), cfg.binDir && path.join(cfg.binDir, 'kni-cni')]) {
