@@ -48,6 +48,13 @@ describe('config', () => {
     ['every-pod network, two in an entry', { networks: { everyPod: ['a,b'] } }, /networks\.everyPod: one network per entry/],
     ['system namespaces', { networks: { systemNamespaces: ['Kube-System'] } }, /networks\.systemNamespaces must list namespace names/],
     ['relative pod-resources socket', { networks: { podResourcesSocket: 'kubelet.sock' } }, /networks\.podResourcesSocket must be an absolute path/],
+    ['nodeIpam, two IPv4 pools', { kubernetes: { nodeName: 'n' }, nodeIpam: { clusterCIDRs: ['10.0.0.0/16', '10.1.0.0/16'] } }, /nodeIpam\.clusterCIDRs has two IPv4 CIDRs/],
+    ['nodeIpam block size', { nodeIpam: { nodeMaskSizeIPv4: 31 } }, /nodeIpam\.nodeMaskSizeIPv4 must be a whole number from 8 to 30/],
+    ['nodeIpam pool smaller than a block', { kubernetes: { nodeName: 'n' }, nodeIpam: { clusterCIDRs: ['10.0.0.0/25'] } }, /10\.0\.0\.0\/25 is smaller than one Node's block \(\/24\)/],
+    ['nodeIpam pool of too many blocks', { kubernetes: { nodeName: 'n' }, nodeIpam: { clusterCIDRs: ['fd00::/40'] } }, /fd00::\/40 cut into \/64 blocks makes more than 65536/],
+    ['nodeIpam without a node name', { nodeIpam: { clusterCIDRs: ['10.0.0.0/16'] } }, /nodeIpam needs kubernetes\.nodeName/],
+    ['nodeIpam with ranges', { kubernetes: { nodeName: 'n' }, ranges: ['10.0.0.0/24'], nodeIpam: { clusterCIDRs: ['10.0.0.0/16'] } }, /nodeIpam and ranges exclude each other/],
+    ['nodeIpam key', { nodeIpam: { clusterCidr: '10.0.0.0/16' } }, /unknown setting "nodeIpam\.clusterCidr"/],
   ];
   for (const [name, raw, re] of cases) {
     it(`refuses ${name}`, () => assert.throws(() => parseConfig(raw), (e: Error) => e instanceof ConfigError && re.test(e.message)));
@@ -83,6 +90,10 @@ describe('config', () => {
       assert.equal(c.rangesFromNode, true);
       assert.deepEqual(c.ranges, []);
       assert.equal(parseConfig({ kubernetes: { nodeName: 'node-a' }, ranges: ['10.9.0.0/24'] }).rangesFromNode, false, 'static ranges win');
+      // Without node IPAM, kni's own hands the Node its ranges (through the Node too).
+      const pool = parseConfig({ kubernetes: { nodeName: 'node-a' }, nodeIpam: { clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'], nodeMaskSizeIPv6: 72 } });
+      assert.equal(pool.rangesFromNode, true);
+      assert.deepEqual({ ...pool.nodeIpam, clusterCIDRs: pool.nodeIpam.clusterCIDRs.map((c) => c.text) }, { clusterCIDRs: ['10.244.0.0/16', 'fd00:10:244::/56'], nodeMaskSizeIPv4: 24, nodeMaskSizeIPv6: 72, configMap: 'kube-system/kni-node-cidrs' });
       process.env.KNI_NODE_NAME = 'from-env';
       assert.equal(parseConfig({}).kubernetes.nodeName, 'from-env');
       process.env.KNI_NODE_NAME = 'Bad_Name';

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { KniError } from '../plugin/core/errors';
 import fc from 'fast-check';
-import { formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
+import { cidrsOverlap, formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
@@ -18,6 +18,7 @@ import { podMac } from '../plugin/pod/pod-wiring';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { convertResult } from '../plugin/cni/cni-network';
 import { unroutedPeersWarning } from '../plugin/kube/node-agent';
+import { freeBlock } from '../plugin/kube/node-cidr-pool';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -283,5 +284,20 @@ describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
     assert.match(none, /^Nodes b, c, d, e, f and 2 more have no spec\.podCIDRs, .*: kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off\? .*--allocate-node-cidrs/);
     // From the Node (or a CNI default network's), the same Nodes are only waiting for theirs.
     assert.match(unroutedPeersWarning([view('a'), view('b')], 'a', false)!, /until node IPAM gives them podCIDRs$/);
+  });
+});
+
+describe('nodeIpam: a Node\'s block from the cluster\'s pod CIDRs', () => {
+  it('is the lowest block of the pool that no taken CIDR overlaps, whatever is taken; none when all are', () => {
+    const pool = parseCidr('10.8.0.0/20');
+    // Taken: anything from /18 (the whole pool and more) to /28 (part of one block), in and around the pool.
+    const taken = fc.array(fc.tuple(fc.integer({ min: 0, max: 63 }), fc.integer({ min: 18, max: 28 })).map(([i, p]) => parseCidr(`${formatIp(4, (10n << 24n) + (8n << 16n) - (16n << 8n) + (BigInt(i) << 8n))}/${p}`)), { maxLength: 20 });
+    fc.assert(fc.property(taken, (t) => {
+      const blocks = Array.from({ length: 16 }, (_, i) => parseCidr(`10.8.${i}.0/24`));
+      const free = blocks.filter((b) => !t.some((x) => cidrsOverlap(x, b)));
+      const got = freeBlock(pool, 24, t);
+      assert.equal(got?.text, free[0]?.text);
+    }), { seed: 54, numRuns: 2000 });
+    assert.equal(freeBlock(parseCidr('fd00:10:244::/56'), 64, [parseCidr('fd00:10:244::/64'), parseCidr('fd00:10:244:2::/64'), parseCidr('10.8.0.0/24')])?.text, 'fd00:10:244:1::/64');
   });
 });

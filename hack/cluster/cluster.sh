@@ -30,6 +30,8 @@ PATH=$BIN:$PATH
 # KNI_CLUSTER_ROUTED=1 at `up`: kc-w2 sits on a second subnet (10.240.1.0/24, fd00:240:1::/64)
 # that kc-wire routes to, so no node can reach kc-w2 directly (kni's auto backend: vxlan).
 routed() { [ -f "$CL/routed" ]; }
+# KNI_CLUSTER_NODE_IPAM=0 at `up`: no node IPAM (Nodes get no podCIDRs), as a cluster made without it.
+node_ipam() { if [ -f "$CL/no-node-ipam" ]; then echo false; else echo true; fi; }
 ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) if routed; then echo 10.240.1.12; else echo 10.240.0.12; fi ;; host) echo 10.240.0.1 ;; esac; }
 ip6() { case $1 in cp) echo fd00:240::10 ;; w1) echo fd00:240::11 ;; w2) if routed; then echo fd00:240:1::12; else echo fd00:240::12; fi ;; host) echo fd00:240::1 ;; esac; }
 # The router's address on a node's subnet, and the other subnet (routed clusters only).
@@ -201,7 +203,7 @@ start_control_plane() {
   start_apiserver
   wait_for 90 kube-apiserver kubectl --kubeconfig "$CL/admin.kubeconfig" get --raw /readyz
   start kube-controller-manager cp kube-controller-manager --kubeconfig="$CL/kcm.kubeconfig" --authentication-kubeconfig="$CL/kcm.kubeconfig" \
-    --authorization-kubeconfig="$CL/kcm.kubeconfig" --leader-elect=false --allocate-node-cidrs=true \
+    --authorization-kubeconfig="$CL/kcm.kubeconfig" --leader-elect=false --allocate-node-cidrs="$(node_ipam)" \
     --cluster-cidr=10.244.0.0/16,fd00:10:244::/56 --node-cidr-mask-size-ipv4=$MASK4 --node-cidr-mask-size-ipv6=64 \
     --service-cluster-ip-range=10.96.0.0/16,fd00:96::/112 --service-account-private-key-file="$CL/pki/sa.key" --root-ca-file="$CL/pki/ca.crt" \
     --cluster-signing-cert-file="$CL/pki/ca.crt" --cluster-signing-key-file="$CL/pki/ca.key" --use-service-account-credentials=true
@@ -274,6 +276,7 @@ up() {
   done
   mkdir -p "$CL/run"
   if [ "${KNI_CLUSTER_ROUTED:-0}" = 1 ]; then touch "$CL/routed"; fi
+  if [ "${KNI_CLUSTER_NODE_IPAM:-1}" = 0 ]; then touch "$CL/no-node-ipam"; fi
   trap 'log "up failed; see $CL/run/*.log (down removes everything)"' ERR
   make_pki
   [ -f "$CL/image.tar" ] || bash "$repo/hack/e2e/build-image.sh" "$CL/image.tar" "$IMAGE"
@@ -285,61 +288,9 @@ up() {
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
 }
 
-# kni from this checkout on every worker, as the DaemonSet runs it but without the image: the
-# manifest's ConfigMap and RBAC objects are applied, each kni reads that config, its Node name
-# from KNI_NODE_NAME (the DaemonSet's downward API) and the API through kni.kubeconfig (the
-# DaemonSet's service account). Each takes its pod ranges from its Node.
-kni_up() {
-  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -l kni.dev/part=setup -f "$repo/kind-config/kni-daemonset.yaml" > /dev/null
-  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system get configmap kni-config -o jsonpath='{.data.config\.yaml}' > "$CL/kni.yaml"
-  # Tests add settings of their own (top-level keys) with KNI_CLUSTER_KNI_EXTRA=FILE.
-  if [ -n "${KNI_CLUSTER_KNI_EXTRA:-}" ]; then cat "$KNI_CLUSTER_KNI_EXTRA" >> "$CL/kni.yaml"; fi
-  for w in "${WORKERS[@]}"; do start_kni "$w"; done
-  for w in "${WORKERS[@]}"; do
-    # Serving, not only Ready: a node kni was killed on is still Ready while kni restarts.
-    wait_for 120 "kni serving on $w" node "$repo/dist/plugin/knictl.js" --socket "$CL/$w/root/run/kni/kni.sock" ipam
-    wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
-  done
-  log "kni runs on every worker; nodes Ready"
-}
-
-start_kni() {
-  # Metrics on the node's own loopback (each node is its own netns: no port clash).
-  start "kni-$1" "$1" env KNI_NODE_NAME="kc-$1" KUBECONFIG="$CL/kni.kubeconfig" node "$repo/dist/plugin/main.js" --config "$CL/kni.yaml" --metrics-addr 127.0.0.1:9273
-}
-
-# kni as the DaemonSet of kind-config/kni-daemonset.yaml, from its image built here
-# (hack/build-image.sh) and imported into every worker's containerd: no registry.
-kni_daemonset() {
-  [ -f "$CL/kni-image.tar" ] || bash "$repo/hack/build-image.sh" "$CL/kni-image.tar" kni:dev > /dev/null
-  for w in "${WORKERS[@]}"; do ctr -a "$(sock "$w")" -n k8s.io images import "$CL/kni-image.tar" > /dev/null; done
-  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$repo/kind-config/kni-daemonset.yaml" > /dev/null
-  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system rollout status daemonset/kni --timeout=180s > /dev/null
-  log "kni runs as the DaemonSet on every worker"
-}
-
-# The CNI reference plugins instead of kni (bridge + host-local + portmap + loopback, as
-# kindnet uses them), on each Node's podCIDRs: the baseline of npm run bench:cluster.
-reference_cni() {
-  for w in "${WORKERS[@]}"; do
-    local d=$CL/$w v4 v6
-    wait_for 60 "podCIDRs of kc-$w" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.spec.podCIDRs}' | grep -q ."
-    v4=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs[0]}')
-    v6=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w" -o jsonpath='{.spec.podCIDRs[1]}')
-    cp /usr/lib/cni/bridge /usr/lib/cni/host-local /usr/lib/cni/portmap "$d/root/opt/cni/bin/"
-    cat > "$d/root/etc/cni/net.d/10-reference.conflist" <<EOF
-{"cniVersion": "1.0.0", "name": "reference", "plugins": [
-  {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
-   "ipam": {"type": "host-local", "dataDir": "$d/cni-ipam", "ranges": [[{"subnet": "$v4"}], [{"subnet": "$v6"}]],
-            "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}]}},
-  {"type": "portmap", "capabilities": {"portMappings": true}}]}
-EOF
-  done
-  for w in "${WORKERS[@]}"; do
-    wait_for 120 "node kc-$w Ready" bash -c "kubectl --kubeconfig $CL/admin.kubeconfig get node kc-$w -o jsonpath='{.status.conditions[?(@.type==\"Ready\")].status}' | grep -q True"
-  done
-  log "the CNI reference plugins are every worker's network; nodes Ready"
-}
+# The networks a cluster runs (kni by hand, kni's DaemonSet, the CNI reference plugins).
+# shellcheck source=hack/cluster/networks.sh
+source "$here/networks.sh"
 
 status() {
   [ -d "$CL/run" ] || { echo "no cluster in $CL"; return 0; }

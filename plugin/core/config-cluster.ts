@@ -1,6 +1,7 @@
 // Config settings for kni in a cluster (see config.ts for the file as a whole).
 import path from 'node:path';
 import type { Config } from './config';
+import { Cidr, parseCidr } from '../ipam/ip';
 import { interfaceName } from './validate';
 import { DNS_LABEL, parseEveryPod } from '../networks/network-selection';
 
@@ -163,8 +164,60 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
       }
     }
   }
+  if (r.nodeIpam !== undefined) parseNodeIpam(r.nodeIpam, cfg, problems);
+  if (cfg.nodeIpam.clusterCIDRs.length) {
+    if (!cfg.kubernetes.nodeName) problems.push('nodeIpam needs kubernetes.nodeName (KNI_NODE_NAME): it hands each Node its pod ranges');
+    if (r.ranges !== undefined) problems.push('nodeIpam and ranges exclude each other: nodeIpam hands each Node its ranges');
+    if (cfg.defaultNetwork.cni) problems.push('nodeIpam hands out the built-in network\'s ranges: with defaultNetwork.cni the plugins\' IPAM hands out addresses');
+  }
   if (cfg.defaultNetwork.cni && r.ranges !== undefined) problems.push('ranges belong to the built-in network: with defaultNetwork.cni the plugins\' IPAM hands out addresses');
   cfg.rangesFromNode = !cfg.defaultNetwork.cni && cfg.kubernetes.nodeName !== '' && r.ranges === undefined;
   if (cfg.rangesFromNode || cfg.defaultNetwork.cni) cfg.ranges = [];
 }
 
+
+/**
+ * nodeIpam: the cluster's pod CIDRs (one per family) and each Node's block size, as
+ * kube-controller-manager's --cluster-cidr and --node-cidr-mask-size-ipv4/-ipv6 take them. At
+ * most 65,536 blocks per family (16 bits between the two prefixes), as it allows.
+ */
+function parseNodeIpam(v: unknown, cfg: Config, problems: string[]): void {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+    problems.push('nodeIpam must be a map of settings');
+    return;
+  }
+  const n = v as Record<string, unknown>;
+  for (const key of Object.keys(n)) if (!['clusterCIDRs', 'nodeMaskSizeIPv4', 'nodeMaskSizeIPv6', 'configMap'].includes(key)) problems.push(`unknown setting "nodeIpam.${key}"`);
+  for (const [key, family, min, max] of [['nodeMaskSizeIPv4', 4, 8, 30], ['nodeMaskSizeIPv6', 6, 16, 126]] as const) {
+    const m = n[key];
+    if (m === undefined) continue;
+    if (!Number.isInteger(m) || (m as number) < min || (m as number) > max) problems.push(`nodeIpam.${key} must be a whole number from ${min} to ${max} (each Node's IPv${family} block)`);
+    else cfg.nodeIpam[key] = m as number;
+  }
+  if (n.configMap !== undefined) {
+    if (typeof n.configMap !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(n.configMap)) problems.push(`nodeIpam.configMap ${JSON.stringify(n.configMap)} must be "namespace/name"`);
+    else cfg.nodeIpam.configMap = n.configMap;
+  }
+  const list = n.clusterCIDRs;
+  if (list === undefined) return;
+  if (!Array.isArray(list) || list.length > 2 || list.some((x) => typeof x !== 'string')) {
+    problems.push('nodeIpam.clusterCIDRs must list the cluster\'s pod CIDRs, at most one per IP family');
+    return;
+  }
+  const cidrs: Cidr[] = [];
+  for (const text of list as string[]) {
+    let c: Cidr;
+    try {
+      c = parseCidr(text);
+    } catch (e) {
+      problems.push(`nodeIpam.clusterCIDRs: ${(e as Error).message}`);
+      continue;
+    }
+    if (cidrs.some((o) => o.family === c.family)) problems.push(`nodeIpam.clusterCIDRs has two IPv${c.family} CIDRs`);
+    const mask = c.family === 4 ? cfg.nodeIpam.nodeMaskSizeIPv4 : cfg.nodeIpam.nodeMaskSizeIPv6;
+    if (mask < c.prefixLength) problems.push(`nodeIpam.clusterCIDRs: ${c.text} is smaller than one Node's block (/${mask})`);
+    else if (mask - c.prefixLength > 16) problems.push(`nodeIpam.clusterCIDRs: ${c.text} cut into /${mask} blocks makes more than 65536 of them`);
+    cidrs.push(c);
+  }
+  cfg.nodeIpam.clusterCIDRs = cidrs;
+}

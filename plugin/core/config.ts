@@ -55,6 +55,17 @@ export interface KubernetesConfig {
   configKey: string;
 }
 
+/** Pod ranges for Nodes without spec.podCIDRs, handed out by kni itself (node-cidr-pool.ts). */
+export interface NodeIpamConfig {
+  /** The cluster's pod CIDRs, at most one per family ([] = off: the Nodes' podCIDRs come from node IPAM). */
+  clusterCIDRs: Cidr[];
+  /** The prefix length of each Node's block, as kube-controller-manager's --node-cidr-mask-size-ipv4/-ipv6. */
+  nodeMaskSizeIPv4: number;
+  nodeMaskSizeIPv6: number;
+  /** "namespace/name" of the ConfigMap recording which Node holds which block. */
+  configMap: string;
+}
+
 export interface DefaultNetworkConfig {
   /** A CNI conflist (or .conf) run for every pod instead of kni's built-in network ('' = built-in). */
   cni: string;
@@ -133,6 +144,7 @@ export interface Config {
   /** '' = the --log-level flag; else applied at start and on a live ConfigMap change. */
   logLevel: string;
   kubernetes: KubernetesConfig;
+  nodeIpam: NodeIpamConfig;
   backend: Backend;
   vxlan: VxlanConfig;
   defaultNetwork: DefaultNetworkConfig;
@@ -185,6 +197,7 @@ export const defaultConfig = (): Config => ({
   rangesFromNode: false,
   logLevel: '',
   kubernetes: { nodeName: '', kubeconfig: '', configMap: '', configKey: 'config.yaml' },
+  nodeIpam: { clusterCIDRs: [], nodeMaskSizeIPv4: 24, nodeMaskSizeIPv6: 64, configMap: 'kube-system/kni-node-cidrs' },
   backend: 'auto',
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan', txChecksumOffload: 'auto' },
@@ -207,7 +220,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 
 export class ConfigError extends Error {}
 

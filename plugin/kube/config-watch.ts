@@ -14,8 +14,13 @@ import { WatchRestart } from './watch-restart';
 export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'backend', 'vxlan', 'extensions'] as const;
 
 // CIDRs compared as their text (their base is a bigint, which JSON does not write).
-type Comparable = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs'> & { ranges: string[]; nonMasqueradeCIDRs: string[] };
-const comparable = (c: Config): Comparable => ({ ...c, ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text), nonMasqueradeCIDRs: c.nonMasqueradeCIDRs.map((r) => r.text) });
+type Comparable = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'> & { ranges: string[]; nonMasqueradeCIDRs: string[]; nodeIpam: Omit<Config['nodeIpam'], 'clusterCIDRs'> & { clusterCIDRs: string[] } };
+const comparable = (c: Config): Comparable => ({
+  ...c,
+  ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text),
+  nonMasqueradeCIDRs: c.nonMasqueradeCIDRs.map((r) => r.text),
+  nodeIpam: { ...c.nodeIpam, clusterCIDRs: c.nodeIpam.clusterCIDRs.map((r) => r.text) },
+});
 
 /** The top-level settings that differ, split into those applied live and those that are not. */
 export function diffConfig(current: Config, next: Config): { live: string[]; fixed: string[] } {

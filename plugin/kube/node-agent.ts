@@ -10,8 +10,9 @@ import { NetworkRuntime } from '../core/network-runtime';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
-import { KubeApi, recordEvent } from './kube-api';
-import { podCidrsOfNode, sameRanges, writeRangesFile } from './node-ranges';
+import { apiError, KubeApi, recordEvent } from './kube-api';
+import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
+import { annotateNodeCidrs, claimNodeCidrs, nodePodCidrTexts } from './node-cidr-pool';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
@@ -33,7 +34,7 @@ export interface AgentStatus {
 const nodeView = (n: K8s.V1Node): NodeView => ({
   name: n.metadata?.name ?? '',
   internalIPs: (n.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address),
-  podCidrs: n.spec?.podCIDRs?.length ? n.spec.podCIDRs : n.spec?.podCIDR ? [n.spec.podCIDR] : [],
+  podCidrs: nodePodCidrTexts(n),
 });
 
 /**
@@ -47,7 +48,7 @@ export function unroutedPeersWarning(views: NodeView[], self: string, rangesFrom
   const shown = names.length > 5 ? `${names.slice(0, 5).join(', ')} and ${names.length - 5} more` : names.join(', ');
   const all = names.length === views.filter((v) => v.name !== self).length;
   const hint = rangesFromConfig && all
-    ? ": kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off? Pods reach across nodes only with it (kube-controller-manager --allocate-node-cidrs, which kind and kubeadm with --pod-network-cidr turn on)"
+    ? ": kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off? Pods reach across nodes only with it (kube-controller-manager --allocate-node-cidrs, which kind and kubeadm with --pod-network-cidr turn on), or kni's own: nodeIpam in its config"
     : ': their pods are unreachable from this node until node IPAM gives them podCIDRs';
   return `Node${names.length === 1 ? '' : 's'} ${shown} ha${names.length === 1 ? 's' : 've'} no spec.podCIDRs, and kni routes to other nodes' pods by them${hint}`;
 }
@@ -67,6 +68,8 @@ export class NodeAgent {
   private stopped = false;
   private nodePodCidrs: string[] = [];
   private rangesProblem = '';
+  private claiming = false;
+  private claimProblem = '';
   private refusedKey = '';
   private exhaustedKey: string | undefined;
   private ownerTimer?: NodeJS.Timeout;
@@ -227,8 +230,12 @@ export class NodeAgent {
     }
     this.nodePodCidrs = cidrs.map((c) => c.text);
     if (!cidrs.length) {
-      this.rangesProblem = `Node ${this.nodeName} has no spec.podCIDRs yet (is node IPAM on: kube-controller-manager --allocate-node-cidrs?)`;
+      const pool = this.cfg.nodeIpam.clusterCIDRs;
+      this.rangesProblem = pool.length
+        ? (this.claimProblem || `Node ${this.nodeName} has no spec.podCIDRs: kni's nodeIpam is handing it blocks of ${pool.map((c) => c.text).join(',')}`)
+        : `Node ${this.nodeName} has no spec.podCIDRs yet (is node IPAM on: kube-controller-manager --allocate-node-cidrs? Else set nodeIpam in kni's config)`;
       if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for pod ranges: ${this.rangesProblem}`);
+      if (pool.length) this.claimCidrs();
       return;
     }
     if (sameRanges(cidrs, this.cfg.ranges)) {
@@ -247,6 +254,36 @@ export class NodeAgent {
     } catch (e) {
       this.refuse(node, `cannot take pod ranges ${this.nodePodCidrs.join(',')} from Node ${this.nodeName}: ${(e as Error).message}`);
     }
+  }
+
+  /**
+   * Blocks from nodeIpam for this Node, once at a time: recorded in the pool's ConfigMap, then
+   * written on the Node, whose update brings them back through ownNode. Tried again every 5 s.
+   */
+  private claimCidrs(): void {
+    if (this.claiming || this.stopped) return;
+    this.claiming = true;
+    let preferred: Cidr[] = [];
+    try {
+      preferred = readRangesFile(this.stateDir) ?? [];
+    } catch {
+      // unreadable: no preference
+    }
+    void claimNodeCidrs(this.api, this.cfg.nodeIpam, this.nodeName, preferred)
+      .then(async (blocks) => {
+        await annotateNodeCidrs(this.api, this.nodeName, blocks);
+        this.claimProblem = '';
+        log('info', 'pod ranges claimed from nodeIpam', { node: this.nodeName, ranges: blocks.map((b) => b.text), configMap: this.cfg.nodeIpam.configMap });
+      })
+      .catch((e) => {
+        this.claimProblem = `cannot claim pod ranges from nodeIpam: ${apiError(e)}`;
+        log('error', 'cannot claim pod ranges from nodeIpam; trying again in 5 s', { node: this.nodeName, error: apiError(e) });
+        const retry = setTimeout(() => this.schedule(), 5000);
+        retry.unref();
+      })
+      .finally(() => {
+        this.claiming = false;
+      });
   }
 
   private refuse(node: K8s.V1Node, message: string): void {

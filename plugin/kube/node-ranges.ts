@@ -1,21 +1,26 @@
-// The node's pod ranges when they come from its Node's spec.podCIDRs. They are written to the
+// The node's pod ranges when they come from its Node's spec.podCIDRs (or kni's nodeIpam). They are written to the
 // state dir the first time they are adopted, and that file wins at every later start: a kni
 // restarted while the API server is away comes back on the ranges its pods hold addresses in.
 import fs from 'node:fs';
 import path from 'node:path';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { makeDir } from '../sys/make-dir';
+import { nodePodCidrTexts } from './node-cidr-pool';
+import type * as K8s from '@kubernetes/client-node';
 
 const FILE = 'node-pod-ranges.json';
 
-/** A Node's spec.podCIDRs (spec.podCIDR on old Nodes) as ranges, checked as config ranges are. */
-export function podCidrsOfNode(node: { spec?: { podCIDRs?: string[]; podCIDR?: string } }): Cidr[] {
-  const texts = node.spec?.podCIDRs?.length ? node.spec.podCIDRs : node.spec?.podCIDR ? [node.spec.podCIDR] : [];
-  if (texts.length > 2) throw new Error(`spec.podCIDRs lists ${texts.length} CIDRs; at most one per IP family`);
+/**
+ * A Node's spec.podCIDRs (spec.podCIDR on old Nodes; else the blocks kni's nodeIpam wrote on it)
+ * as ranges, checked as config ranges are.
+ */
+export function podCidrsOfNode(node: K8s.V1Node): Cidr[] {
+  const texts = nodePodCidrTexts(node);
+  if (texts.length > 2) throw new Error(`the Node lists ${texts.length} pod CIDRs; at most one per IP family`);
   const out: Cidr[] = [];
   for (const t of texts) {
     const c = parseCidr(t);
-    if (out.some((o) => o.family === c.family)) throw new Error(`spec.podCIDRs has two IPv${c.family} CIDRs`);
+    if (out.some((o) => o.family === c.family)) throw new Error(`the Node has two IPv${c.family} pod CIDRs`);
     if ((c.family === 4 && c.prefixLength > 30) || (c.family === 6 && c.prefixLength > 126)) throw new Error(`podCIDR ${c.text} is too small for a pod range`);
     out.push(c);
   }

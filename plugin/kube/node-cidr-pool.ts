@@ -1,0 +1,106 @@
+// Pod ranges for Nodes without spec.podCIDRs (a cluster made without node IPAM), handed out by
+// kni itself from nodeIpam.clusterCIDRs: one block per family per Node, the lowest free one, as
+// kube-controller-manager's range allocator does. Which Node holds which block is kept in one
+// ConfigMap, replaced with the resourceVersion it was read at: of two kni claiming at once one
+// wins, the other reads again and takes another block. Each kni then writes its blocks on its
+// own Node (annotation kni.dev/pod-cidrs), where every kni reads them as it reads podCIDRs.
+import type * as K8s from '@kubernetes/client-node';
+import type { NodeIpamConfig } from '../core/config';
+import { bitsOf, Cidr, cidrContains, cidrsOverlap, cidrSize, formatIp, parseCidr } from '../ipam/ip';
+import { isConflict, KubeApi, withTimeout } from './kube-api';
+
+export const POD_CIDRS_ANNOTATION = 'kni.dev/pod-cidrs';
+
+/** The lowest block of prefix length `mask` in `pool` that overlaps none of `taken` (undefined: none left). */
+export function freeBlock(pool: Cidr, mask: number, taken: Cidr[]): Cidr | undefined {
+  const shift = BigInt(bitsOf(pool.family) - mask);
+  const count = 1n << BigInt(mask - pool.prefixLength);
+  const poolLast = pool.base + cidrSize(pool) - 1n;
+  // Each taken CIDR covers a run of block indexes; the first index no run covers is free.
+  const runs = taken
+    .filter((t) => t.family === pool.family && cidrsOverlap(t, pool))
+    .map((t) => {
+      const last = t.base + cidrSize(t) - 1n;
+      return [t.base > pool.base ? (t.base - pool.base) >> shift : 0n, ((last < poolLast ? last : poolLast) - pool.base) >> shift] as const;
+    })
+    .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  let next = 0n;
+  for (const [first, last] of runs) {
+    if (first > next) break;
+    if (last + 1n > next) next = last + 1n;
+  }
+  return next < count ? parseCidr(`${formatIp(pool.family, pool.base + (next << shift))}/${mask}`) : undefined;
+}
+
+/** "a,b" as CIDRs; undefined when any is not one. */
+function cidrList(text: string | undefined): Cidr[] | undefined {
+  if (!text) return undefined;
+  try {
+    return text.split(',').map((t) => parseCidr(t.trim()));
+  } catch {
+    return undefined;
+  }
+}
+
+/** A Node's pod CIDRs: its spec.podCIDRs (node IPAM's), else the blocks kni wrote on it. */
+export function nodePodCidrTexts(node: K8s.V1Node): string[] {
+  if (node.spec?.podCIDRs?.length) return node.spec.podCIDRs;
+  if (node.spec?.podCIDR) return [node.spec.podCIDR];
+  const annotated = node.metadata?.annotations?.[POD_CIDRS_ANNOTATION];
+  return annotated ? annotated.split(',').map((t) => t.trim()) : [];
+}
+
+const maskOf = (cfg: NodeIpamConfig, pool: Cidr): number => (pool.family === 4 ? cfg.nodeMaskSizeIPv4 : cfg.nodeMaskSizeIPv6);
+
+/** Whether `blocks` are one block of the right size inside each pool. */
+const fits = (cfg: NodeIpamConfig, blocks: Cidr[]): boolean =>
+  blocks.length === cfg.clusterCIDRs.length && cfg.clusterCIDRs.every((p) => blocks.some((b) => b.family === p.family && b.prefixLength === maskOf(cfg, p) && cidrContains(p, b.family, b.base)));
+
+/**
+ * This Node's blocks: the ones the ConfigMap records for it, else new ones (`preferred`, the
+ * ranges its pods held before, when still free), recorded there. Entries of Nodes that no longer
+ * exist are dropped as it is written, so their blocks go back to the pool.
+ */
+export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName: string, preferred: Cidr[] = []): Promise<Cidr[]> {
+  const [namespace, name] = cfg.configMap.split('/');
+  for (let attempt = 0; attempt < 20; attempt++) {
+    let cm: K8s.V1ConfigMap | undefined;
+    try {
+      cm = await withTimeout(api.core.readNamespacedConfigMap({ namespace, name }), 10_000, `read ConfigMap ${cfg.configMap}`);
+    } catch (e) {
+      if ((e as { code?: number }).code !== 404) throw e;
+    }
+    const nodes = (await withTimeout(api.core.listNode(), 10_000, 'list Nodes')).items;
+    const present = new Set(nodes.map((n) => n.metadata?.name));
+    const data: Record<string, string> = {};
+    for (const [k, v] of Object.entries(cm?.data ?? {})) if (present.has(k) || k === nodeName) data[k] = v;
+    const recorded = cidrList(data[nodeName]);
+    if (recorded && fits(cfg, recorded)) return recorded;
+    const taken = [
+      ...Object.entries(data).filter(([k]) => k !== nodeName).flatMap(([, v]) => cidrList(v) ?? []),
+      ...nodes.filter((n) => n.metadata?.name !== nodeName).flatMap((n) => cidrList(nodePodCidrTexts(n).join(',')) ?? []),
+    ];
+    const blocks = cfg.clusterCIDRs.map((pool) => {
+      const mask = maskOf(cfg, pool);
+      const again = preferred.find((p) => p.family === pool.family && p.prefixLength === mask && cidrContains(pool, p.family, p.base) && !taken.some((t) => cidrsOverlap(t, p)));
+      const block = again ?? freeBlock(pool, mask, taken);
+      if (!block) throw new Error(`nodeIpam: ${pool.text} has no free /${mask} left for Node ${nodeName} (${taken.filter((t) => t.family === pool.family).length} taken)`);
+      return block;
+    });
+    data[nodeName] = blocks.map((b) => b.text).join(',');
+    try {
+      if (cm) await withTimeout(api.core.replaceNamespacedConfigMap({ namespace, name, body: { ...cm, data } }), 10_000, `write ConfigMap ${cfg.configMap}`);
+      else await withTimeout(api.core.createNamespacedConfigMap({ namespace, body: { metadata: { name, namespace, labels: { 'kni.dev/part': 'setup' } }, data } }), 10_000, `create ConfigMap ${cfg.configMap}`);
+      return blocks;
+    } catch (e) {
+      if (!isConflict(e)) throw e;
+    }
+  }
+  throw new Error(`nodeIpam: ConfigMap ${cfg.configMap} kept changing under 20 claims in a row`);
+}
+
+/** The blocks on this Node, for every kni to read (a merge patch of one annotation). */
+export async function annotateNodeCidrs(api: KubeApi, nodeName: string, blocks: Cidr[]): Promise<void> {
+  const body = { metadata: { annotations: { [POD_CIDRS_ANNOTATION]: blocks.map((b) => b.text).join(',') } } };
+  await withTimeout(api.core.patchNode({ name: nodeName, body }, api.k8s.setHeaderOptions('Content-Type', api.k8s.PatchStrategy.MergePatch)), 10_000, 'patch Node');
+}
