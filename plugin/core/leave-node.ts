@@ -23,7 +23,7 @@ const MARKER = 'leaving';
 /** Kept in the state dir when kni leaves: extensions registered with the node, not with a kni pod, are called again by a kni that comes back. */
 const KEPT = new Set(['extensions']);
 
-/** Where kni ran with this state dir (not as root: it cannot have). */
+/** Marks a state dir kni ran with (none there, or not root as kni runs: nothing to mark). */
 export function markLeaving(stateDir: string): void {
   if (!fs.existsSync(stateDir) || process.getuid?.() !== 0) return;
   fs.writeFileSync(path.join(stateDir, MARKER), `${new Date().toISOString()}\n`);
