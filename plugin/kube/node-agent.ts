@@ -12,7 +12,7 @@ import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
-import { annotateNodeCidrs, claimNodeCidrs, nodePodCidrTexts } from './node-cidr-pool';
+import { annotateNodeCidrs, claimNodeCidrs, nodePodCidrSource, nodePodCidrTexts } from './node-cidr-pool';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
@@ -24,6 +24,8 @@ export interface AgentStatus {
   nodeName: string;
   /** The Node's spec.podCIDRs as last seen, and the ranges kni uses (from the Node, or the state dir). */
   nodePodCidrs: string[];
+  /** "spec.podCIDRs" (node IPAM) or "kni.dev/pod-cidrs" (nodeIpam's); '' while there are none. */
+  podCidrsSource: string;
   ranges: string[];
   rangesProblem: string;
   backend: string;
@@ -68,6 +70,7 @@ export class NodeAgent {
   private stopped = false;
   private nodePodCidrs: string[] = [];
   private rangesProblem = '';
+  private podCidrsSource = '';
   private claiming = false;
   private claimProblem = '';
   private refusedKey = '';
@@ -229,6 +232,7 @@ export class NodeAgent {
       return;
     }
     this.nodePodCidrs = cidrs.map((c) => c.text);
+    this.podCidrsSource = nodePodCidrSource(node);
     if (!cidrs.length) {
       const pool = this.cfg.nodeIpam.clusterCIDRs;
       this.rangesProblem = pool.length
@@ -349,6 +353,7 @@ export class NodeAgent {
     return {
       nodeName: this.nodeName,
       nodePodCidrs: this.nodePodCidrs,
+      podCidrsSource: this.podCidrsSource,
       ranges: this.cfg.ranges.map((c) => c.text),
       rangesProblem: this.rangesProblem,
       backend: this.cfg.backend,

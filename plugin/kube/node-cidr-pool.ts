@@ -42,6 +42,12 @@ function cidrList(text: string | undefined): Cidr[] | undefined {
   }
 }
 
+/** Where a Node's pod CIDRs come from (nodePodCidrTexts): '' while it has none. */
+export function nodePodCidrSource(node: K8s.V1Node): string {
+  if (node.spec?.podCIDRs?.length || node.spec?.podCIDR) return 'spec.podCIDRs';
+  return node.metadata?.annotations?.[POD_CIDRS_ANNOTATION] ? POD_CIDRS_ANNOTATION : '';
+}
+
 /** A Node's pod CIDRs: its spec.podCIDRs (node IPAM's), else the blocks kni wrote on it. */
 export function nodePodCidrTexts(node: K8s.V1Node): string[] {
   if (node.spec?.podCIDRs?.length) return node.spec.podCIDRs;

@@ -97,6 +97,7 @@ function clusterStatus(s: AgentStatus): Record<string, unknown> {
   return {
     node_name: s.nodeName,
     node_pod_cidrs: s.nodePodCidrs,
+    pod_cidrs_source: s.podCidrsSource,
     ranges: s.ranges,
     ranges_problem: s.rangesProblem,
     backend: s.backend,

@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { cidrContains, parseCidr, parseIp } from '../../plugin/ipam/ip';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, getFromNode, KUBECONFIG, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, KUBECONFIG, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 import { connectKube } from '../../plugin/kube/kube-api';
 import { claimNodeCidrs } from '../../plugin/kube/node-cidr-pool';
 
@@ -39,6 +39,13 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
     assert.equal(new Set(all.map((b) => b.split(',')[0])).size, WORKERS.length, `two nodes got one block: ${all.join(' ')}`);
     assert.equal(new Set(all.map((b) => b.split(',')[1])).size, WORKERS.length, `two nodes got one block: ${all.join(' ')}`);
     assert.deepEqual(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-node-cidrs').data, blocks);
+    // One place to look: knictl node says where the ranges come from.
+    for (const w of WORKERS) {
+      const c = knictl(w, 'node').cluster;
+      assert.deepEqual([c.node_pod_cidrs.join(','), c.ranges.join(','), c.pod_cidrs_source, c.ranges_problem], [blocks[`kc-${w}`], blocks[`kc-${w}`], 'kni.dev/pod-cidrs', '']);
+    }
+    const shown = execFileSync(process.execPath, ['dist/plugin/knictl.js', '--socket', `${CL}/${WORKERS[0]}/root/run/kni/kni.sock`, 'node'], { encoding: 'utf8' });
+    assert.ok(shown.includes(`pod CIDRs of the Node (kni's nodeIpam): ${blocks[`kc-${WORKERS[0]}`]}`), shown);
 
     for (const w of WORKERS) apply(POD(`ipam-${w}`, w));
     await waitFor(() => WORKERS.every((w) => podIps(`ipam-${w}`).length === 2 && kubectlJson('get', 'pod', `ipam-${w}`).status.phase === 'Running'), 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
