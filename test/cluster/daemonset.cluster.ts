@@ -6,7 +6,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictlInPod, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, knictlInPod, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB } from './cluster-helpers';
 
 const nodesReady = () => kubectlJson('get', 'nodes').items.every((n: any) => ready(n).status === 'True');
 const conflistInode = (w: string) => fs.statSync(`${CL}/${w}/root/etc/cni/net.d/10-kni.conflist`).ino;
@@ -146,5 +146,17 @@ describe('cluster: kni as a DaemonSet from its image', function () {
       assert.ok(!fs.existsSync(`${CL}/${w}/root/opt/cni/bin/kni-cni`), `kni-cni left on kc-${w}`);
     }
     await waitFor(() => kniLeftOn('w1').length === 0, 60_000, () => kniLeftOn('w1').join('\n'));
+  });
+
+  it('the next network on those nodes (the CNI reference plugins, whose bridge takes the same gateway address kni0 had) works: nothing of kni stands in its way', async () => {
+    cluster('reference-cni');
+    for (const w of ['w1', 'w2']) apply(POD(`next-${w}`, w));
+    const ip = (name: string) => kubectlJson('get', 'pod', name).status.podIPs?.[0]?.ip as string | undefined;
+    await waitFor(() => ['w1', 'w2'].every((w) => ip(`next-${w}`) && kubectlJson('get', 'pod', `next-${w}`).status.phase === 'Running'), 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    for (const w of ['w1', 'w2']) {
+      // The node reaches its pod over the new bridge: no kni0 route to the same range in the way.
+      assert.match(getFromNode(w, ip(`next-${w}`)!, 80), /^HTTP\/1\.[01] 200/);
+      assert.deepEqual(kniLeftOn(w), [], `kc-${w}`);
+    }
   });
 });
