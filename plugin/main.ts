@@ -211,7 +211,9 @@ async function main(): Promise<void> {
   // rewritten behind its back: looked at again as often as reconcile runs.
   let confOrderTimer: NodeJS.Timeout | undefined;
   const checkConfOrder = () => {
-    const drift = rt.node.isSetUp && !leavingMarked(opts.stateDir) ? cniInstallDrift(cfg.cni) : '';
+    const leaving = leavingMarked(opts.stateDir);
+    rt.node.warn('uninstalled', leaving ? `kni was uninstalled (${path.join(opts.stateDir, 'leaving')}): its CNI config is gone and not written again, and kni leaves this node when it stops (start it again to stay)` : undefined);
+    const drift = rt.node.isSetUp && !leaving ? cniInstallDrift(cfg.cni) : '';
     if (drift) {
       try {
         rt.node.cniConfig = installCni(cfg.cni, cfg.name).conflist;

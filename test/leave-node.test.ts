@@ -49,8 +49,9 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       assert.match(u.stdout, /"msg":"kni-runtime is running: it removes its node network and state when it stops, if no pod is left on its network"/);
       assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`) && !fs.existsSync(`${binDir}/kni-cni`));
       assert.ok(fs.existsSync(`${g.stateDir}/leaving`));
-      // Uninstalled, its files are not put back as ones removed behind its back are.
-      await new Promise((r) => setTimeout(r, 2500));
+      // Uninstalled, its files are not put back as ones removed behind its back are; it says so.
+      await waitFor(async () => (await g.rt().GetNode()).warnings.some((w: string) => w.startsWith('kni was uninstalled')), 10_000, () => g.output.slice(-2000));
+      await new Promise((r) => setTimeout(r, 1500));
       assert.ok(!fs.existsSync(`${confDir}/10-kni.conflist`) && !fs.existsSync(`${binDir}/kni-cni`));
       await g.stop();
       assert.match(g.output, /"msg":"kni leaves this node with pods on its network: their interfaces stay.*"records":1/);
@@ -62,6 +63,7 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       await g.launch();
       assert.match(g.output, /"msg":"kni is back on this node \(it had been uninstalled while running\)"/);
       assert.ok(!fs.existsSync(`${g.stateDir}/leaving`));
+      assert.ok(!(await g.rt().GetNode()).warnings.some((w: string) => w.startsWith('kni was uninstalled')));
       assert.equal(cni('DEL', env('leave', podNetns), conf).code, 0);
 
       // No pod left: everything kni made on the node goes when it stops.
