@@ -6,7 +6,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { cidrContains, parseCidr, parseIp } from '../../plugin/ipam/ip';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, getFromNode, KUBECONFIG, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
+import { apply, BIN, CL, cluster, getFromNode, KUBECONFIG, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 import { connectKube } from '../../plugin/kube/kube-api';
 import { claimNodeCidrs } from '../../plugin/kube/node-cidr-pool';
 
@@ -38,6 +38,9 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
     for (const b of all) assert.match(b, /^10\.244\.\d+\.0\/24,fd00:10:244:[0-9a-f:]*\/64$/);
     assert.equal(new Set(all.map((b) => b.split(',')[0])).size, WORKERS.length, `two nodes got one block: ${all.join(' ')}`);
     assert.equal(new Set(all.map((b) => b.split(',')[1])).size, WORKERS.length, `two nodes got one block: ${all.join(' ')}`);
+    assert.deepEqual(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-node-cidrs').data, blocks);
+    // The manifest applied again (an upgrade) keeps kni's entries: it ships the ConfigMap with no data.
+    execFileSync('kubectl', ['--kubeconfig', KUBECONFIG, 'apply', '-l', 'kni.dev/part=setup', '-f', 'kind-config/kni-daemonset.yaml'], { encoding: 'utf8', env: { ...process.env, PATH: `${BIN}:${process.env.PATH}` } });
     assert.deepEqual(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-node-cidrs').data, blocks);
     // One place to look: knictl node says where the ranges come from.
     for (const w of WORKERS) {
