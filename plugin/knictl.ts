@@ -102,7 +102,7 @@ function clusterText(c: any): string {
   const api = c.api ?? {};
   const lines = [
     `node: ${c.node_name}`,
-    `pod CIDRs of the Node${c.pod_cidrs_source === 'kni.dev/pod-cidrs' ? " (kni's nodeIpam)" : ''}: ${c.node_pod_cidrs.join(',') || '-'}   ranges in use: ${c.ranges.join(',') || '-'}${c.ranges_problem ? `   problem: ${c.ranges_problem}` : ''}`,
+    `pod CIDRs of the Node${c.pod_cidrs_source ? ` (${c.pod_cidrs_source})` : ''}: ${c.node_pod_cidrs.join(',') || '-'}   ranges in use: ${c.ranges.join(',') || '-'}${c.ranges_problem ? `   problem: ${c.ranges_problem}` : ''}`,
     `backend: ${c.backend}`,
     `API server: ${api.connected ? 'connected' : `NOT CONNECTED${api.error ? ` (${api.error})` : ''}`} via ${api.source}, watch restarts: ${api.watch_restarts ?? 0}`,
     '',

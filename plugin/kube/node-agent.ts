@@ -12,7 +12,7 @@ import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
-import { annotateNodeCidrs, claimNodeCidrs, nodePodCidrSource, nodePodCidrTexts } from './node-cidr-pool';
+import { claimNodeCidrs, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
@@ -24,7 +24,7 @@ export interface AgentStatus {
   nodeName: string;
   /** The Node's spec.podCIDRs as last seen, and the ranges kni uses (from the Node, or the state dir). */
   nodePodCidrs: string[];
-  /** "spec.podCIDRs" (node IPAM) or "kni.dev/pod-cidrs" (nodeIpam's); '' while there are none. */
+  /** Who set the Node's podCIDRs: "node IPAM" or "kni's nodeIpam"; '' while there are none. */
   podCidrsSource: string;
   ranges: string[];
   rangesProblem: string;
@@ -275,7 +275,7 @@ export class NodeAgent {
     }
     void claimNodeCidrs(this.api, this.cfg.nodeIpam, this.nodeName, preferred)
       .then(async (blocks) => {
-        await annotateNodeCidrs(this.api, this.nodeName, blocks);
+        await setNodePodCidrs(this.api, this.nodeName, blocks);
         this.claimProblem = '';
         log('info', 'pod ranges claimed from nodeIpam', { node: this.nodeName, ranges: blocks.map((b) => b.text), configMap: this.cfg.nodeIpam.configMap });
       })

@@ -2,14 +2,16 @@
 // kni itself from nodeIpam.clusterCIDRs: one block per family per Node, the lowest free one, as
 // kube-controller-manager's range allocator does. Which Node holds which block is kept in one
 // ConfigMap, replaced with the resourceVersion it was read at: of two kni claiming at once one
-// wins, the other reads again and takes another block. Each kni then writes its blocks on its
-// own Node (annotation kni.dev/pod-cidrs), where every kni reads them as it reads podCIDRs.
+// wins, the other reads again and takes another block. Each kni then sets its own Node's
+// spec.podCIDRs, as that allocator would: every kni, and anything else reading podCIDRs
+// (kube-proxy's --detect-local-mode=NodeCIDR, a CNI plugin's IPAM), finds them where node IPAM
+// puts them. The annotation kni.dev/node-ipam says kni set them.
 import type * as K8s from '@kubernetes/client-node';
 import type { NodeIpamConfig } from '../core/config';
 import { bitsOf, Cidr, cidrContains, cidrsOverlap, cidrSize, formatIp, parseCidr } from '../ipam/ip';
 import { isConflict, KubeApi, withTimeout } from './kube-api';
 
-export const POD_CIDRS_ANNOTATION = 'kni.dev/pod-cidrs';
+export const NODE_IPAM_ANNOTATION = 'kni.dev/node-ipam';
 
 /** The lowest block of prefix length `mask` in `pool` that overlaps none of `taken` (undefined: none left). */
 export function freeBlock(pool: Cidr, mask: number, taken: Cidr[]): Cidr | undefined {
@@ -42,18 +44,17 @@ function cidrList(text: string | undefined): Cidr[] | undefined {
   }
 }
 
-/** Where a Node's pod CIDRs come from (nodePodCidrTexts): '' while it has none. */
-export function nodePodCidrSource(node: K8s.V1Node): string {
-  if (node.spec?.podCIDRs?.length || node.spec?.podCIDR) return 'spec.podCIDRs';
-  return node.metadata?.annotations?.[POD_CIDRS_ANNOTATION] ? POD_CIDRS_ANNOTATION : '';
-}
-
-/** A Node's pod CIDRs: its spec.podCIDRs (node IPAM's), else the blocks kni wrote on it. */
+/** A Node's pod CIDRs: spec.podCIDRs (spec.podCIDR on old Nodes). */
 export function nodePodCidrTexts(node: K8s.V1Node): string[] {
   if (node.spec?.podCIDRs?.length) return node.spec.podCIDRs;
-  if (node.spec?.podCIDR) return [node.spec.podCIDR];
-  const annotated = node.metadata?.annotations?.[POD_CIDRS_ANNOTATION];
-  return annotated ? annotated.split(',').map((t) => t.trim()) : [];
+  return node.spec?.podCIDR ? [node.spec.podCIDR] : [];
+}
+
+/** Who set a Node's pod CIDRs: "kni's nodeIpam", "node IPAM" (anyone else), '' while it has none. */
+export function nodePodCidrSource(node: K8s.V1Node): string {
+  const texts = nodePodCidrTexts(node);
+  if (!texts.length) return '';
+  return node.metadata?.annotations?.[NODE_IPAM_ANNOTATION] === texts.join(',') ? "kni's nodeIpam" : 'node IPAM';
 }
 
 const maskOf = (cfg: NodeIpamConfig, pool: Cidr): number => (pool.family === 4 ? cfg.nodeMaskSizeIPv4 : cfg.nodeMaskSizeIPv6);
@@ -105,8 +106,12 @@ export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName
   throw new Error(`nodeIpam: ConfigMap ${cfg.configMap} kept changing under 20 claims in a row`);
 }
 
-/** The blocks on this Node, for every kni to read (a merge patch of one annotation). */
-export async function annotateNodeCidrs(api: KubeApi, nodeName: string, blocks: Cidr[]): Promise<void> {
-  const body = { metadata: { annotations: { [POD_CIDRS_ANNOTATION]: blocks.map((b) => b.text).join(',') } } };
+/**
+ * This Node's spec.podCIDRs (and podCIDR, the first), set once as node IPAM sets them: the API
+ * server refuses to change them once set, so a Node given others meanwhile keeps those.
+ */
+export async function setNodePodCidrs(api: KubeApi, nodeName: string, blocks: Cidr[]): Promise<void> {
+  const texts = blocks.map((b) => b.text);
+  const body = { metadata: { annotations: { [NODE_IPAM_ANNOTATION]: texts.join(',') } }, spec: { podCIDR: texts[0], podCIDRs: texts } };
   await withTimeout(api.core.patchNode({ name: nodeName, body }, api.k8s.setHeaderOptions('Content-Type', api.k8s.PatchStrategy.MergePatch)), 10_000, 'patch Node');
 }

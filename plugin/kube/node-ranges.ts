@@ -1,4 +1,4 @@
-// The node's pod ranges when they come from its Node's spec.podCIDRs (or kni's nodeIpam). They are written to the
+// The node's pod ranges when they come from its Node's spec.podCIDRs (set by node IPAM, or by kni's nodeIpam). They are written to the
 // state dir the first time they are adopted, and that file wins at every later start: a kni
 // restarted while the API server is away comes back on the ranges its pods hold addresses in.
 import fs from 'node:fs';
@@ -10,17 +10,14 @@ import type * as K8s from '@kubernetes/client-node';
 
 const FILE = 'node-pod-ranges.json';
 
-/**
- * A Node's spec.podCIDRs (spec.podCIDR on old Nodes; else the blocks kni's nodeIpam wrote on it)
- * as ranges, checked as config ranges are.
- */
+/** A Node's spec.podCIDRs (spec.podCIDR on old Nodes) as ranges, checked as config ranges are. */
 export function podCidrsOfNode(node: K8s.V1Node): Cidr[] {
   const texts = nodePodCidrTexts(node);
-  if (texts.length > 2) throw new Error(`the Node lists ${texts.length} pod CIDRs; at most one per IP family`);
+  if (texts.length > 2) throw new Error(`spec.podCIDRs lists ${texts.length} CIDRs; at most one per IP family`);
   const out: Cidr[] = [];
   for (const t of texts) {
     const c = parseCidr(t);
-    if (out.some((o) => o.family === c.family)) throw new Error(`the Node has two IPv${c.family} pod CIDRs`);
+    if (out.some((o) => o.family === c.family)) throw new Error(`spec.podCIDRs has two IPv${c.family} CIDRs`);
     if ((c.family === 4 && c.prefixLength > 30) || (c.family === 6 && c.prefixLength > 126)) throw new Error(`podCIDR ${c.text} is too small for a pod range`);
     out.push(c);
   }

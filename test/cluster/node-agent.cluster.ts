@@ -80,7 +80,7 @@ describe('cluster: kni as the node agent', function () {
       const s = knictl(w, 'node');
       assert.deepEqual(s.networks[0].ranges, n.spec.podCIDRs);
       assert.deepEqual(s.cluster.ranges, n.spec.podCIDRs);
-      assert.equal(s.cluster.pod_cidrs_source, 'spec.podCIDRs');
+      assert.equal(s.cluster.pod_cidrs_source, 'node IPAM');
       assert.equal(s.cluster.api.connected, true);
       const other = WORKERS.find((x) => x !== w)!;
       const routes = peerRoutes(w);

@@ -1,6 +1,6 @@
 // A cluster made without node IPAM (kube-controller-manager --allocate-node-cidrs=false: its Nodes
 // get no spec.podCIDRs): kni's nodeIpam hands each Node a block of the cluster's pod CIDRs,
-// recorded in one ConfigMap and written on the Node, and routes between them as between podCIDRs.
+// recorded in one ConfigMap and set as the Node's spec.podCIDRs, as node IPAM would have.
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
@@ -11,7 +11,12 @@ import { connectKube } from '../../plugin/kube/kube-api';
 import { claimNodeCidrs } from '../../plugin/kube/node-cidr-pool';
 
 const podIps = (name: string): string[] => kubectlJson('get', 'pod', name).status.podIPs?.map((x: any) => x.ip) ?? [];
-const annotated = () => Object.fromEntries(kubectlJson('get', 'nodes').items.map((n: any) => [n.metadata.name, n.metadata.annotations?.['kni.dev/pod-cidrs'] ?? '']));
+/** Each Node's spec.podCIDRs, as "v4,v6"; those kni's nodeIpam set carry its annotation saying so. */
+const podCidrs = () => Object.fromEntries(kubectlJson('get', 'nodes').items.map((n: any) => {
+  const set = (n.spec.podCIDRs ?? []).join(',');
+  assert.equal(n.metadata.annotations?.['kni.dev/node-ipam'], set || undefined, n.metadata.name);
+  return [n.metadata.name, set];
+}));
 
 describe('cluster: kni\'s own node IPAM, in a cluster made without it', function () {
   this.timeout(300_000);
@@ -29,11 +34,11 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
     cluster('down');
   });
 
-  it('each kni claims its own blocks (recorded in the ConfigMap, written on its Node), the nodes become Ready, pods reach across nodes, and a restart keeps the blocks', async () => {
+  it('each kni claims its own blocks (recorded in the ConfigMap, set as its Node\'s spec.podCIDRs), the nodes become Ready, pods reach across nodes, and a restart keeps the blocks', async () => {
     for (const n of kubectlJson('get', 'nodes').items) assert.equal(n.spec.podCIDRs, undefined, `${n.metadata.name} has podCIDRs: node IPAM is on`);
     // cluster.sh kni waits for every node to be Ready.
     kniWith('nodeIpam: { clusterCIDRs: [10.244.0.0/16, "fd00:10:244::/56"] }\n');
-    const blocks = annotated();
+    const blocks = podCidrs();
     const all = WORKERS.map((w) => blocks[`kc-${w}`]);
     for (const b of all) assert.match(b, /^10\.244\.\d+\.0\/24,fd00:10:244:[0-9a-f:]*\/64$/);
     assert.equal(new Set(all.map((b) => b.split(',')[0])).size, WORKERS.length, `two nodes got one block: ${all.join(' ')}`);
@@ -45,7 +50,7 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
     // One place to look: knictl node says where the ranges come from.
     for (const w of WORKERS) {
       const c = knictl(w, 'node').cluster;
-      assert.deepEqual([c.node_pod_cidrs.join(','), c.ranges.join(','), c.pod_cidrs_source, c.ranges_problem], [blocks[`kc-${w}`], blocks[`kc-${w}`], 'kni.dev/pod-cidrs', '']);
+      assert.deepEqual([c.node_pod_cidrs.join(','), c.ranges.join(','), c.pod_cidrs_source, c.ranges_problem], [blocks[`kc-${w}`], blocks[`kc-${w}`], "kni's nodeIpam", '']);
     }
     const shown = execFileSync(process.execPath, ['dist/plugin/knictl.js', '--socket', `${CL}/${WORKERS[0]}/root/run/kni/kni.sock`, 'node'], { encoding: 'utf8' });
     assert.ok(shown.includes(`pod CIDRs of the Node (kni's nodeIpam): ${blocks[`kc-${WORKERS[0]}`]}`), shown);
@@ -77,7 +82,7 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
         return false;
       }
     }, 60_000, () => fs.readFileSync(`${CL}/run/kni-${one}.log`, 'utf8').slice(-2000));
-    assert.deepEqual(annotated(), blocks);
+    assert.deepEqual(podCidrs(), blocks);
     assert.deepEqual(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-node-cidrs').data, blocks);
     assert.deepEqual(claims(), [], 'the restarted kni claimed again');
     for (const w of WORKERS) kubectl('delete', 'pod', `ipam-${w}`, '--wait=true');
@@ -101,11 +106,13 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
       assert.deepEqual((await claimNodeCidrs(api, cfg, names[3])).map((c) => c.text).join(','), texts[3]);
       // A Node gone: its block is the lowest free again, and its entry goes as another is written.
       kubectl('delete', 'node', names[0]);
+      apply(`apiVersion: v1\nkind: Node\nmetadata: {name: kc-fake-new}\nspec: {taints: [{key: example.com/not-real, effect: NoSchedule}]}\n`);
       const next = await claimNodeCidrs(api, cfg, 'kc-fake-new');
       assert.equal(next.map((c) => c.text).join(','), texts[0]);
       assert.equal(kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-node-cidrs').data[names[0]], undefined);
-      // Full: the error says which pool.
-      await assert.rejects(claimNodeCidrs(api, { ...cfg, clusterCIDRs: [parseCidr('10.250.0.0/24')] }, names[1]), /nodeIpam: 10\.250\.0\.0\/24 has no free \/24 left for Node kc-fake-1/);
+      // Full: a pool of one block another Node holds (which one won it depends on the race above).
+      const other = names.slice(1).find((n) => !data[n].startsWith('10.250.0.0/24'))!;
+      await assert.rejects(claimNodeCidrs(api, { ...cfg, clusterCIDRs: [parseCidr('10.250.0.0/24')] }, other), new RegExp(`nodeIpam: 10\\.250\\.0\\.0/24 has no free /24 left for Node ${other} `));
     } finally {
       for (const n of [...names, 'kc-fake-new']) kubectl('delete', 'node', n, '--ignore-not-found');
     }
