@@ -4,7 +4,7 @@ import { Command } from 'commander';
 import { BUILD, versionText } from './version';
 import net from 'node:net';
 import path from 'node:path';
-import { Config, ConfigError, loadConfig } from './core/config';
+import { Config, ConfigError, configText, loadConfig } from './core/config';
 import { NriPlugin } from '../runtime-hooks/nri/nri-plugin';
 import { log, setLogLevel } from './core/log';
 import { socketPathProblem } from './core/validate';
@@ -116,7 +116,7 @@ async function main(): Promise<void> {
   const cfg = loadConfig(opts.config);
   if (cfg.logLevel) setLogLevel(cfg.logLevel);
   if (opts.printConfig) {
-    process.stdout.write(`${JSON.stringify({ ...cfg, mtu: cfg.mtu || 'auto', ranges: cfg.ranges.map((c) => c.text), nonMasqueradeCIDRs: cfg.nonMasqueradeCIDRs.map((c) => c.text), nodeIpam: { ...cfg.nodeIpam, clusterCIDRs: cfg.nodeIpam.clusterCIDRs.map((c) => c.text) } }, null, 2)}\n`);
+    process.stdout.write(`${JSON.stringify({ ...configText(cfg), mtu: cfg.mtu || 'auto' }, null, 2)}\n`);
     return;
   }
   if (opts.uninstallIfLeaving && !(await kniLeaving(cfg))) return;

@@ -7,6 +7,8 @@ import { DNS_LABEL, parseEveryPod } from '../networks/network-selection';
 
 /** A Kubernetes object name (DNS subdomain), as Node names are. */
 const NODE_NAME = /^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/;
+/** "namespace/name" of a namespaced object (kni's ConfigMaps). */
+const NAMESPACED_NAME = /^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/;
 
 export const LOG_LEVELS = ['debug', 'info', 'warn', 'error'];
 
@@ -30,7 +32,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
         else cfg.kubernetes.kubeconfig = k.kubeconfig;
       }
       if (k.configMap !== undefined) {
-        if (typeof k.configMap !== 'string' || (k.configMap !== '' && !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(k.configMap))) problems.push(`kubernetes.configMap ${JSON.stringify(k.configMap)} must be "namespace/name"`);
+        if (typeof k.configMap !== 'string' || (k.configMap !== '' && !NAMESPACED_NAME.test(k.configMap))) problems.push(`kubernetes.configMap ${JSON.stringify(k.configMap)} must be "namespace/name"`);
         else cfg.kubernetes.configMap = k.configMap;
       }
       if (k.configKey !== undefined) {
@@ -195,7 +197,7 @@ function parseNodeIpam(v: unknown, cfg: Config, problems: string[]): void {
     else cfg.nodeIpam[key] = m as number;
   }
   if (n.configMap !== undefined) {
-    if (typeof n.configMap !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\/[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$/.test(n.configMap)) problems.push(`nodeIpam.configMap ${JSON.stringify(n.configMap)} must be "namespace/name"`);
+    if (typeof n.configMap !== 'string' || !NAMESPACED_NAME.test(n.configMap)) problems.push(`nodeIpam.configMap ${JSON.stringify(n.configMap)} must be "namespace/name"`);
     else cfg.nodeIpam.configMap = n.configMap;
   }
   const list = n.clusterCIDRs;

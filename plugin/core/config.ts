@@ -187,6 +187,15 @@ export const DEFAULT_NETNS_ROOTS = [
   '/run/containerd/io.containerd.grpc.v1.cri/netns',
 ];
 
+/** The config with every CIDR as its text: what JSON can write (a CIDR's base is a bigint). */
+export type ConfigText = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'> & { ranges: string[]; nonMasqueradeCIDRs: string[]; nodeIpam: Omit<NodeIpamConfig, 'clusterCIDRs'> & { clusterCIDRs: string[] } };
+export const configText = (c: Config): ConfigText => ({
+  ...c,
+  ranges: c.ranges.map((r) => r.text),
+  nonMasqueradeCIDRs: c.nonMasqueradeCIDRs.map((r) => r.text),
+  nodeIpam: { ...c.nodeIpam, clusterCIDRs: c.nodeIpam.clusterCIDRs.map((r) => r.text) },
+});
+
 export const defaultConfig = (): Config => ({
   name: 'kni',
   bridge: 'kni0',

@@ -3,7 +3,7 @@
 // refused — kni keeps its config, logs every problem and records an Event on the ConfigMap.
 // Deleted, it keeps its config too and says so (the DaemonSet mounts it: a restart needs it).
 import type * as K8s from '@kubernetes/client-node';
-import { Config, ConfigError, parseConfigText } from '../core/config';
+import { Config, ConfigError, ConfigText, configText, parseConfigText } from '../core/config';
 import { log, setLogLevel } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { configChangesTotal } from '../observe/metrics';
@@ -13,14 +13,8 @@ import { WatchRestart } from './watch-restart';
 /** Settings applied live; every other one needs a restart of kni. */
 export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'backend', 'vxlan', 'extensions'] as const;
 
-// CIDRs compared as their text (their base is a bigint, which JSON does not write).
-type Comparable = Omit<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'> & { ranges: string[]; nonMasqueradeCIDRs: string[]; nodeIpam: Omit<Config['nodeIpam'], 'clusterCIDRs'> & { clusterCIDRs: string[] } };
-const comparable = (c: Config): Comparable => ({
-  ...c,
-  ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text),
-  nonMasqueradeCIDRs: c.nonMasqueradeCIDRs.map((r) => r.text),
-  nodeIpam: { ...c.nodeIpam, clusterCIDRs: c.nodeIpam.clusterCIDRs.map((r) => r.text) },
-});
+// CIDRs compared as their text; ranges taken from the Node are not the file's.
+const comparable = (c: Config): ConfigText => ({ ...configText(c), ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });
 
 /** The top-level settings that differ, split into those applied live and those that are not. */
 export function diffConfig(current: Config, next: Config): { live: string[]; fixed: string[] } {

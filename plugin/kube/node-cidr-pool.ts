@@ -34,15 +34,17 @@ export function freeBlock(pool: Cidr, mask: number, taken: Cidr[]): Cidr | undef
   return next < count ? parseCidr(`${formatIp(pool.family, pool.base + (next << shift))}/${mask}`) : undefined;
 }
 
-/** "a,b" as CIDRs; undefined when any is not one. */
-function cidrList(text: string | undefined): Cidr[] | undefined {
-  if (!text) return undefined;
+/** Texts as CIDRs; undefined when any is not one. */
+function cidrsOf(texts: string[]): Cidr[] | undefined {
   try {
-    return text.split(',').map((t) => parseCidr(t.trim()));
+    return texts.map((t) => parseCidr(t.trim()));
   } catch {
     return undefined;
   }
 }
+
+/** A ConfigMap entry ("a,b") as CIDRs; undefined when empty or when any is not one. */
+const cidrList = (text: string | undefined): Cidr[] | undefined => (text ? cidrsOf(text.split(',')) : undefined);
 
 /** A Node's pod CIDRs: spec.podCIDRs (spec.podCIDR on old Nodes). */
 export function nodePodCidrTexts(node: K8s.V1Node): string[] {
@@ -85,7 +87,7 @@ export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName
     if (recorded && fits(cfg, recorded)) return recorded;
     const taken = [
       ...Object.entries(data).filter(([k]) => k !== nodeName).flatMap(([, v]) => cidrList(v) ?? []),
-      ...nodes.filter((n) => n.metadata?.name !== nodeName).flatMap((n) => cidrList(nodePodCidrTexts(n).join(',')) ?? []),
+      ...nodes.filter((n) => n.metadata?.name !== nodeName).flatMap((n) => cidrsOf(nodePodCidrTexts(n)) ?? []),
     ];
     const blocks = cfg.clusterCIDRs.map((pool) => {
       const mask = maskOf(cfg, pool);
