@@ -19,6 +19,7 @@ import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { convertResult } from '../plugin/cni/cni-network';
 import { unroutedPeersWarning } from '../plugin/kube/node-agent';
 import { freeBlock } from '../plugin/kube/node-cidr-pool';
+import { unmasqueraded } from '../plugin/node/masquerade';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -284,6 +285,18 @@ describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
     assert.match(none, /^Nodes b, c, d, e, f and 2 more have no spec\.podCIDRs, .*: kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off\? .*--allocate-node-cidrs/);
     // From the Node (or a CNI default network's), the same Nodes are only waiting for theirs.
     assert.match(unroutedPeersWarning([view('a'), view('b')], 'a', false)!, /until node IPAM gives them podCIDRs$/);
+  });
+});
+
+describe('where pod traffic keeps its source address (KNI-MASQ\'s returns)', () => {
+  const c = (...t: string[]) => t.map(parseCidr);
+  const texts = (l: ReturnType<typeof parseCidr>[]) => l.map((x) => x.text);
+  it('is every pod CIDR of the cluster and nonMasqueradeCIDRs; with nodeIpam the cluster\'s CIDRs stand for the nodes\' blocks in them', () => {
+    const none = { clusterCIDRs: [], nodeMaskSizeIPv4: 24, nodeMaskSizeIPv6: 64, configMap: 'kube-system/kni-node-cidrs' };
+    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: none }, c('10.1.1.0/24'))), ['10.1.0.0/24', 'fd00:1::/64', '10.1.1.0/24', '192.0.2.0/24']);
+    const pool = { ...none, clusterCIDRs: c('10.1.0.0/16', 'fd00:1::/48') };
+    // A peer's block outside the pool (set by another node IPAM before nodeIpam) still returns.
+    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: pool }, c('10.1.1.0/24', 'fd00:1:0:1::/64', '10.9.0.0/24'))), ['10.1.0.0/16', 'fd00:1::/48', '10.9.0.0/24', '192.0.2.0/24']);
   });
 });
 

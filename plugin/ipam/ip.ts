@@ -139,6 +139,9 @@ export const cidrSize = (c: Cidr): bigint => 1n << BigInt(bitsOf(c.family) - c.p
 export const cidrContains = (c: Cidr, family: Family, v: bigint): boolean =>
   family === c.family && v >= c.base && v < c.base + cidrSize(c);
 
+/** Whether every address of `inner` is in `outer`. */
+export const cidrCovers = (outer: Cidr, inner: Cidr): boolean => outer.prefixLength <= inner.prefixLength && cidrContains(outer, inner.family, inner.base);
+
 export function cidrsOverlap(a: Cidr, b: Cidr): boolean {
   if (a.family !== b.family) return false;
   return a.base < b.base + cidrSize(b) && b.base < a.base + cidrSize(a);

@@ -7,7 +7,7 @@
 // POSTROUTING too, and a pod's multicast or broadcast to the pods beside it would arrive from
 // the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
-import { Cidr, Family } from '../ipam/ip';
+import { Cidr, cidrCovers, Family } from '../ipam/ip';
 import { chainDrift, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
@@ -19,9 +19,16 @@ const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', '
 
 /**
  * Where pod traffic keeps its source address: every pod CIDR of the cluster (this node's and
- * each peer's) and the destinations the config names (nonMasqueradeCIDRs).
+ * each peer's) and the destinations the config names (nonMasqueradeCIDRs). With nodeIpam the
+ * cluster's pod CIDRs are known whole: they stand for the nodes' blocks inside them, so a pod on
+ * a node whose block kni has not yet seen is reached with the pod's own address too, and the
+ * chain does not change as nodes come and go.
  */
-export const unmasqueraded = (cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs'>, peerCidrs: Cidr[]): Cidr[] => [...cfg.ranges, ...peerCidrs, ...cfg.nonMasqueradeCIDRs];
+export function unmasqueraded(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>, peerCidrs: Cidr[]): Cidr[] {
+  const pool = cfg.nodeIpam.clusterCIDRs;
+  const outsidePool = [...cfg.ranges, ...peerCidrs].filter((c) => !pool.some((p) => cidrCovers(p, c)));
+  return [...pool, ...outsidePool, ...cfg.nonMasqueradeCIDRs];
+}
 
 const NEVER_MASQUERADED: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };
 
