@@ -207,10 +207,11 @@ export class NodeLifecycle {
 
   /** Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
-    const key = (l: Cidr[]) => l.map((c) => c.text).sort().join(',');
-    if (key(cidrs) === key(this.peerCidrs)) return;
+    // Compared as the chain's returns: with nodeIpam's pools there, a peer coming or going changes none.
+    const key = (l: Cidr[]) => unmasqueraded(this.rt.cfg, l).map((c) => c.text).sort().join(',');
+    const same = key(cidrs) === key(this.peerCidrs);
     this.peerCidrs = cidrs;
-    if (this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
+    if (!same && this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
   }
 
   /** allowPodForwarding turned on or off live. */
