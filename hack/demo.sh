@@ -19,6 +19,9 @@ run_kni_existed=0
 if [ -e /run/kni ]; then run_kni_existed=1; fi
 cleanup() {
   [ -n "$daemon" ] && kill "$daemon" 2>/dev/null && wait "$daemon" 2>/dev/null || true
+  # A daemon stopped gracefully leaves kni-cni a restart marker beside its CNI socket, for the
+  # kni that follows; none follows the demo's.
+  if [ -n "$daemon" ] && grep -qs "\"pid\":$daemon," /run/kni/cni.sock.restarting; then rm -f /run/kni/cni.sock.restarting; fi
   ip netns del "$run-node" 2>/dev/null || true
   rm -rf "$dir"
   if [ "$run_netns_was_mounted" = 0 ] && mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then
