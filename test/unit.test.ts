@@ -20,6 +20,7 @@ import { convertResult } from '../plugin/cni/cni-network';
 import { unroutedPeersWarning } from '../plugin/kube/node-agent';
 import { freeBlock } from '../plugin/kube/node-cidr-pool';
 import { unmasqueraded } from '../plugin/node/masquerade';
+import { contestedClaims, rivalKey } from '../plugin/node/contested-cidrs';
 import * as libc from '../plugin/sys/libc';
 
 describe('ip', () => {
@@ -297,6 +298,23 @@ describe('where pod traffic keeps its source address (KNI-MASQ\'s returns)', () 
     const pool = { ...none, clusterCIDRs: c('10.1.0.0/16', 'fd00:1::/48') };
     // A peer's block outside the pool (set by another node IPAM before nodeIpam) still returns.
     assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: pool }, c('10.1.1.0/24', 'fd00:1:0:1::/64', '10.9.0.0/24'))), ['10.1.0.0/16', 'fd00:1::/48', '10.9.0.0/24', '192.0.2.0/24']);
+  });
+});
+
+describe('Nodes\' podCIDRs that contest each other (peer routes refused)', () => {
+  it('finds for each claim the first other node\'s claim overlapping it, as comparing every pair does, without comparing every pair', () => {
+    // Claims of a few nodes, IPv4 and IPv6, nested, equal and disjoint, in one small space.
+    const claim = fc.tuple(fc.constantFrom('a', 'b', 'c', 'd'), fc.boolean(), fc.integer({ min: 0, max: 255 }), fc.integer({ min: 20, max: 28 })).map(([node, v6, i, p]) => {
+      const c = parseCidr(v6 ? `fd00:0:0:${(i << 4).toString(16)}::/${p + 36}` : `10.1.${i}.0/${p}`);
+      return { node, cidr: parseCidr(`${formatIp(c.family, (c.base >> BigInt((c.family === 4 ? 32 : 128) - c.prefixLength)) << BigInt((c.family === 4 ? 32 : 128) - c.prefixLength))}/${c.prefixLength}`) };
+    });
+    fc.assert(fc.property(fc.array(claim, { maxLength: 30 }), (claims) => {
+      const got = contestedClaims(claims);
+      for (const c of claims) {
+        const first = claims.find((o) => o.node !== c.node && cidrsOverlap(o.cidr, c.cidr));
+        assert.equal(got.get(rivalKey(c.node, c.cidr)), first, `${c.node} ${c.cidr.text}`);
+      }
+    }), { seed: 55, numRuns: 2000 });
   });
 });
 

@@ -67,6 +67,15 @@ export class NodeAgent {
   private syncTimer?: NodeJS.Timeout;
   private syncing = false;
   private syncAgain = false;
+  /**
+   * What the last peer sync routed for (the peers' names, InternalIPs and podCIDRs, this node's
+   * ranges, readiness and backend). A Node's status is written every few minutes and on every
+   * condition's change, which changes none of that: in a cluster of thousands of nodes those
+   * updates come several a second, and each would compare every route again. The periodic
+   * check (routeTimer) and a backend change compare anyway.
+   */
+  private routedFor = '';
+  private compareRoutes = true;
   private stopped = false;
   private nodePodCidrs: string[] = [];
   private rangesProblem = '';
@@ -116,7 +125,10 @@ export class NodeAgent {
     this.ownerTimer.unref();
     // Routes go without a Node event: a link going down takes the routes through it along, and
     // an admin or another agent may delete them. Checked as often as flannel checks its own.
-    this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
+    this.routeTimer = setInterval(() => {
+      this.compareRoutes = true;
+      this.schedule();
+    }, ROUTE_CHECK_MS);
     this.routeTimer.unref();
   }
 
@@ -159,6 +171,7 @@ export class NodeAgent {
 
   /** Routes again from the cache (the backend changed live). */
   resync(): void {
+    this.compareRoutes = true;
     this.schedule();
   }
 
@@ -198,6 +211,10 @@ export class NodeAgent {
       // nodes' as for its own network (backend none leaves that to the plugins).
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
+      const routedFor = JSON.stringify([this.cfg.backend, this.cfg.ranges.map((c) => c.text), this.rt.node.status().ready, views]);
+      if (routedFor === this.routedFor && !this.compareRoutes) return;
+      this.compareRoutes = false;
+      this.routedFor = '';
       this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
       const status = this.peers.sync(nodeView(self), views);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
@@ -210,6 +227,7 @@ export class NodeAgent {
       const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
       await this.rt.node.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
       this.report(views.length - 1, status);
+      this.routedFor = routedFor;
     } catch (e) {
       log('error', 'node agent sync failed', { error: (e as Error).message });
     } finally {
@@ -349,7 +367,13 @@ export class NodeAgent {
 
   status(): AgentStatus {
     const routes = this.peers.status();
-    const peers = (this.informer?.list() ?? []).map(nodeView).filter((v) => v.name !== this.nodeName).map((v) => ({ ...v, routes: routes.filter((r) => r.node === v.name) }));
+    const byNode = new Map<string, PeerRouteStatus[]>();
+    for (const r of routes) {
+      const of = byNode.get(r.node);
+      if (of) of.push(r);
+      else byNode.set(r.node, [r]);
+    }
+    const peers = (this.informer?.list() ?? []).map(nodeView).filter((v) => v.name !== this.nodeName).map((v) => ({ ...v, routes: byNode.get(v.name) ?? [] }));
     return {
       nodeName: this.nodeName,
       nodePodCidrs: this.nodePodCidrs,

@@ -8,11 +8,12 @@ import { Backend, Config } from '../core/config';
 import { log } from '../core/log';
 import { driftFindings } from '../observe/metrics';
 import { Cidr, cidrContains, cidrsOverlap, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
-import { addrList } from '../netlink/addr';
+import { Address, addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
 import { neighDel, neighList, Neighbour, neighSet } from '../netlink/neigh';
 import { PeerRoute, peerRouteAdd, peerRouteDel, Route, routeList, RTPROT_KNI } from '../netlink/route';
 import { NetlinkSocket } from '../netlink/socket';
+import { contestedClaims, rivalKey } from './contested-cidrs';
 import { ensureVxlanDevice, removeVxlanDevice, vtepMac } from './vxlan-device';
 
 /** What kni needs of a Node: its name, InternalIPs and spec.podCIDRs. */
@@ -37,6 +38,8 @@ interface Planned {
   route?: PeerRoute;
   /** vxlan: the peer's underlay address (FDB) and its device MAC. */
   vtep?: { ip: string; mac: string };
+  /** Passed every check but the kernel's: refused still where a route kni did not make is in place. */
+  contestable: boolean;
 }
 
 /** An address's family; 0 for text that is not an IP address (a Node's status is input too). */
@@ -78,6 +81,9 @@ export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
   /** The routes the last sync found gone from the kernel and installed again. */
   restored: PeerRouteStatus[] = [];
+  /** The last plan, and what it was made for (plan()). */
+  private planned: { plans: Planned[]; underlay?: { ip: string; link: Address } } = { plans: [] };
+  private plannedFor = '';
 
   constructor(private readonly sock: NetlinkSocket, private readonly cfg: Config) {}
 
@@ -92,94 +98,31 @@ export class PeerNetwork {
     const peers = backend === 'none' ? [] : allPeers;
     const skipIndex = new Set([this.cfg.bridge, this.cfg.vxlan.device].map((n) => linkByName(this.sock, n)?.index ?? -1));
     const own = addrList(this.sock).filter((a) => !skipIndex.has(a.index) && !a.address.startsWith('fe80:') && !a.address.startsWith('127.') && a.address !== '::1');
-    const connectedIndex = (ip: string): number | undefined => {
-      const p = parseIp(ip);
-      for (const a of own) {
-        if (a.family !== p.family || a.address === ip) continue;
-        if (cidrContains(parseCidr(`${a.address}/${a.prefixLength}`), p.family, p.value)) return a.index;
-      }
-      return undefined;
-    };
-    // The underlay: this node's first InternalIP found on one of its links (IPv4 first).
-    const selfIps = [...self.internalIPs].sort((a, b) => familyOf(a) - familyOf(b));
-    const underlay = selfIps.map((ip) => ({ ip, link: own.find((a) => a.address === ip) })).find((u) => u.link);
-    const ownRanges = this.cfg.ranges;
-    // The claims that can contest another peer's (a default route is refused on its own).
-    const peerCidrs = peers.filter((p) => p.name !== self.name).flatMap((p) => p.podCidrs.flatMap((t) => {
-      try {
-        const cidr = parseCidr(t);
-        return cidr.prefixLength ? [{ node: p.name, cidr }] : [];
-      } catch {
-        return [];
-      }
-    }));
+    // The plan is a function of the Nodes, the config and this node's addresses: the periodic
+    // check (and a Node event that changed none of them) reuses it, and only reads the kernel.
+    const key = JSON.stringify([backend, this.cfg.vxlan, this.cfg.ranges.map((c) => c.text), own.map((a) => [a.index, a.address, a.prefixLength]), self, peers]);
+    if (key !== this.plannedFor) {
+      this.planned = this.plan(self, peers, own);
+      this.plannedFor = key;
+    }
+    const { underlay } = this.planned;
+    const plans: Planned[] = this.planned.plans.map((p) => ({ ...p, status: { ...p.status }, route: p.route && { ...p.route } }));
     // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
     const routes = mainRoutes(this.sock);
     const foreign = foreignRoutes(routes);
+    for (const p of plans) {
+      const other = p.contestable ? foreign.get(p.status.destination) : undefined;
+      if (other === undefined) continue;
+      Object.assign(p.status, { backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` });
+      p.route = undefined;
+      p.vtep = undefined;
+    }
 
     // What is in place already is left as it is (a periodic sync writes nothing); a route that
     // was in place and is gone (a link that went down takes its routes along) is named.
     const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
     const wasInstalled = new Set(this.last.filter((s) => s.state === 'installed').map((s) => s.destination));
-
-    const plans: Planned[] = [];
     this.restored = [];
-    for (const peer of peers) {
-      if (peer.name === self.name) continue;
-      for (const text of peer.podCidrs) {
-        const status: PeerRouteStatus = { node: peer.name, destination: text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
-        plans.push({ status });
-        let c: Cidr;
-        try {
-          c = parseCidr(text);
-        } catch (e) {
-          status.state = 'failed';
-          status.error = `podCIDR ${JSON.stringify(text)}: ${(e as Error).message}`;
-          continue;
-        }
-        status.destination = c.text;
-        // A Node object is input: a podCIDR that would take over a route the node lives on (its
-        // default route, its own subnets, a route someone else made) or that another peer claims
-        // is refused, never installed with NLM_F_REPLACE over what is there.
-        const subnet = own.find((a) => a.family === c.family && cidrsOverlap(parseCidr(`${a.address}/${a.prefixLength}`), c));
-        const rival = peerCidrs.find((o) => o.node !== peer.name && cidrsOverlap(o.cidr, c));
-        const refusal =
-          c.prefixLength === 0 ? `podCIDR ${c.text} is a default route, never a pod range`
-          : ownRanges.some((o) => cidrsOverlap(o, c)) ? `overlaps this node's pod range`
-          : subnet ? `overlaps this node's own subnet ${subnet.address}/${subnet.prefixLength}`
-          : rival ? `overlaps node ${rival.node}'s podCIDR ${rival.cidr.text}`
-          : foreign.has(c.text) ? `a route to ${c.text} that kni did not make is in place (${foreign.get(c.text)}); kni does not replace it`
-          : '';
-        if (refusal) {
-          status.state = 'failed';
-          status.error = refusal;
-          continue;
-        }
-        const peerIp = peer.internalIPs.find((ip) => familyOf(ip) === c.family);
-        const direct = peerIp ? connectedIndex(peerIp) : undefined;
-        if (backend === 'host-gw' || (backend === 'auto' && direct !== undefined)) {
-          if (peerIp === undefined || direct === undefined) {
-            status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP${notIps(peer)}`;
-            continue;
-          }
-          Object.assign(status, { backend: 'host-gw', via: peerIp });
-          plans[plans.length - 1].route = { destination: c, gateway: peerIp, index: direct, onlink: false };
-          continue;
-        }
-        if (!underlay) {
-          status.error = `vxlan needs an InternalIP of this node (${self.internalIPs.join(', ') || 'none'}) on one of its links`;
-          continue;
-        }
-        const peerUnderlay = peer.internalIPs.find((ip) => familyOf(ip) === underlay.link!.family);
-        if (!peerUnderlay) {
-          status.error = `the node has no IPv${underlay.link!.family} InternalIP to reach over vxlan${notIps(peer)}`;
-          continue;
-        }
-        Object.assign(status, { backend: 'vxlan', via: gatewayOf(c), device: this.cfg.vxlan.device });
-        plans[plans.length - 1].route = { destination: c, gateway: gatewayOf(c), index: 0, onlink: true };
-        plans[plans.length - 1].vtep = { ip: peerUnderlay, mac: vtepMac(peerUnderlay) };
-      }
-    }
 
     const overlay = plans.filter((p) => p.vtep && p.route);
     let vxlanIndex = 0;
@@ -216,6 +159,94 @@ export class PeerNetwork {
     this.removeStale(new Set(plans.filter((p) => p.status.state === 'installed').map((p) => p.status.destination)), routes);
     this.last = plans.map((p) => p.status);
     return this.last;
+  }
+
+  /** What each peer's podCIDRs need: a route (and for vxlan its neighbour and FDB entry), or why none. */
+  private plan(self: NodeView, peers: NodeView[], ownAddrs: Address[]): { plans: Planned[]; underlay?: { ip: string; link: Address } } {
+    const backend = this.cfg.backend;
+    const own = ownAddrs.map((a) => ({ ...a, subnet: parseCidr(`${a.address}/${a.prefixLength}`) }));
+    const connectedIndex = (ip: string): number | undefined => {
+      const p = parseIp(ip);
+      for (const a of own) {
+        if (a.family !== p.family || a.address === ip) continue;
+        if (cidrContains(a.subnet, p.family, p.value)) return a.index;
+      }
+      return undefined;
+    };
+    // The underlay: this node's first InternalIP found on one of its links (IPv4 first).
+    const selfIps = [...self.internalIPs].sort((a, b) => familyOf(a) - familyOf(b));
+    const underlay = selfIps.map((ip) => ({ ip, link: ownAddrs.find((a) => a.address === ip) })).find((u): u is { ip: string; link: Address } => !!u.link);
+    const ownRanges = this.cfg.ranges;
+    // The claims that can contest another peer's (a default route is refused on its own).
+    const rivals = contestedClaims(peers.filter((p) => p.name !== self.name).flatMap((p) => p.podCidrs.flatMap((t) => {
+      try {
+        const cidr = parseCidr(t);
+        return cidr.prefixLength ? [{ node: p.name, cidr }] : [];
+      } catch {
+        return [];
+      }
+    })));
+
+    const plans: Planned[] = [];
+    for (const peer of peers) {
+      if (peer.name === self.name) continue;
+      for (const text of peer.podCidrs) {
+        const status: PeerRouteStatus = { node: peer.name, destination: text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
+        const planned: Planned = { status, contestable: false };
+        plans.push(planned);
+        let c: Cidr;
+        try {
+          c = parseCidr(text);
+        } catch (e) {
+          status.state = 'failed';
+          status.error = `podCIDR ${JSON.stringify(text)}: ${(e as Error).message}`;
+          continue;
+        }
+        status.destination = c.text;
+        // A Node object is input: a podCIDR that would take over a route the node lives on (its
+        // default route, its own subnets, a route someone else made: checked against the kernel
+        // at each sync) or that another peer claims is refused, never installed with
+        // NLM_F_REPLACE over what is there.
+        const subnet = own.find((a) => a.family === c.family && cidrsOverlap(a.subnet, c));
+        const rival = rivals.get(rivalKey(peer.name, c));
+        const refusal =
+          c.prefixLength === 0 ? `podCIDR ${c.text} is a default route, never a pod range`
+          : ownRanges.some((o) => cidrsOverlap(o, c)) ? `overlaps this node's pod range`
+          : subnet ? `overlaps this node's own subnet ${subnet.address}/${subnet.prefixLength}`
+          : rival ? `overlaps node ${rival.node}'s podCIDR ${rival.cidr.text}`
+          : '';
+        if (refusal) {
+          status.state = 'failed';
+          status.error = refusal;
+          continue;
+        }
+        planned.contestable = true;
+        const peerIp = peer.internalIPs.find((ip) => familyOf(ip) === c.family);
+        const direct = peerIp ? connectedIndex(peerIp) : undefined;
+        if (backend === 'host-gw' || (backend === 'auto' && direct !== undefined)) {
+          if (peerIp === undefined || direct === undefined) {
+            status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP${notIps(peer)}`;
+            continue;
+          }
+          Object.assign(status, { backend: 'host-gw', via: peerIp });
+          planned.route = { destination: c, gateway: peerIp, index: direct, onlink: false };
+          continue;
+        }
+        if (!underlay) {
+          status.error = `vxlan needs an InternalIP of this node (${self.internalIPs.join(', ') || 'none'}) on one of its links`;
+          continue;
+        }
+        const peerUnderlay = peer.internalIPs.find((ip) => familyOf(ip) === underlay.link.family);
+        if (!peerUnderlay) {
+          status.error = `the node has no IPv${underlay.link.family} InternalIP to reach over vxlan${notIps(peer)}`;
+          continue;
+        }
+        Object.assign(status, { backend: 'vxlan', via: gatewayOf(c), device: this.cfg.vxlan.device });
+        planned.route = { destination: c, gateway: gatewayOf(c), index: 0, onlink: true };
+        planned.vtep = { ip: peerUnderlay, mac: vtepMac(peerUnderlay) };
+      }
+    }
+    return { plans, underlay };
   }
 
   private syncNeighbours(index: number, overlay: Planned[]): void {
