@@ -18,6 +18,9 @@ import { podMac } from '../plugin/pod/pod-wiring';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { convertResult } from '../plugin/cni/cni-network';
 import { unroutedPeersWarning } from '../plugin/kube/node-agent';
+import { slimNode } from '../plugin/kube/node-cache';
+import { podCidrsOfNode } from '../plugin/kube/node-ranges';
+import { nodePodCidrSource } from '../plugin/kube/node-cidr-pool';
 import { freeBlock } from '../plugin/kube/node-cidr-pool';
 import { unmasqueraded } from '../plugin/node/masquerade';
 import { contestedClaims, rivalKey } from '../plugin/node/contested-cidrs';
@@ -315,6 +318,31 @@ describe('Nodes\' podCIDRs that contest each other (peer routes refused)', () =>
         assert.equal(got.get(rivalKey(c.node, c.cidr)), first, `${c.node} ${c.cidr.text}`);
       }
     }), { seed: 55, numRuns: 2000 });
+  });
+});
+
+describe('what kni keeps of a Node in its cache', () => {
+  it('keeps the name, uid, resourceVersion, kni\'s annotation, podCIDRs and addresses; drops the kubelet\'s status and managedFields', () => {
+    const full = (ipam: boolean): any => ({
+      metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', labels: { a: 'b' }, annotations: { 'node.alpha.kubernetes.io/ttl': '0', ...(ipam ? { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } : {}) }, managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': {} } }] },
+      spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'], providerID: 'x', taints: [{ key: 'k', effect: 'NoSchedule' }] },
+      status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }, { type: 'Hostname', address: 'n1' }], images: [{ names: ['busybox'], sizeBytes: 1 }], conditions: [{ type: 'Ready', status: 'True' }], nodeInfo: { kubeletVersion: 'v1' } },
+    });
+    for (const ipam of [true, false]) {
+      const n = full(ipam);
+      slimNode(n);
+      assert.deepEqual(n, {
+        metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', ...(ipam ? { annotations: { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } } : {}) },
+        spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'] },
+        status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }, { type: 'Hostname', address: 'n1' }] },
+      });
+      assert.deepEqual(podCidrsOfNode(n).map((c) => c.text), podCidrsOfNode(full(ipam)).map((c) => c.text));
+      assert.equal(nodePodCidrSource(n), nodePodCidrSource(full(ipam)));
+    }
+    // A Node with nothing set stays valid.
+    const bare: any = { metadata: { name: 'n2' } };
+    slimNode(bare);
+    assert.deepEqual(bare, { metadata: { name: 'n2' } });
   });
 });
 

@@ -13,6 +13,7 @@ import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
 import { claimNodeCidrs, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
+import { slimNode } from './node-cache';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
@@ -104,6 +105,9 @@ export class NodeAgent {
     const { k8s, kc, core } = this.api;
     const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
     this.informer = informer;
+    // First: every later handler, and the cache, see the Node slimmed.
+    informer.on('add', slimNode);
+    informer.on('update', slimNode);
     const restart = new WatchRestart(informer, {
       resource: 'nodes',
       what: 'Node watch',
