@@ -1,8 +1,8 @@
 // kni as a Kubernetes node agent: one informer on all Nodes drives everything that depends on
 // the cluster — this node's pod ranges (its Node's spec.podCIDRs), routes to every other
 // node's pods, the masquerade exclusions, and the conditions and taint kni keeps on its Node.
-// Level-triggered: any Node event schedules one sync from the informer's whole cache, so a
-// watch that broke and resumed (or re-listed) loses nothing.
+// Level-triggered: any Node event that changes what kni routes by schedules one sync from the
+// informer's whole cache, so a watch that broke and resumed (or re-listed) loses nothing.
 import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
@@ -10,9 +10,10 @@ import { NetworkRuntime } from '../core/network-runtime';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
+import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
-import { claimNodeCidrs, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
+import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
@@ -63,6 +64,7 @@ export class NodeAgent {
   private informer?: K8s.Informer<K8s.V1Node> & K8s.ObjectCache<K8s.V1Node>;
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
+  private readonly owners: ExtensionOwners;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
@@ -76,6 +78,8 @@ export class NodeAgent {
    * check (routeTimer) and a backend change compare anyway.
    */
   private routedFor = '';
+  /** Each Node's routing fields as last seen (routingChanged). */
+  private readonly routingOf = new Map<string, string>();
   private compareRoutes = true;
   private stopped = false;
   private nodePodCidrs: string[] = [];
@@ -85,16 +89,14 @@ export class NodeAgent {
   private claimProblem = '';
   private refusedKey = '';
   private exhaustedKey: string | undefined;
-  private ownerTimer?: NodeJS.Timeout;
   private routeTimer?: NodeJS.Timeout;
   /** Node Event message → when it was last sent (nodeEvent). */
   private readonly eventSent = new Map<string, number>();
-  /** Extension name → when its registering pod was first found gone. */
-  private ownerGone = new Map<string, number>();
 
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
+    this.owners = new ExtensionOwners(api, rt.extensions, cfg);
   }
 
   get nodeName(): string {
@@ -118,15 +120,26 @@ export class NodeAgent {
     });
     this.restart = restart;
     // A Node event means the watch delivers; its connect event comes before the list, so it
-    // only asks for a sync from the cache.
-    for (const verb of ['add', 'update', 'delete'] as const) informer.on(verb, () => restart.connected());
+    // only asks for a sync from the cache. An update asks for one only when it changed what kni
+    // routes by: a kubelet writes its Node's status every few minutes and at each condition's
+    // change, several updates a second in a cluster of thousands of nodes.
+    for (const verb of ['add', 'update'] as const) {
+      informer.on(verb, (n) => {
+        restart.connected();
+        if (this.routingChanged(n)) this.schedule();
+      });
+    }
+    informer.on('delete', (n) => {
+      restart.connected();
+      this.routingOf.delete(n.metadata?.name ?? '');
+      this.schedule();
+    });
     informer.on('connect', () => this.schedule());
     this.rt.onIpamChange(() => this.checkIpam());
     this.rt.node.onRepaired((what) => this.nodeEvent('NodeNetworkRepaired', `the node network was changed behind kni's back (${what}); kni set it up again`));
     this.checkIpam();
     restart.begin();
-    this.ownerTimer = setInterval(() => void this.checkExtensionOwners(), 2000);
-    this.ownerTimer.unref();
+    this.owners.start();
     // Routes go without a Node event: a link going down takes the routes through it along, and
     // an admin or another agent may delete them. Checked as often as flannel checks its own.
     this.routeTimer = setInterval(() => {
@@ -136,39 +149,11 @@ export class NodeAgent {
     this.routeTimer.unref();
   }
 
-  /**
-   * A registration made by a pod that has been gone (or replaced by another pod of the same
-   * name) longer than extensions.ownerGraceSeconds is dropped. While the API server cannot
-   * tell, nothing is dropped.
-   */
-  private async checkExtensionOwners(): Promise<void> {
-    for (const reg of this.rt.extensions.owned()) {
-      let gone: boolean;
-      try {
-        const pod = await this.api.core.readNamespacedPod({ namespace: reg.owner.namespace, name: reg.owner.name });
-        gone = !!reg.owner.uid && pod.metadata?.uid !== reg.owner.uid;
-      } catch (e) {
-        if ((e as { code?: number }).code !== 404) continue;
-        gone = true;
-      }
-      if (!gone) {
-        this.ownerGone.delete(reg.name);
-        continue;
-      }
-      const since = this.ownerGone.get(reg.name) ?? Date.now();
-      this.ownerGone.set(reg.name, since);
-      if (Date.now() - since < this.cfg.extensions.ownerGraceSeconds * 1000) continue;
-      this.ownerGone.delete(reg.name);
-      log('warn', 'extension dropped: the pod that registered it is gone', { extension: reg.name, owner: `${reg.owner.namespace}/${reg.owner.name}`, graceSeconds: this.cfg.extensions.ownerGraceSeconds });
-      this.rt.extensions.unregister(reg.name);
-    }
-  }
-
   stop(): void {
     this.stopped = true;
     this.restart?.stop();
     if (this.syncTimer) clearTimeout(this.syncTimer);
-    if (this.ownerTimer) clearInterval(this.ownerTimer);
+    this.owners.stop();
     if (this.routeTimer) clearInterval(this.routeTimer);
     this.writer.stop();
   }
@@ -180,10 +165,20 @@ export class NodeAgent {
   }
 
   private markConnected(): void {
-    if (!this.connected && !this.restart?.restarts) log('info', 'watching Nodes', { api: this.api.source });
+    if (this.connected) return;
+    if (!this.restart?.restarts) log('info', 'watching Nodes', { api: this.api.source });
     this.connected = true;
     apiConnected.set(1);
     this.schedule();
+  }
+
+  /** Whether a Node's name, InternalIPs, podCIDRs or kni's annotation on it changed (or it is new). */
+  private routingChanged(n: K8s.V1Node): boolean {
+    const name = n.metadata?.name ?? '';
+    const key = JSON.stringify([nodeView(n), n.metadata?.annotations?.[NODE_IPAM_ANNOTATION]]);
+    if (this.routingOf.get(name) === key) return false;
+    this.routingOf.set(name, key);
+    return true;
   }
 
   private watchBroke(error: string): void {
