@@ -104,6 +104,9 @@ export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName
     } catch (e) {
       if (!isConflict(e)) throw e;
     }
+    // Another kni wrote first. Nodes joining together claim together: each waits a random
+    // while, longer as it loses again, so that they do not all read and write again at once.
+    await new Promise((r) => setTimeout(r, Math.random() * Math.min(1000, 50 * (attempt + 1))));
   }
   throw new Error(`nodeIpam: ConfigMap ${cfg.configMap} kept changing under 20 claims in a row`);
 }
