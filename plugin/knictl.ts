@@ -98,7 +98,10 @@ const dnsText = (d: any): string =>
     .map(([k, v]) => ` ${k} ${v}`)
     .join(';');
 
-function clusterText(c: any): string {
+/** Above this many peers, knictl node lists only those with a route not installed (--all-peers: every one). */
+const PEERS_LISTED = 40;
+
+function clusterText(c: any, allPeers: boolean): string {
   const api = c.api ?? {};
   const lines = [
     `node: ${c.node_name}`,
@@ -107,12 +110,15 @@ function clusterText(c: any): string {
     `API server: ${api.connected ? 'connected' : `NOT CONNECTED${api.error ? ` (${api.error})` : ''}`} via ${api.source}, watch restarts: ${api.watch_restarts ?? 0}`,
     '',
   ].join('\n');
-  const rows = c.peers.flatMap((p: any) =>
-    (p.routes.length ? p.routes : [{ destination: p.pod_cidrs.join(',') || '-', backend: '', via: '', state: 'none', error: p.pod_cidrs.length ? '' : 'no podCIDRs' }]).map((r: any) => [
-      p.name, p.internal_ips.join(','), r.destination, r.backend || '-', r.via || '-', r.state, r.error || '-',
-    ]),
-  );
-  return `${lines}\n${table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBLEM'], ...rows])}`;
+  const routesOf = (p: any): any[] => (p.routes.length ? p.routes : [{ destination: p.pod_cidrs.join(',') || '-', backend: '', via: '', state: 'none', error: p.pod_cidrs.length ? '' : 'no podCIDRs' }]);
+  const states = new Map<string, number>();
+  for (const p of c.peers) for (const r of routesOf(p)) states.set(r.state, (states.get(r.state) ?? 0) + 1);
+  const summary = `peers: ${c.peers.length} node(s); routes: ${[...states].map(([st, n]) => `${n} ${st}`).join(', ') || 'none'}`;
+  // In a large cluster the routes that are in place would bury the ones that are not.
+  const shown = allPeers || c.peers.length <= PEERS_LISTED ? c.peers : c.peers.filter((p: any) => routesOf(p).some((r) => r.state !== 'installed'));
+  const hidden = c.peers.length - shown.length;
+  const rows = shown.flatMap((p: any) => routesOf(p).map((r: any) => [p.name, p.internal_ips.join(','), r.destination, r.backend || '-', r.via || '-', r.state, r.error || '-']));
+  return `${lines}${summary}\n${rows.length ? table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBLEM'], ...rows]) : ''}${hidden ? `(${hidden} peer(s) with every route installed not listed: --all-peers lists them)\n` : ''}`;
 }
 
 program.command('networks').description('network definitions kni knows (NetworkAttachmentDefinitions, networks.dir), where each came from, and the pods using it').addOption(output()).action(async (o) => {
@@ -159,7 +165,7 @@ function defaultCniText(d: { file: string; name: string; cni_version: string; pl
     (d.readiness_indicator_file ? `  ready once ${d.readiness_indicator_file} exists\n` : '');
 }
 
-program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).action(async (o) => {
+program.command('node').description('node networks, readiness, and (in Kubernetes) pod CIDRs, peers and their routes').addOption(output()).option('--all-peers', `list every peer, also beyond ${PEERS_LISTED} whose routes are all installed`).action(async (o) => {
   const n = await withClient((c) => c.GetNode());
   print(o.output, n, () =>
     `ready: ${n.ready}\n` +
@@ -169,7 +175,7 @@ program.command('node').description('node networks, readiness, and (in Kubernete
     (n.default_cni ? defaultCniText(n.default_cni) : '') +
     (n.warnings?.length ? `\nwarnings:\n${n.warnings.map((w: string) => `- ${w}\n`).join('')}` : '') +
     (n.repairs?.length ? `\nput back lately (found undone on the node):\n${n.repairs.map((r: { time: string; what: string }) => `- ${r.time}  ${r.what}\n`).join('')}` : '') +
-    (n.cluster ? `\n${clusterText(n.cluster)}` : ''),
+    (n.cluster ? `\n${clusterText(n.cluster, !!o.allPeers)}` : ''),
   );
 });
 

@@ -194,6 +194,30 @@ status: {addresses: [{type: InternalIP, address: not-an-ip}]}
     await waitFor(() => unavailable()?.status === 'False', 30_000, () => JSON.stringify(unavailable()));
   });
 
+  it('many peers: knictl node sums up the routes and lists only the peers with a problem (--all-peers: every one)', async () => {
+    const many = Array.from({ length: 45 }, (_, i) => `apiVersion: v1
+kind: Node
+metadata: {name: kc-many-${i}, labels: {kni.test/many: "1"}}
+spec: {podCIDRs: ["10.244.${100 + i}.0/24"], podCIDR: "10.244.${100 + i}.0/24", taints: [{key: example.com/not-real, effect: NoSchedule}]}
+status: {addresses: [{type: InternalIP, address: ${i ? `10.240.0.${100 + i}` : 'not-an-ip'}}]}
+`).join('---\n');
+    const text = (...args: string[]) => execFileSync(process.execPath, ['dist/plugin/knictl.js', '--socket', `${CL}/w1/root/run/kni/kni.sock`, 'node', ...args], { encoding: 'utf8' });
+    apply(many);
+    try {
+      await waitFor(() => knictl('w1', 'node').cluster.peers.length === 46 && /^peers: 46 node\(s\); routes: 46 installed, 1 unreachable$/m.test(text()), 30_000, () => text());
+      const shown = text();
+      const listed = shown.split('\n').filter((l) => /^kc-(many|w2)/.test(l));
+      assert.deepEqual(listed.map((l) => l.split(/\s+/)[0]), ['kc-many-0'], shown);
+      assert.match(shown, /^\(45 peer\(s\) with every route installed not listed: --all-peers lists them\)$/m);
+      const all = text('--all-peers').split('\n').filter((l) => /^kc-(many|w2)/.test(l));
+      assert.equal(all.length, 47, all.join('\n'));
+    } finally {
+      kubectl('delete', 'node', '-l', 'kni.test/many=1');
+    }
+    await waitFor(() => knictl('w1', 'node').cluster.peers.length === 1, 30_000, () => text());
+    assert.doesNotMatch(kernelRoutes('w1'), /10\.244\.1[0-4][0-9]\./);
+  });
+
   it('API server away: pods keep talking across nodes; kni restarted meanwhile comes back from its state and wires a sandbox made through CRI; when the API returns it catches up', async () => {
     const podsBefore = knictl('w1', 'pods').length;
     cluster('apiserver-stop');
