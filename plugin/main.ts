@@ -224,6 +224,12 @@ async function main(): Promise<void> {
         log('error', 'cannot write the CNI config again', { drift, error: (e as Error).message });
       }
     }
+    if (cfg.defaultNetwork.cni === 'auto') {
+      // The cluster network's config is taken once: another that now sorts first would be a
+      // network of another name, and the pods' cached attachments are under the one in use.
+      const first = clusterNetworkConf(cfg.cni.confDir, cfg.cni.confName);
+      rt.node.warn('cni-auto-moved', first && first !== defaultCni ? `defaultNetwork.cni is auto and ${first} is now the first other config in ${cfg.cni.confDir}, but kni runs ${defaultCni} (found at start), and new pods get that network: restart kni to take ${path.basename(first)}` : undefined, { file: first });
+    }
     const other = shadowingConf(cfg.cni);
     rt.node.warn('cni-conf-order', other && `${other} sorts before ${cfg.cni.confName}: a CNI-calling runtime takes the first config in ${cfg.cni.confDir}, so pods get that network, not kni's; remove it, or name kni's to sort first (cni.confName)`, { file: other });
   };

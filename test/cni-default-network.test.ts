@@ -235,7 +235,7 @@ describe('defaultNetwork.cni: auto (Multus\'s way of finding the cluster network
     let agent: NodeJS.Timeout | undefined;
     let d: TestDaemon | undefined;
     try {
-      d = await TestDaemon.start({ defaultNetwork: { cni: 'auto', binDirs: ['/usr/lib/cni'] }, cni: { confDir: netd, binDir: '' } }, {
+      d = await TestDaemon.start({ defaultNetwork: { cni: 'auto', binDirs: ['/usr/lib/cni'] }, cni: { confDir: netd, binDir: '' }, reconcileSeconds: 1 }, {
         beforeLaunch: () => {
           agent = setTimeout(() => {
             fs.writeFileSync(`${netd}/10-clusternet.conflist`, JSON.stringify(cluster));
@@ -256,6 +256,14 @@ describe('defaultNetwork.cni: auto (Multus\'s way of finding the cluster network
       assert.deepEqual(node.default_cni, { file: `${netd}/10-clusternet.conflist`, name: 'clusternet', cni_version: '1.0.0', plugins: ['bridge'], auto: true, chroot_dir: '', readiness_indicator_file: '' });
       assert.ok(knictl('--socket', daemon.socket, 'node').stdout.includes(`default network: clusternet (CNI 1.0.0) from ${netd}/10-clusternet.conflist (found by defaultNetwork.cni: auto): bridge\n`));
       await rt.Detach({ sandbox_id: 'auto-a' });
+      // Another network's config now sorts first: kni keeps the one it runs (its pods' cached
+      // attachments are under that name) and says to restart to take the new one.
+      fs.writeFileSync(`${netd}/07-newnet.conflist`, JSON.stringify({ ...cluster, name: 'newnet' }));
+      let last = '';
+      const moved = async () => (last = (await rt.GetNode({})).warnings.join('\n'));
+      await waitFor(async () => (await moved()).includes(`defaultNetwork.cni is auto and ${netd}/07-newnet.conflist is now the first other config in ${netd}, but kni runs ${netd}/10-clusternet.conflist (found at start), and new pods get that network: restart kni to take 07-newnet.conflist`), 10_000, () => last);
+      fs.rmSync(`${netd}/07-newnet.conflist`);
+      await waitFor(async () => (await moved()) === '', 10_000, () => last);
     } finally {
       clearTimeout(agent);
       d?.cleanup();
