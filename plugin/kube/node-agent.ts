@@ -9,7 +9,7 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
-import { apiConnected, peerNodes, peerRoutes } from '../observe/metrics';
+import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
@@ -215,7 +215,10 @@ export class NodeAgent {
       this.compareRoutes = false;
       this.routedFor = '';
       this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
+      const started = performance.now();
       const status = this.peers.sync(nodeView(self), views);
+      // On the event loop: what it costs grows with the cluster (docs/node-agent.md, "At scale").
+      stepSeconds.of('peers.sync').observe((performance.now() - started) / 1000);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
       if (restored.length) {
         this.rt.node.recordRepair(`routes to other nodes' pods were gone from the kernel; installed again: ${restored.join(', ')}`);

@@ -91,6 +91,7 @@ describe('cluster: kni as the node agent', function () {
       assert.match(metrics, /^kni_peer_nodes 1$/m);
       assert.match(metrics, /^kni_peer_routes\{backend="vxlan",state="installed"\} 2$/m);
       assert.match(metrics, /^kni_kubernetes_api_connected 1$/m);
+      assert.match(metrics, /^kni_step_duration_seconds_count\{step="peers\.sync"\} [1-9]/m);
     }
   });
 
