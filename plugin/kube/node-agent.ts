@@ -72,10 +72,9 @@ export class NodeAgent {
   private syncAgain = false;
   /**
    * What the last peer sync routed for (the peers' names, InternalIPs and podCIDRs, this node's
-   * ranges, readiness and backend). A Node's status is written every few minutes and on every
-   * condition's change, which changes none of that: in a cluster of thousands of nodes those
-   * updates come several a second, and each would compare every route again. The periodic
-   * check (routeTimer) and a backend change compare anyway.
+   * ranges, readiness and backend): a sync that changes none of that (a watch's relist, a
+   * nodeIpam claim's retry) compares no route. The periodic check (routeTimer) and a backend
+   * change compare anyway.
    */
   private routedFor = '';
   /** Each Node's routing fields as last seen (routingChanged). */
