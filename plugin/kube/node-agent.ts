@@ -104,7 +104,10 @@ export class NodeAgent {
 
   start(): void {
     const { k8s, kc, core } = this.api;
-    const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode());
+    // resourceVersion "0": the list is served from the API server's watch cache, as client-go's
+    // informers list, not read from etcd: every kni lists every Node when it starts and when
+    // its watch re-lists, and in a large cluster each such read is the whole Node table.
+    const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode({ resourceVersion: '0' }));
     this.informer = informer;
     // First: every later handler, and the cache, see the Node slimmed.
     informer.on('add', slimNode);
