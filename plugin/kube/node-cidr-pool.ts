@@ -79,8 +79,15 @@ export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName
     } catch (e) {
       if ((e as { code?: number }).code !== 404) throw e;
     }
-    const nodes = (await withTimeout(api.core.listNode(), 10_000, 'list Nodes')).items;
-    const present = new Set(nodes.map((n) => n.metadata?.name));
+    // From the API server's watch cache (resourceVersion "0"): a claim lists every Node, and
+    // nodes joining together claim together. Only dropping an entry needs the Node to be surely
+    // gone (a cache a moment behind would not have a Node just made): confirmed by a read.
+    let nodes = (await withTimeout(api.core.listNode({ resourceVersion: '0' }), 10_000, 'list Nodes')).items;
+    let present = new Set(nodes.map((n) => n.metadata?.name));
+    if (Object.keys(cm?.data ?? {}).some((k) => !present.has(k) && k !== nodeName)) {
+      nodes = (await withTimeout(api.core.listNode(), 10_000, 'list Nodes')).items;
+      present = new Set(nodes.map((n) => n.metadata?.name));
+    }
     const data: Record<string, string> = {};
     for (const [k, v] of Object.entries(cm?.data ?? {})) if (present.has(k) || k === nodeName) data[k] = v;
     const recorded = cidrList(data[nodeName]);
