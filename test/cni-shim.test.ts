@@ -347,13 +347,17 @@ describe('CNI shim (kni-cni)', () => {
       assert.deepEqual((await g.rt().GetNode()).cni_config, { file: `${confDir}/10-kni.conflist`, cni_version: '1.0.0', plugins: ['kni-cni', 'istio-cni', 'old-mesh'] });
       const node = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', g.socket, 'node'], { encoding: 'utf8' });
       assert.ok(node.stdout.includes(`CNI config: ${confDir}/10-kni.conflist (CNI 1.0.0): kni-cni → istio-cni → old-mesh\n`), node.stdout);
-      // Written again as it is, the file is not touched (a watching agent is not woken).
+      // Written again as it is, the file is not touched (a watching agent is not woken) — also
+      // when a chained plugin does not answer VERSION this time: it is taken to take what the
+      // file names, never widened to 1.1.0.
       const mtime = fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs;
+      fs.writeFileSync(`${binDir}/old-mesh`, '#!/bin/sh\nexit 1\n', { mode: 0o755 });
       await g.stop();
       await g.launch();
       const kept = () => g.output.split('\n').filter((l) => l.includes('"msg":"keeping the plugins chained')).length;
       await waitFor(() => kept() === 2, 10_000, () => g.output.slice(-2000));
       assert.equal(fs.statSync(`${confDir}/10-kni.conflist`).mtimeMs, mtime, `rewritten:\n${fs.readFileSync(`${confDir}/10-kni.conflist`, 'utf8')}\n${g.output.split('\n').filter((l) => /CNI config|chained|CNI version/.test(l)).join('\n')}`);
+      assert.match(g.output, /"msg":"cannot ask plugins chained into kni's CNI config which CNI versions they take[^"]*taken to take what the file names now".*"plugins":\["istio-cni","old-mesh"\].*"named":\["1\.0\.0"\]/);
       await g.stop();
       // The DaemonSet's preStop: without its pod named it refuses; when the API cannot say
       // whether kni leaves the node (the DaemonSet stays through a rolling update), the files stay.

@@ -84,17 +84,21 @@ const KNI_CNI_VERSIONS = [...SUPPORTED_VERSIONS].reverse();
 /**
  * kni's conflist naming a version every chained plugin supports: a plugin refuses a config of
  * a version it does not know, so a mesh plugin built before CNI 1.1 would fail every pod's ADD
- * if the runtime picked 1.1.0 from cniVersions. Plugins that cannot be asked are left out (and named).
+ * if the runtime picked 1.1.0 from cniVersions. A plugin that cannot be asked (not in the bin
+ * dirs, or no answer this time: a busy node, a binary being replaced) is taken to take what the
+ * file names now (`named`): a failed VERSION must not widen the file to a version the plugin
+ * was found not to take.
  */
-function versionsForChain(mine: Record<string, unknown>, chained: { type: string }[], binDirs: string[], file: string): Record<string, unknown> {
+function versionsForChain(mine: Record<string, unknown>, chained: { type: string }[], binDirs: string[], file: string, named: string[]): Record<string, unknown> {
   // Asked once per write of the conflist (at start), never on a pod's path.
-  const asked = chained.map((p) => ({ type: p.type, versions: supportedVersionsSync(binDirs, p.type) }));
-  const unknown = asked.filter((a) => !a.versions).map((a) => a.type);
-  if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer)', { file, plugins: unknown, binDirs });
-  const common = KNI_CNI_VERSIONS.filter((v) => asked.every((a) => !a.versions || a.versions.includes(v)));
+  const answers = chained.map((p) => supportedVersionsSync(binDirs, p.type));
+  const unknown = chained.filter((_, i) => !answers[i]).map((p) => p.type);
+  if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer): taken to take what the file names now', { file, plugins: unknown, binDirs, named });
+  const takes = answers.map((a) => a ?? (named.length ? named : undefined));
+  const common = KNI_CNI_VERSIONS.filter((v) => takes.every((t) => !t || t.includes(v)));
   if (common.includes('1.1.0') && common.includes('1.0.0')) return mine;
   if (!common.length) {
-    log('warn', 'no CNI version is taken by both kni-cni and the plugins chained into its config: kni\'s is kept', { file, plugins: asked.map((a) => `${a.type} ${a.versions?.join(',') ?? '?'}`) });
+    log('warn', 'no CNI version is taken by both kni-cni and the plugins chained into its config: kni\'s is kept', { file, plugins: chained.map((p, i) => `${p.type} ${takes[i]?.join(',') ?? '?'}`) });
     return mine;
   }
   log('info', 'kni\'s CNI config names the newest CNI version every chained plugin takes', { file, cniVersion: common[0] });
@@ -111,7 +115,7 @@ function versionsForChain(mine: Record<string, unknown>, chained: { type: string
 function withChained(mine: Record<string, unknown>, file: string, binDirs: string[]): Record<string, unknown> {
   const text = readText(file);
   if (text === undefined) return mine;
-  let old: { plugins?: unknown };
+  let old: { plugins?: unknown; cniVersion?: unknown; cniVersions?: unknown };
   try {
     old = JSON.parse(text);
   } catch {
@@ -129,7 +133,8 @@ function withChained(mine: Record<string, unknown>, file: string, binDirs: strin
   const kept = others.filter(isPlugin);
   if (kept.length) log('info', 'keeping the plugins chained into kni\'s CNI config', { file, plugins: kept.map((p) => (p as { type: string }).type) });
   const own = (mine.plugins as unknown[])[0];
-  const versioned = kept.length ? versionsForChain(mine, kept as { type: string }[], binDirs, file) : mine;
+  const named = [old.cniVersion, ...(Array.isArray(old.cniVersions) ? old.cniVersions : [])].filter((v): v is string => typeof v === 'string' && KNI_CNI_VERSIONS.includes(v));
+  const versioned = kept.length ? versionsForChain(mine, kept as { type: string }[], binDirs, file, [...new Set(named)]) : mine;
   return { ...versioned, plugins: plugins.map((p, i) => (i === at ? own : p)).filter((p, i) => i === at || isPlugin(p)) };
 }
 
