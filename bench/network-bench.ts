@@ -4,7 +4,6 @@
 // itself there), so the daemon, kni-cni and the reference plugins all see the same node and
 // the host's own networking is never touched. Results: a markdown table on stdout, the raw
 // figures in bench/results/<time>.json (and latest.json), a chart in bench/results/latency.svg.
-import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -15,7 +14,7 @@ import { benchReport, BenchRow, GRPC_PATH } from './bench-report';
 import { BENCH_BINARIES } from './bench-paths';
 import { GO_PATH } from './go-client';
 import { latencyChart } from './latency-chart';
-import { guardRunNetnsMount } from './run-netns-mount';
+import { runInNodeNetns } from './run-netns-mount';
 import { transportFloor } from './transport-floor';
 
 const ROOT = packageRoot();
@@ -92,15 +91,10 @@ async function main(): Promise<void> {
   const name = `kb${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
-  const releaseRunNetns = guardRunNetnsMount();
-  spawnSync('ip', ['netns', 'add', `${name}-node`], { stdio: 'inherit' });
   try {
-    spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
-    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--pod-link', raw.podLink, '--inner', dir], { stdio: 'inherit' });
-    if (r.status !== 0) throw new Error(`benchmark failed (exit ${r.status})`);
+    const status = runInNodeNetns(name, __filename, ['--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--pod-link', raw.podLink, '--inner', dir]);
+    if (status !== 0) throw new Error(`benchmark failed (exit ${status})`);
   } finally {
-    spawnSync('ip', ['netns', 'del', `${name}-node`]);
-    releaseRunNetns();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

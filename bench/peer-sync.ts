@@ -5,12 +5,13 @@
 // (what every Node event and the 10 s check do). Beside them, the check of every pair of
 // claims for overlaps that each sync ran before contested-cidrs.ts.
 //   node dist/bench/peer-sync.js [--nodes 100,1000,5000] [--rounds 5]
-import { execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { Command } from 'commander';
 import { Config, defaultConfig } from '../plugin/core/config';
 import { Cidr, cidrsOverlap, parseCidr } from '../plugin/ipam/ip';
 import { NetlinkSocket } from '../plugin/netlink/socket';
 import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
+import { runInNodeNetns } from './run-netns-mount';
 import { percentile } from './stats';
 
 const ms = (t: bigint): number => Number(process.hrtime.bigint() - t) / 1e6;
@@ -77,12 +78,5 @@ const sizes = String(o.nodes).split(',').map(Number);
 if (o.inner) inner(sizes, Number(o.rounds));
 else {
   if (process.getuid?.() !== 0) throw new Error('peer-sync needs root: it makes a network namespace');
-  const netns = `kni-peer-sync-${process.pid}`;
-  execFileSync('ip', ['netns', 'add', netns]);
-  try {
-    const r = spawnSync('ip', ['netns', 'exec', netns, process.execPath, __filename, '--inner', '--nodes', sizes.join(','), '--rounds', String(o.rounds)], { stdio: 'inherit' });
-    if (r.status !== 0) process.exitCode = 1;
-  } finally {
-    execFileSync('ip', ['netns', 'del', netns]);
-  }
+  if (runInNodeNetns(`kps${process.pid.toString(36)}`, __filename, ['--inner', '--nodes', sizes.join(','), '--rounds', String(o.rounds)]) !== 0) process.exitCode = 1;
 }

@@ -10,7 +10,7 @@ import { runtimeClient } from '../plugin/client/clients';
 import { createPinnedNetns, ensureNetnsDir, removePinnedNetns } from '../plugin/netns/netns';
 import { packageRoot } from '../plugin/server/protos';
 import { floorRun } from './kernel-floor-run';
-import { guardRunNetnsMount } from './run-netns-mount';
+import { runInNodeNetns } from './run-netns-mount';
 import { cpuMs, percentile, perPod, rssMb, threadCpuMs } from './stats';
 import { attachMsFromLog, readSteps, stepMeans } from './step-times';
 
@@ -111,15 +111,10 @@ async function main(): Promise<void> {
   const name = `kp${process.pid.toString(36)}`;
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
-  const releaseRunNetns = guardRunNetnsMount();
-  spawnSync('ip', ['netns', 'add', `${name}-node`]);
   try {
-    spawnSync('ip', ['-n', `${name}-node`, 'link', 'set', 'lo', 'up']);
-    const r = spawnSync('nsenter', [`--net=/run/netns/${name}-node`, process.execPath, __filename, '--n', o.n, '--out', o.out, ...(o.detach ? [] : ['--no-detach']), ...(o.cpuProf ? [] : ['--no-cpu-prof']), '--inner', dir], { stdio: 'inherit' });
-    if (r.status !== 0) throw new Error(`profile run failed (exit ${r.status})`);
+    const status = runInNodeNetns(name, __filename, ['--n', o.n, '--out', o.out, ...(o.detach ? [] : ['--no-detach']), ...(o.cpuProf ? [] : ['--no-cpu-prof']), '--inner', dir]);
+    if (status !== 0) throw new Error(`profile run failed (exit ${status})`);
   } finally {
-    spawnSync('ip', ['netns', 'del', `${name}-node`]);
-    releaseRunNetns();
     fs.rmSync(dir, { recursive: true, force: true });
   }
 }

@@ -1,7 +1,7 @@
 // `ip netns add` makes /run/netns a mount of itself and leaves it there. The bench, its profilers
 // and the test suite use it (as a runtime would) and take that mount back down when they made it
 // (hack/demo.sh does the same in shell).
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 
 const RUN_NETNS = '/run/netns';
@@ -18,4 +18,21 @@ export function guardRunNetnsMount(): () => void {
       // busy: a netns pinned there meanwhile by someone else, theirs now
     }
   };
+}
+
+/**
+ * Runs `script` again with `args` inside a throwaway node netns `<name>-node` (lo up), then
+ * removes the netns, and /run/netns's mount when this run made it, whatever happened. Its exit status.
+ */
+export function runInNodeNetns(name: string, script: string, args: string[]): number | null {
+  const release = guardRunNetnsMount();
+  const netns = `${name}-node`;
+  spawnSync('ip', ['netns', 'add', netns], { stdio: 'inherit' });
+  try {
+    spawnSync('ip', ['-n', netns, 'link', 'set', 'lo', 'up']);
+    return spawnSync('nsenter', [`--net=${RUN_NETNS}/${netns}`, process.execPath, script, ...args], { stdio: 'inherit' }).status;
+  } finally {
+    spawnSync('ip', ['netns', 'del', netns]);
+    release();
+  }
 }

@@ -70,16 +70,8 @@ export class NodeAgent {
   private syncTimer?: NodeJS.Timeout;
   private syncing = false;
   private syncAgain = false;
-  /**
-   * What the last peer sync routed for (the peers' names, InternalIPs and podCIDRs, this node's
-   * ranges, readiness and backend): a sync that changes none of that (a watch's relist, a
-   * nodeIpam claim's retry) compares no route. The periodic check (routeTimer) and a backend
-   * change compare anyway.
-   */
-  private routedFor = '';
   /** Each Node's routing fields as last seen (routingChanged). */
   private readonly routingOf = new Map<string, string>();
-  private compareRoutes = true;
   private stopped = false;
   private nodePodCidrs: string[] = [];
   private rangesProblem = '';
@@ -144,10 +136,7 @@ export class NodeAgent {
     this.owners.start();
     // Routes go without a Node event: a link going down takes the routes through it along, and
     // an admin or another agent may delete them. Checked as often as flannel checks its own.
-    this.routeTimer = setInterval(() => {
-      this.compareRoutes = true;
-      this.schedule();
-    }, ROUTE_CHECK_MS);
+    this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
   }
 
@@ -162,7 +151,6 @@ export class NodeAgent {
 
   /** Routes again from the cache (the backend changed live). */
   resync(): void {
-    this.compareRoutes = true;
     this.schedule();
   }
 
@@ -212,10 +200,6 @@ export class NodeAgent {
       // nodes' as for its own network (backend none leaves that to the plugins).
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
       const views = nodes.map(nodeView);
-      const routedFor = JSON.stringify([this.cfg.backend, this.cfg.ranges.map((c) => c.text), this.rt.node.status().ready, views]);
-      if (routedFor === this.routedFor && !this.compareRoutes) return;
-      this.compareRoutes = false;
-      this.routedFor = '';
       this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
       const started = performance.now();
       const status = this.peers.sync(nodeView(self), views);
@@ -231,7 +215,6 @@ export class NodeAgent {
       const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
       await this.rt.node.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
       this.report(views.length - 1, status);
-      this.routedFor = routedFor;
     } catch (e) {
       log('error', 'node agent sync failed', { error: (e as Error).message });
     } finally {

@@ -99,7 +99,8 @@ export class PeerNetwork {
     const skipIndex = new Set([this.cfg.bridge, this.cfg.vxlan.device].map((n) => linkByName(this.sock, n)?.index ?? -1));
     const own = addrList(this.sock).filter((a) => !skipIndex.has(a.index) && !a.address.startsWith('fe80:') && !a.address.startsWith('127.') && a.address !== '::1');
     // The plan is a function of the Nodes, the config and this node's addresses: the periodic
-    // check (and a Node event that changed none of them) reuses it, and only reads the kernel.
+    // check (and a sync that changed none of them: a watch's relist) reuses it, and only reads
+    // the kernel.
     const key = JSON.stringify([backend, this.cfg.vxlan, this.cfg.ranges.map((c) => c.text), own.map((a) => [a.index, a.address, a.prefixLength]), self, peers]);
     if (key !== this.plannedFor) {
       this.planned = this.plan(self, peers, own);
@@ -128,7 +129,7 @@ export class PeerNetwork {
     let vxlanIndex = 0;
     if (overlay.length) {
       try {
-        vxlanIndex = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link!.index).index;
+        vxlanIndex = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link.index).index;
       } catch (e) {
         for (const p of overlay) Object.assign(p.status, { state: 'failed', error: `vxlan device: ${(e as Error).message}` });
         for (const p of overlay) p.route = undefined;
