@@ -45,7 +45,7 @@ export class ConfigWatch {
   start(): void {
     const { k8s, kc, core } = this.api;
     const fieldSelector = `metadata.name=${this.name}`;
-    const informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector }), false, undefined, fieldSelector);
+    const informer = new k8s.ListWatch<K8s.V1ConfigMap>(`/api/v1/namespaces/${this.namespace}/configmaps`, new k8s.Watch(kc), () => core.listNamespacedConfigMap({ namespace: this.namespace, fieldSelector, resourceVersion: '0' }), false, undefined, fieldSelector);
     informer.on('add', (cm) => void this.changed(cm));
     informer.on('update', (cm) => void this.changed(cm));
     informer.on('delete', () => log('warn', 'ConfigMap deleted: kni keeps the config it runs with, but its pods cannot start again until the ConfigMap is back', { configMap: this.cfg.kubernetes.configMap }));

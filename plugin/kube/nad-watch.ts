@@ -35,7 +35,8 @@ export class NadWatch {
   start(): void {
     const { k8s, kc } = this.api;
     const custom = kc.makeApiClient(k8s.CustomObjectsApi);
-    const list = () => custom.listClusterCustomObject({ group: NAD_GROUP, version: NAD_VERSION, plural: NAD_PLURAL }) as Promise<K8s.KubernetesListObject<Nad>>;
+    // From the watch cache (resourceVersion "0"), as Multus's informers list: every kni lists them.
+    const list = () => custom.listClusterCustomObject({ group: NAD_GROUP, version: NAD_VERSION, plural: NAD_PLURAL, resourceVersion: '0' }) as Promise<K8s.KubernetesListObject<Nad>>;
     this.informer = k8s.makeInformer<Nad>(kc, `/apis/${NAD_GROUP}/${NAD_VERSION}/${NAD_PLURAL}`, list);
     this.informer.on('add', (o) => this.upsert(o));
     this.informer.on('update', (o) => this.upsert(o));

@@ -58,7 +58,11 @@ export class PodNetworks {
   start(): void {
     const { k8s, kc, core } = this.api;
     const fieldSelector = `spec.nodeName=${this.cfg.kubernetes.nodeName}`;
-    this.informer = new k8s.ListWatch<K8s.V1Pod>('/api/v1/pods', new k8s.Watch(kc), () => core.listPodForAllNamespaces({ fieldSelector }), false, undefined, fieldSelector);
+    // resourceVersion "0", as the kubelet lists its pods: the API server's watch cache answers
+    // from its index by node. Read from etcd, each kni's list would read every pod of the
+    // cluster and filter them, and a DaemonSet rollout makes every kni list at once.
+    const list = () => core.listPodForAllNamespaces({ fieldSelector, resourceVersion: '0' });
+    this.informer = new k8s.ListWatch<K8s.V1Pod>('/api/v1/pods', new k8s.Watch(kc), list, false, undefined, fieldSelector);
     this.informer.on('add', (p) => this.schedule(p));
     this.informer.on('update', (p) => this.schedule(p));
     this.informer.on('delete', (p) => {
