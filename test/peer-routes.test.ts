@@ -141,6 +141,21 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       reachable(a, b);
     });
 
+
+    it('an InternalIP spelled otherwise than the kernel spells it (fd00:6100:0:0::2) is the same address: the route stays, and the periodic sync writes nothing', () => {
+      const spelled: NodeView = { ...b.view, internalIPs: ['192.168.61.2', 'fd00:6100:0:0:0:0:0:2'] };
+      a.peers.sync(a.view, [a.view, spelled]);
+      const writes = countWrites(a.sock);
+      try {
+        a.peers.sync(a.view, [a.view, spelled]);
+        assert.equal(writes.count, 0, 'a route in place via the same address, spelled otherwise, was written again');
+      } finally {
+        writes.restore();
+      }
+      assert.match(routesIn(a.d.nodeNetns, '-6'), /fd00:61:2::\/64 via fd00:6100::2/);
+      assert.deepEqual(a.peers.status().map((s) => s.state), ['installed', 'installed']);
+      reachable(a, b);
+    });
     it('backend host-gw with a peer off-subnet: the route is reported unreachable, not made', () => {
       const far: NodeView = { name: 'far', internalIPs: ['172.31.9.9'], podCidrs: ['10.61.9.0/24'] };
       const cfgBackend = (a.peers as any).cfg.backend;

@@ -6,7 +6,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { KniError } from '../plugin/core/errors';
 import fc from 'fast-check';
-import { cidrsOverlap, formatIp, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
+import { cidrsOverlap, formatIp, formatIpBytes, formatNewIp, ipBytes, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { RangeAllocator } from '../plugin/ipam/range-allocator';
 import { cniIpamStatus } from '../plugin/cni/cni-ipam-status';
 import { parseNetworkConfig } from '../plugin/cni/conflist';
@@ -39,6 +39,17 @@ describe('ip', () => {
     const zeroRuns = fc.array(fc.constantFrom<bigint>(0n, 0n, 0n, 1n, 0xffffn, 0xabcn), { minLength: 8, maxLength: 8 }).map((g) => g.reduce((a, x) => (a << 16n) | x, 0n));
     fc.assert(fc.property(fc.oneof(fc.bigInt({ min: 0n, max: (1n << 128n) - 1n }), zeroRuns), (v) => formatIp(6, v) === new URL(`http://[${full(v)}]/`).hostname.slice(1, -1)));
     fc.assert(fc.property(fc.bigInt({ min: 0n, max: (1n << 32n) - 1n }), (v) => formatIp(4, v) === new URL(`http://${v}/`).hostname));
+  });
+
+  it('formats an address from its bytes in network order as formatIp formats its value (netlink dumps are read that way)', () => {
+    fc.assert(
+      fc.property(fc.uint8Array({ minLength: 16, maxLength: 16 }), fc.boolean(), fc.nat(3), (bytes, v4, pad) => {
+        const b = Buffer.concat([Buffer.alloc(pad, 0xff), Buffer.from(v4 ? bytes.subarray(0, 4) : bytes)]);
+        const value = [...b.subarray(pad)].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n);
+        assert.equal(formatIpBytes(b, pad, b.length - pad), formatIp(v4 ? 4 : 6, value));
+      }),
+    );
+    assert.throws(() => formatIpBytes(Buffer.alloc(6)), /6 bytes is neither IPv4 nor IPv6/);
   });
 
   it('an address formatted as allocated parses back to its value, from the parse cache as from the text', () => {

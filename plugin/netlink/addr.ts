@@ -1,5 +1,5 @@
 // Addresses (RTM_*ADDR, struct ifaddrmsg).
-import { Family, formatIp } from '../ipam/ip';
+import { Family, formatIp, formatIpBytes } from '../ipam/ip';
 import { parseAttrs } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from './socket';
@@ -64,11 +64,13 @@ export function addrDel(index: number, ifname: string, a: AddrSpec): NetlinkRequ
 }
 
 export function addrList(sock: NetlinkSocket): Address[] {
-  return sock.dump(RTM_GETADDR, Buffer.alloc(8), 'list addresses').map((m) => {
+  const out: Address[] = [];
+  for (const m of sock.dump(RTM_GETADDR, Buffer.alloc(8), 'list addresses')) {
     const family: Family = m.body.readUInt8(0) === 2 ? 4 : 6;
     const a = parseAttrs(m.body, 8);
     const raw = a.get(IFA_LOCAL) ?? a.get(IFA_ADDRESS) ?? Buffer.alloc(family === 4 ? 4 : 16);
-    const value = [...raw].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n);
-    return { family, address: formatIp(family, value), prefixLength: m.body.readUInt8(1), index: m.body.readUInt32LE(4) };
-  });
+    // Only IPv4 and IPv6 carry 4 or 16 bytes; nothing else is an address kni reads.
+    if (raw.length === (family === 4 ? 4 : 16)) out.push({ family, address: formatIpBytes(raw), prefixLength: m.body.readUInt8(1), index: m.body.readUInt32LE(4) });
+  }
+  return out;
 }

@@ -33,3 +33,10 @@ export function readStringAt(b: Buffer, start: number, end: number): string {
 }
 
 export const readString = (p: Buffer): string => readStringAt(p, 0, p.length);
+
+/** A link-layer address between start and end of b, as "0a:58:…". */
+export function readMacAt(b: Buffer, start: number, end: number): string {
+  let s = '';
+  for (let i = start; i < end; i++) s += `${i > start ? ':' : ''}${b[i] < 16 ? '0' : ''}${b[i].toString(16)}`;
+  return s;
+}

@@ -1,6 +1,6 @@
 // Links (RTM_*LINK, struct ifinfomsg): request builders and lookups.
 import type { Family } from '../ipam/ip';
-import { forEachAttr, readStringAt } from './attr';
+import { forEachAttr, readMacAt, readStringAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_ECHO, NLM_F_EXCL } from './socket';
 
@@ -66,12 +66,6 @@ function ifinfomsg(index = 0, flags = 0, change = 0, family = AF_UNSPEC): BodyWr
   const w = bodyWriter();
   ifinfo(w, index, flags, change, family);
   return w;
-}
-
-function macString(b: Buffer): string {
-  let s = '';
-  for (let i = 0; i < b.length; i++) s += `${i ? ':' : ''}${b[i] < 16 ? '0' : ''}${b[i].toString(16)}`;
-  return s;
 }
 
 const IFLA_BR_MCAST_SNOOPING = 23;
@@ -308,7 +302,7 @@ export function parseLink(body: Buffer): Link {
     switch (type) {
       case IFLA_IFNAME: link.name = readStringAt(body, start, end); break;
       case IFLA_MTU: link.mtu = body.readUInt32LE(start); break;
-      case IFLA_ADDRESS: link.mac = macString(body.subarray(start, end)); break;
+      case IFLA_ADDRESS: link.mac = readMacAt(body, start, end); break;
       case IFLA_MASTER: link.master = body.readUInt32LE(start); break;
       case IFLA_IFALIAS: link.alias = readStringAt(body, start, end); break;
       case IFLA_LINK: link.peerIndex = body.readInt32LE(start); break;

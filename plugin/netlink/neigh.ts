@@ -1,7 +1,7 @@
 // Neighbour and forwarding-database entries (RTM_*NEIGH, struct ndmsg): what a vxlan overlay
 // needs so that no ARP/NDP or flooding crosses it (flannel's model: both are written ahead).
-import { Family, formatIp, parseIp } from '../ipam/ip';
-import { parseAttrs } from './attr';
+import { Family, formatIpBytes, parseIp } from '../ipam/ip';
+import { forEachAttr, readMacAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
@@ -55,23 +55,23 @@ export function neighDel(n: Neighbour): NetlinkRequest {
   return { type: RTM_DELNEIGH, flags: 0, what: `delete ${describe(n)} (link ${n.index})`, body: w.take() };
 }
 
-/** The permanent entries of one link (IPv4, IPv6 and FDB). */
+/** The permanent entries of one link (IPv4, IPv6 and FDB), read in place (a vxlan node holds two per other node). */
 export function neighList(sock: NetlinkSocket, index: number): Neighbour[] {
   const out: Neighbour[] = [];
   for (const fam of [2, 10, AF_BRIDGE]) {
     for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0).take(), 'list neighbours')) {
-      if (m.body.readInt32LE(4) !== index || !(m.body.readUInt16LE(8) & NUD_PERMANENT)) continue;
-      const a = parseAttrs(m.body, 12);
-      const dst = a.get(NDA_DST);
-      const ll = a.get(NDA_LLADDR);
-      if (!dst || !ll || ll.length !== 6) continue;
-      const f: Family = dst.length === 4 ? 4 : 6;
-      out.push({
-        family: fam === AF_BRIDGE ? 'fdb' : f,
-        index,
-        ip: formatIp(f, [...dst].reduce((acc, x) => (acc << 8n) | BigInt(x), 0n)),
-        mac: [...ll].map((x) => x.toString(16).padStart(2, '0')).join(':'),
+      const b = m.body;
+      if (b.readInt32LE(4) !== index || !(b.readUInt16LE(8) & NUD_PERMANENT)) continue;
+      let ip = '';
+      let family: Family = 4;
+      let mac = '';
+      forEachAttr(b, 12, b.length, (type, start, end) => {
+        if (type === NDA_DST && (end - start === 4 || end - start === 16)) {
+          ip = formatIpBytes(b, start, end - start);
+          family = end - start === 4 ? 4 : 6;
+        } else if (type === NDA_LLADDR && end - start === 6) mac = readMacAt(b, start, end);
       });
+      if (ip && mac) out.push({ family: fam === AF_BRIDGE ? 'fdb' : family, index, ip, mac });
     }
   }
   return out;

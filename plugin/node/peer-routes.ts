@@ -36,8 +36,8 @@ export interface PeerRouteStatus {
 interface Planned {
   status: PeerRouteStatus;
   route?: PeerRoute;
-  /** vxlan: the peer's underlay address (FDB) and its device MAC. */
-  vtep?: { ip: string; mac: string };
+  /** vxlan: the peer's underlay address (FDB) and its device MAC; the neighbour and FDB entries' keys (neighKey). */
+  vtep?: { ip: string; mac: string; neighKey: string; fdbKey: string };
   /** Passed every check but the kernel's: refused still where a route kni did not make is in place. */
   contestable: boolean;
 }
@@ -60,7 +60,16 @@ const notIps = (v: NodeView): string => {
 /** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
 const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
 
-const sameIp = (a: string, b: string): boolean => familyOf(a) !== 0 && familyOf(a) === familyOf(b) && parseIp(a).value === parseIp(b).value;
+/**
+ * An address as the kernel's dumps spell it (RFC 5952): what kni plans is compared with what it
+ * reads as text, and a Node's status may spell an address otherwise ("fd00:0:0::1").
+ */
+const canonicalIp = (ip: string): string => {
+  const p = parseIp(ip);
+  return formatIp(p.family, p.value);
+};
+
+const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => `${family}/${ip}/${mac}`;
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
 
@@ -141,7 +150,7 @@ export class PeerNetwork {
       if (!p.route) continue;
       if (p.vtep) p.route.index = vxlanIndex;
       const had = inPlace.get(p.status.destination);
-      if (had && had.index === p.route.index && sameIp(had.gateway, p.route.gateway)) {
+      if (had && had.index === p.route.index && had.gateway === p.route.gateway) {
         p.status.state = 'installed';
         continue;
       }
@@ -176,7 +185,7 @@ export class PeerNetwork {
     };
     // The underlay: this node's first InternalIP found on one of its links (IPv4 first).
     const selfIps = [...self.internalIPs].sort((a, b) => familyOf(a) - familyOf(b));
-    const underlay = selfIps.map((ip) => ({ ip, link: ownAddrs.find((a) => a.address === ip) })).find((u): u is { ip: string; link: Address } => !!u.link);
+    const underlay = selfIps.map((ip) => ({ ip, link: familyOf(ip) ? ownAddrs.find((a) => a.address === canonicalIp(ip)) : undefined })).find((u): u is { ip: string; link: Address } => !!u.link);
     const ownRanges = this.cfg.ranges;
     // The claims that can contest another peer's (a default route is refused on its own).
     const rivals = contestedClaims(peers.filter((p) => p.name !== self.name).flatMap((p) => p.podCidrs.flatMap((t) => {
@@ -230,7 +239,7 @@ export class PeerNetwork {
             continue;
           }
           Object.assign(status, { backend: 'host-gw', via: peerIp });
-          planned.route = { destination: c, gateway: peerIp, index: direct, onlink: false };
+          planned.route = { destination: c, gateway: canonicalIp(peerIp), index: direct, onlink: false };
           continue;
         }
         if (!underlay) {
@@ -244,38 +253,43 @@ export class PeerNetwork {
         }
         Object.assign(status, { backend: 'vxlan', via: gatewayOf(c), device: this.cfg.vxlan.device });
         planned.route = { destination: c, gateway: gatewayOf(c), index: 0, onlink: true };
-        planned.vtep = { ip: peerUnderlay, mac: vtepMac(peerUnderlay) };
+        // The MAC is a hash of the address as the Node spells it: the peer hashes the same text for its own device.
+        const vtep = { ip: canonicalIp(peerUnderlay), mac: vtepMac(peerUnderlay) };
+        planned.vtep = { ...vtep, neighKey: neighKey(c.family, planned.route.gateway, vtep.mac), fdbKey: neighKey('fdb', vtep.ip, vtep.mac) };
       }
     }
     return { plans, underlay };
   }
 
   private syncNeighbours(index: number, overlay: Planned[]): void {
-    const want: Neighbour[] = [];
+    // Each entry's key → the plan wanting it (an FDB entry serves a peer's routes of both families).
+    const wanted = new Map<string, { p: Planned; fdb: boolean }>();
     for (const p of overlay) {
-      want.push({ family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac });
-      want.push({ family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac });
+      wanted.set(p.vtep!.neighKey, { p, fdb: false });
+      if (!wanted.has(p.vtep!.fdbKey)) wanted.set(p.vtep!.fdbKey, { p, fdb: true });
     }
-    const key = (n: Neighbour) => `${n.family}/${n.ip}/${n.mac}`;
-    const wanted = new Set(want.map(key));
     const present = new Set<string>();
     for (const n of neighList(this.sock, index)) {
-      present.add(key(n));
-      if (wanted.has(key(n))) continue;
+      const key = neighKey(n.family, n.ip, n.mac);
+      present.add(key);
+      if (wanted.has(key)) continue;
       try {
         this.sock.request(neighDel(n));
       } catch {
         // gone already
       }
     }
-    for (const n of want) {
-      if (present.has(key(n))) continue;
+    for (const [key, { p, fdb }] of wanted) {
+      if (present.has(key)) continue;
+      const vtep = p.vtep!;
       try {
-        this.sock.request(neighSet(n));
+        this.sock.request(neighSet(fdb ? { family: 'fdb', index, ip: vtep.ip, mac: vtep.mac } : { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: vtep.mac }));
       } catch (e) {
-        const p = overlay.find((o) => o.vtep!.mac === n.mac);
-        if (p) Object.assign(p.status, { state: 'failed', error: (e as Error).message });
-        if (p) p.route = undefined;
+        // Without its FDB entry neither of the peer's routes works.
+        for (const o of fdb ? overlay.filter((q) => q.vtep!.mac === vtep.mac) : [p]) {
+          Object.assign(o.status, { state: 'failed', error: (e as Error).message });
+          o.route = undefined;
+        }
       }
     }
   }
