@@ -215,6 +215,12 @@ program.command('check [sandbox]').description(`compare a sandbox's record with 
   if (!ok) process.exitCode = 2;
 });
 
+program.command('trace <sandbox> <destination>').description(`the path a pod's packet to an address takes, hop by hop, as kni and the kernel see it now; nothing is sent (sandbox: ${SANDBOX_REF_HELP})`).addOption(output()).action(async (ref, destination, o) => {
+  const t = await withClient(async (c) => c.Trace({ sandbox_id: await sandboxOf(c, ref), destination }));
+  print(o.output, t, () => t.hops.map((h: { at: string; what: string; problem: string }) => `${h.at}: ${h.what}\n${h.problem ? `  PROBLEM: ${h.problem}\n` : ''}`).join('') + (t.ok ? 'ok\n' : ''));
+  if (!t.ok) process.exitCode = 2;
+});
+
 program.command('reconcile').description('compare every record with the kernel now: repair, release, remove stale veths').addOption(output()).action(async (o) => {
   const r = await withClient((c) => c.Reconcile({}));
   print(o.output, r, () => (r.findings.length ? r.findings.map((f: string) => `${f}\n`).join('') : 'kernel and records agree\n'));

@@ -71,6 +71,7 @@ const ANSWERS: Record<string, (req: any, res: any) => void> = {
   },
   GetPod: (req, res) => assert.equal(res.sandbox_id, req.sandbox_id),
   Check: (_req, res) => assert.equal(res.ok, res.problems.length === 0),
+  Trace: (_req, res) => assert.equal(res.ok, res.hops.length > 0 && res.hops.every((h: any) => !h.problem)),
   ListPods: (req, res) => {
     if (req.page_size > 0) assert.ok(res.pods.length <= req.page_size);
     for (const p of res.pods) assert.ok(!req.page_token || p.sandbox_id > req.page_token);

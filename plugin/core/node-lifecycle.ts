@@ -205,6 +205,11 @@ export class NodeLifecycle {
     await this.setup();
   }
 
+  /** Where pod traffic goes unmasqueraded: the cluster's pod CIDRs and nonMasqueradeCIDRs (Trace). */
+  unmasqueraded(): Cidr[] {
+    return unmasqueraded(this.rt.cfg, this.peerCidrs);
+  }
+
   /** Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
     // Compared as the chain's returns: with nodeIpam's pools there, a peer coming or going changes none.

@@ -1,6 +1,6 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
 import { bitsOf, Cidr, Family, formatIp, formatIpBytes, parseIp } from '../ipam/ip';
-import { forEachAttr, parseAttrs } from './attr';
+import { forEachAttr } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
@@ -10,6 +10,7 @@ const RTM_GETROUTE = 26;
 const RTA_DST = 1;
 const RTA_OIF = 4;
 const RTA_GATEWAY = 5;
+const RTA_PREFSRC = 7;
 const RTA_TABLE = 15;
 const RT_TABLE_MAIN = 254;
 const RTPROT_BOOT = 3;
@@ -24,6 +25,7 @@ const RTNH_F_ONLINK = 4;
 const RT_SCOPE_UNIVERSE = 0;
 const RT_SCOPE_LINK = 253;
 const RTN_UNICAST = 1;
+const RTN_LOCAL = 2;
 
 export interface Route {
   family: Family;
@@ -100,21 +102,49 @@ export function hostRouteAdd(family: Family, address: bigint, index: number, ifn
   return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `add route ${addressText ?? formatIp(family, address)}/${len} dev ${ifname}`, body: w.take() };
 }
 
+/** Where routing sends a packet to an address (`ip route get`). */
+export interface RouteLookup {
+  /** The link out. */
+  index: number;
+  /** The next hop; '' when the address is on the link. */
+  gateway: string;
+  /** The source address the kernel picks; '' when none. */
+  source: string;
+  /** The address is this netns's own (an RTN_LOCAL answer). */
+  local: boolean;
+}
+
 /**
- * The link the node's routing sends a packet to this address out of (as `ip route get`), 0 when
- * it has no route. One lookup instead of a dump of every route.
+ * The route this netns's routing takes to an address, undefined when it has none. One lookup
+ * instead of a dump of every route.
  */
-export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint, addressText?: string): number {
+export function routeGet(sock: NetlinkSocket, family: Family, address: bigint, addressText?: string): RouteLookup | undefined {
   const w = rtmsg(family, bitsOf(family));
   w.ip(RTA_DST, family, address);
   const req: NetlinkRequest = { type: RTM_GETROUTE, flags: 0, what: `look up the route to ${addressText ?? formatIp(family, address)}`, body: w.take() };
+  let msgs;
   try {
-    const msgs = sock.query(req);
-    return msgs.length ? (parseAttrs(msgs[0].body, RTMSG_LEN).get(RTA_OIF)?.readUInt32LE(0) ?? 0) : 0;
+    msgs = sock.query(req);
   } catch (e) {
-    if (e instanceof NetlinkError && (e.code === 'ENETUNREACH' || e.code === 'EHOSTUNREACH')) return 0;
+    if (e instanceof NetlinkError && (e.code === 'ENETUNREACH' || e.code === 'EHOSTUNREACH')) return undefined;
     throw e;
   }
+  if (!msgs.length) return undefined;
+  const b = msgs[0].body;
+  const r: RouteLookup = { index: 0, gateway: '', source: '', local: b.readUInt8(7) === RTN_LOCAL };
+  forEachAttr(b, RTMSG_LEN, b.length, (type, start, end) => {
+    switch (type) {
+      case RTA_OIF: r.index = b.readUInt32LE(start); break;
+      case RTA_GATEWAY: r.gateway = formatIpBytes(b, start, end - start); break;
+      case RTA_PREFSRC: r.source = formatIpBytes(b, start, end - start); break;
+    }
+  });
+  return r;
+}
+
+/** The link the node's routing sends a packet to this address out of, 0 when it has no route. */
+export function routeGetOif(sock: NetlinkSocket, family: Family, address: bigint, addressText?: string): number {
+  return routeGet(sock, family, address, addressText)?.index ?? 0;
 }
 
 export function routeList(sock: NetlinkSocket, family: Family): Route[] {

@@ -8,6 +8,7 @@ import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
+import { tracePath } from '../core/path-trace';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
 import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
@@ -135,6 +136,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const problems = await rt.check(req.sandbox_id);
       return { ok: problems.length === 0, problems };
     }),
+    Trace: u('Trace', (req: { sandbox_id: string; destination: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers)),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {

@@ -110,6 +110,12 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     assert.equal(fetchFrom('who-1', b6), a6);
     assert.equal(fetchFrom('who-2', a4), b4);
     assert.equal(fetchFrom('who-2', a6), b6);
+    // knictl trace names the same path: who-1's route, then kni's vxlan route to kc-w2's pods.
+    for (const ip of [b4, b6]) {
+      const t = knictl('w1', 'trace', 'who-1', ip);
+      assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['peer-pod', true, ['pod', 'node', 'kc-w2']], JSON.stringify(t));
+      assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+$`));
+    }
     // The router between the subnets knows no pod range: only the overlay crossed it.
     assert.doesNotMatch(execFileSync('ip', ['-n', 'kc-wire', 'route'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', 'kc-wire', '-6', 'route'], { encoding: 'utf8' }), /10\.244\.|fd00:10:244/);
     // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.

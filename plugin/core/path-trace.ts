@@ -1,0 +1,165 @@
+// The path a pod's packet to an address takes, hop by hop, as kni and the kernel see it now
+// (Trace, `knictl trace`): the pod's own route, then what the address is — a pod on this node,
+// another node's pod range, this node, or somewhere outside the pod networks — and the node's
+// route there, each hop with what would stop the packet. Read-only: nothing is changed, nothing
+// is sent.
+import { cidrContains, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
+import { addrList } from '../netlink/addr';
+import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
+import { routeGet, RouteLookup } from '../netlink/route';
+import type { PeerRouteStatus } from '../node/peer-routes';
+import { socketInNetns } from '../netns/netns';
+import { reopenRecordedNetns } from '../netns/open-netns';
+import { SandboxRecord } from '../store/records';
+import { invalid } from './errors';
+import { isBuiltIn } from './network-backend';
+import type { NetworkRuntime } from './network-runtime';
+
+export interface TraceHop {
+  /** "pod", "node", or the peer node's name. */
+  at: string;
+  what: string;
+  /** What stops the packet here, and what to look at; '' when this hop works. */
+  problem: string;
+}
+
+export interface PathTrace {
+  destination: string;
+  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "outside", or "" when the pod's own route ends it. */
+  kind: string;
+  hops: TraceHop[];
+  ok: boolean;
+}
+
+/** What Trace needs of the node agent: the other Nodes' podCIDRs and kni's routes to them. */
+export interface PeerRoutes {
+  name: string;
+  podCidrs: string[];
+  routes: PeerRouteStatus[];
+}
+
+const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
+
+function destinationOf(text: unknown): { family: Family; value: bigint; text: string } {
+  if (typeof text !== 'string' || !text) throw invalid('destination is required: an IPv4 or IPv6 address');
+  let ip;
+  try {
+    ip = parseIp(text.trim());
+  } catch (e) {
+    throw invalid(`destination: ${(e as Error).message}`);
+  }
+  return { ...ip, text: formatIp(ip.family, ip.value) };
+}
+
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined): Promise<PathTrace> {
+  const rec = rt.get(sandboxId);
+  const dst = destinationOf(destination);
+  const out: PathTrace = { destination: dst.text, kind: '', hops: [], ok: false };
+  const hop = (at: string, what: string, problem = ''): boolean => (out.hops.push({ at, what, problem }), !problem);
+
+  const leaving = podHop(rec, dst);
+  if (!hop('pod', leaving.what, leaving.problem) || leaving.local) {
+    out.kind = leaving.local ? 'self' : '';
+    out.ok = !leaving.problem;
+    return out;
+  }
+  const itf = rec.interfaces.find((i) => i.name === leaving.interface);
+  if (!itf || !isBuiltIn(itf) || rt.cni) {
+    // A CNI network (a pod's extra network, or the default network run by CNI): its plugins route it.
+    const network = itf?.network || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
+    hop('node', `leaves through ${leaving.interface}, on ${network}: kni does not route that network beyond the pod`);
+    out.kind = 'outside';
+    out.ok = true;
+    return out;
+  }
+
+  // A pod on this node.
+  for (const other of rt.list()) {
+    const target = other.interfaces.find((i) => i.addresses.some((a) => a.address === dst.text));
+    if (!target) continue;
+    out.kind = 'pod';
+    const name = other.pod.name ? `pod ${other.pod.namespace}/${other.pod.name}` : `sandbox ${other.id}`;
+    const problems = other.phase === 'attached' && isBuiltIn(target) ? await rt.check(other.id).catch((e) => [(e as Error).message]) : [];
+    const hostEnd = linkByName(rt.host, target.hostVeth);
+    const problem = other.phase !== 'attached' ? `its sandbox is ${other.phase}, not attached` : problems.length ? `its network does not match kni's record: ${problems.join('; ')} (knictl reconcile repairs it)` : '';
+    out.ok = hop('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem);
+    return out;
+  }
+  // This node itself (a gateway address of its pod range too).
+  const own = addrList(rt.host).find((a) => a.family === dst.family && a.address === dst.text);
+  if (own) {
+    out.kind = 'node';
+    out.ok = hop('node', `${dst.text} is this node's own address (${linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`})`);
+    return out;
+  }
+
+  if (rt.cfg.ranges.some((r) => r.family === dst.family && cidrContains(r, dst.family, dst.value))) {
+    out.kind = 'pod-range';
+    hop('node', `${dst.text} is in this node's pod range`, `no pod on this node has ${dst.text} (a pod gone or not yet started: knictl pods lists them)`);
+    return out;
+  }
+
+  const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
+  const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
+
+  // Another node's pods.
+  for (const peer of peers ?? []) {
+    const claim = peer.podCidrs.find((t) => {
+      try {
+        const c = parseCidr(t);
+        return c.family === dst.family && cidrContains(c, dst.family, dst.value);
+      } catch {
+        return false;
+      }
+    });
+    if (!claim) continue;
+    out.kind = 'peer-pod';
+    const route = peer.routes.find((r) => r.destination === parseCidr(claim).text);
+    const what = `${dst.text} is in node ${peer.name}'s podCIDR ${claim}`;
+    if (!route || route.state !== 'installed') {
+      hop('node', what, `kni's route to node ${peer.name}'s pods is ${route ? `${route.state}: ${route.error}` : 'not planned'} (knictl node)`);
+      return out;
+    }
+    const expected = route.backend === 'vxlan' ? `dev ${route.device}` : `via ${route.via}`;
+    const taken = nodeRoute ? via(nodeRoute, dev) : '';
+    const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
+    out.ok = hop('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, matches ? '' : `the node's routing takes ${nodeRoute ? taken : 'no route'} instead: a more specific route, or a rule, wins over kni's`);
+    if (out.ok) hop(peer.name, `delivered by node ${peer.name} to its pod (trace there with knictl on ${peer.name})`);
+    return out;
+  }
+
+  out.kind = 'outside';
+  if (!nodeRoute) {
+    hop('node', `${dst.text} is outside the pod networks`, `the node has no route to ${dst.text}`);
+    return out;
+  }
+  const link = linkByIndex(rt.host, nodeRoute.index);
+  const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
+  const masq = !rt.cfg.masquerade ? 'not masqueraded (masquerade is off)' : masqueraded ? "masqueraded to the node's address (KNI-MASQ)" : 'not masqueraded (nonMasqueradeCIDRs, or the cluster\'s pod CIDRs, hold it)';
+  out.ok = hop('node', `${dst.text} is outside the pod networks: the node routes it ${via(nodeRoute, dev)}; ${masq}. A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address`,
+    link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '');
+  return out;
+}
+
+/** The pod's own route to the destination, read in its netns. */
+function podHop(rec: SandboxRecord, dst: { family: Family; value: bigint; text: string }): { what: string; problem: string; interface: string; local: boolean } {
+  const none = { interface: '', local: false };
+  if (!rec.interfaces.some((i) => i.addresses.some((a) => a.family === dst.family))) return { ...none, what: `${dst.text} is IPv${dst.family}`, problem: `the pod has no IPv${dst.family} address` };
+  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+  if (ns.state !== 'same') return { ...none, what: `netns ${rec.netnsPath}`, problem: ns.reason };
+  try {
+    const sock = socketInNetns(ns.handle.fd);
+    try {
+      const r = routeGet(sock, dst.family, dst.value, dst.text);
+      if (!r) return { ...none, what: `the pod's routes`, problem: `the pod has no route to ${dst.text}` };
+      const link = linkByIndex(sock, r.index);
+      const name = link?.name ?? `link ${r.index}`;
+      if (r.local) return { what: `${dst.text} is the pod's own address`, problem: '', interface: name, local: true };
+      return { what: `route to ${dst.text} ${via(r, name)}`, problem: link && !(link.flags & IFF_UP) ? `${name} is down in the pod` : '', interface: name, local: false };
+    } finally {
+      sock.close();
+    }
+  } finally {
+    ns.handle.close();
+  }
+}

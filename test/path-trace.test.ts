@@ -1,0 +1,102 @@
+// knictl trace / Trace on a real kernel: the path a pod's packet takes, hop by hop, to a pod on
+// the node, the pod itself, the node, an address of the pod range no pod has, and outside;
+// what stops it (a host veth gone, no route on the node); bad input refused.
+// Another node's pods: test/cluster/node-agent.cluster.ts.
+import assert from 'node:assert/strict';
+import * as grpc from '@grpc/grpc-js';
+import { rejectsWith } from './helpers/expect';
+import { knictl } from './helpers/knictl';
+import { addressesOf, newPod, TestPod } from './helpers/pods';
+import { RUN, sh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+
+describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
+  let d: TestDaemon;
+  let a: TestPod;
+  let b: TestPod;
+  const trace = (sandbox: string, dst: string) => {
+    const r = knictl('--socket', d.socket, 'trace', sandbox, dst, '-o', 'json');
+    assert.ok(r.status === 0 || r.status === 2, r.stderr);
+    return { ...JSON.parse(r.stdout), status: r.status };
+  };
+
+  before(async () => {
+    d = await TestDaemon.start();
+    a = await newPod(d.kni(), d.rt(), 'tr-a');
+    b = await newPod(d.kni(), d.rt(), 'tr-b');
+    // The node's uplink: an IPv4 default route, no IPv6 one. Gone with the node netns.
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'add', `${RUN}up`, 'type', 'veth', 'peer', 'name', `${RUN}uq`]);
+    sh('ip', ['-n', d.nodeNetnsName, 'addr', 'add', '198.51.100.1/24', 'dev', `${RUN}up`]);
+    for (const l of [`${RUN}up`, `${RUN}uq`]) sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', l, 'up']);
+    sh('ip', ['-n', d.nodeNetnsName, 'route', 'add', 'default', 'via', '198.51.100.254', 'dev', `${RUN}up`]);
+  });
+  after(() => d?.cleanup());
+
+  it('to a pod on this node, over IPv4 and IPv6: the pod\'s route, then that pod and its host veth', () => {
+    const [a4, a6] = addressesOf(a.net);
+    const [b4, b6] = addressesOf(b.net);
+    const t = trace('tr-a', b4);
+    assert.equal(t.status, 0);
+    assert.deepEqual([t.kind, t.ok, t.destination], ['pod', true, b4]);
+    assert.equal(t.hops[0].at, 'pod');
+    assert.equal(t.hops[0].what, `route to ${b4} via 10.244.0.1 dev eth0 src ${a4}`);
+    assert.match(t.hops[1].what, new RegExp(`^pod default/tr-b on this node \\(sandbox tr-b, eth0\\), through host veth \\S+$`));
+    assert.deepEqual(t.hops.map((h: any) => h.problem), ['', '']);
+    const t6 = trace('tr-a', b6.replace('::', ':0::'));
+    assert.deepEqual([t6.kind, t6.ok, t6.destination], ['pod', true, b6]);
+    assert.match(t6.hops[0].what, new RegExp(`dev eth0 src ${a6}$`));
+    const table = knictl('--socket', d.socket, 'trace', 'default/tr-a', b4);
+    assert.equal(table.stdout, `pod: ${t.hops[0].what}\nnode: ${t.hops[1].what}\nok\n`);
+  });
+
+  it('to the pod itself, and to the node (its gateway, its uplink)', () => {
+    const self = trace('tr-a', addressesOf(a.net)[0]);
+    assert.deepEqual([self.kind, self.ok, self.hops.length], ['self', true, 1]);
+    assert.match(self.hops[0].what, /is the pod's own address/);
+    for (const [ip, dev] of [['10.244.0.1', 'kni0'], ['198.51.100.1', `${RUN}up`]]) {
+      const t = trace('tr-a', ip);
+      assert.deepEqual([t.kind, t.ok], ['node', true], JSON.stringify(t));
+      assert.equal(t.hops[1].what, `${ip} is this node's own address (${dev})`);
+    }
+  });
+
+  it('to an address of the pod range no pod has: the reason, exit 2', () => {
+    const r = knictl('--socket', d.socket, 'trace', 'tr-a', '10.244.0.200');
+    assert.equal(r.status, 2);
+    assert.match(r.stdout, /^node: 10\.244\.0\.200 is in this node's pod range\n  PROBLEM: no pod on this node has 10\.244\.0\.200 \(a pod gone or not yet started: knictl pods lists them\)\n$/m);
+    assert.equal(trace('tr-a', '10.244.0.200').kind, 'pod-range');
+  });
+
+  it('outside the pod networks: the node\'s route and whether it is masqueraded; no route on the node is the problem', () => {
+    const t = trace('tr-a', '192.0.2.7');
+    assert.deepEqual([t.kind, t.ok], ['outside', true]);
+    assert.match(t.hops[1].what, new RegExp(`^192\\.0\\.2\\.7 is outside the pod networks: the node routes it via 198\\.51\\.100\\.254 dev ${RUN}up src 198\\.51\\.100\\.1; masqueraded to the node's address \\(KNI-MASQ\\)\\. A Service's ClusterIP`));
+    const t6 = trace('tr-a', '2001:db8::7');
+    assert.deepEqual([t6.kind, t6.ok, t6.status], ['outside', false, 2]);
+    assert.equal(t6.hops[0].problem, '', 'the pod has its IPv6 default route');
+    assert.equal(t6.hops[1].problem, 'the node has no route to 2001:db8::7');
+  });
+
+  it('to a pod whose host veth is gone: the mismatch with kni\'s record, and how to repair it', async () => {
+    const hostVeth = b.net.interfaces[0].host_interface;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', hostVeth]);
+    try {
+      const t = trace('tr-a', addressesOf(b.net)[0]);
+      assert.deepEqual([t.kind, t.ok, t.status], ['pod', false, 2]);
+      assert.match(t.hops[1].what, /through host veth \S+ \(missing\)$/);
+      assert.match(t.hops[1].problem, new RegExp(`^its network does not match kni's record: .*host veth ${hostVeth} is missing.* \\(knictl reconcile repairs it\\)$`));
+    } finally {
+      await d.rt().Reconcile({});
+    }
+    assert.equal(trace('tr-a', addressesOf(b.net)[0]).ok, true, 'reconcile did not repair the pod');
+  });
+
+  it('bad input: a destination that is no address, a sandbox not attached', async () => {
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '10.0.0' }), grpc.status.INVALID_ARGUMENT, /destination: not an IP address: "10\.0\.0"/);
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '' }), grpc.status.INVALID_ARGUMENT, /destination is required/);
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'nope', destination: '10.244.0.1' }), grpc.status.NOT_FOUND, /sandbox nope is not attached/);
+    const r = knictl('--socket', d.socket, 'trace', 'tr-a', 'fd00::1::2');
+    assert.equal(r.status, 1);
+    assert.match(r.stderr, /^knictl: INVALID_ARGUMENT: destination: not an IP address: "fd00::1::2"$/m);
+  });
+});
