@@ -118,6 +118,12 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
     const pod = knictl('--socket', d.socket, 'pod', 'mn-a');
     assert.match(pod.stdout, /interface net1: network default\/macvlan-static \(by annotation\); mac/);
     assert.match(pod.stdout, /interface eth0: default network, default route;/);
+    // knictl trace: a packet to another pod's macvlan address leaves through net2, the network's plugins' to route.
+    const to = b.pod.interfaces[2].addresses[0].address;
+    const t = await rt.Trace({ sandbox_id: 'mn-a', destination: to });
+    assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['cni-network', true, ['pod', 'node']]);
+    assert.match(t.hops[0].what, new RegExp(`^route to ${to.replace(/\./g, '\\.')} dev net2 src 10\\.91\\.0\\.\\d+$`));
+    assert.equal(t.hops[1].what, 'leaves through net2, on team/macvlan-hl: kni does not route that network beyond the pod');
     await rt.Detach({ sandbox_id: 'mn-b' });
     assert.equal(leases('macvlan-hl').length, 1);
     assert.equal(leases('bridge-net').length, 1);

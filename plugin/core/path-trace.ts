@@ -10,10 +10,11 @@ import { routeGet, RouteLookup } from '../netlink/route';
 import type { PeerRouteStatus } from '../node/peer-routes';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
-import { SandboxRecord } from '../store/records';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { invalid } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
+import { interfaceProblems } from './sandbox-check';
 
 export interface TraceHop {
   /** "pod", "node", or the peer node's name. */
@@ -25,7 +26,7 @@ export interface TraceHop {
 
 export interface PathTrace {
   destination: string;
-  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "outside", or "" when the pod's own route ends it. */
+  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
   kind: string;
   hops: TraceHop[];
   ok: boolean;
@@ -68,18 +69,18 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
     // A CNI network (a pod's extra network, or the default network run by CNI): its plugins route it.
     const network = itf?.network || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
     hop('node', `leaves through ${leaving.interface}, on ${network}: kni does not route that network beyond the pod`);
-    out.kind = 'outside';
+    out.kind = 'cni-network';
     out.ok = true;
     return out;
   }
 
-  // A pod on this node.
+  // A pod on this node (an address of a CNI network's interface is that network's to route).
   for (const other of rt.list()) {
-    const target = other.interfaces.find((i) => i.addresses.some((a) => a.address === dst.text));
+    const target = other.interfaces.find((i) => isBuiltIn(i) && i.addresses.some((a) => a.address === dst.text));
     if (!target) continue;
     out.kind = 'pod';
     const name = other.pod.name ? `pod ${other.pod.namespace}/${other.pod.name}` : `sandbox ${other.id}`;
-    const problems = other.phase === 'attached' && isBuiltIn(target) ? await rt.check(other.id).catch((e) => [(e as Error).message]) : [];
+    const problems = other.phase === 'attached' ? await targetProblems(rt, other, target).catch((e) => [(e as Error).message]) : [];
     const hostEnd = linkByName(rt.host, target.hostVeth);
     const problem = other.phase !== 'attached' ? `its sandbox is ${other.phase}, not attached` : problems.length ? `its network does not match kni's record: ${problems.join('; ')} (knictl reconcile repairs it)` : '';
     out.ok = hop('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem);
@@ -139,6 +140,17 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   out.ok = hop('node', `${dst.text} is outside the pod networks: the node routes it ${via(nodeRoute, dev)}; ${masq}. A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address`,
     link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '');
   return out;
+}
+
+/** The target interface compared with the kernel, as Check compares it. */
+async function targetProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): Promise<string[]> {
+  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
+  if (ns.state !== 'same') return [ns.reason];
+  try {
+    return await interfaceProblems(rt, rec, itf, ns.handle);
+  } finally {
+    ns.handle.close();
+  }
 }
 
 /** The pod's own route to the destination, read in its netns. */
