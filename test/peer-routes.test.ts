@@ -3,6 +3,7 @@
 // it. host-gw where the nodes share a subnet; vxlan (chosen by auto) where a router joins two
 // subnets; stale kni routes removed; a peer removed takes its routes, FDB and neighbours along.
 import assert from 'node:assert/strict';
+import { spawn, spawnSync } from 'node:child_process';
 import { Config, parseConfig } from '../plugin/core/config';
 import { NetlinkSocket } from '../plugin/netlink/socket';
 import { NodeView, PeerNetwork } from '../plugin/node/peer-routes';
@@ -271,6 +272,29 @@ describe('routes to other nodes\' pods (real kernel)', () => {
         assert.equal(writes.count, 0, 'a sync with the overlay in place wrote to the kernel');
       } finally {
         writes.restore();
+      }
+    });
+
+    it('a TCP stream of full-size packets crosses the overlay both ways: the pods keep the underlay\'s MTU (backend auto), and the node\'s "fragmentation needed" brings each flow down to the vxlan device\'s', async () => {
+      both(a, b);
+      const mtuOf = (netns: string, link: string) => Number(/ mtu (\d+)/.exec(inNetns(netns, 'ip', ['-o', 'link', 'show', link]).out)?.[1]);
+      const podMtu = mtuOf(a.pod.netns, 'eth0');
+      const overlayMtu = mtuOf(a.d.nodeNetns, `${RUN}vx`);
+      assert.ok(podMtu > overlayMtu, `the pods' MTU ${podMtu} fits the overlay's ${overlayMtu}: the test proves nothing`);
+      const BYTES = 4 << 20;
+      for (const [from, to, ip] of [[a, b, b.pod.v4], [b, a, a.pod.v4], [a, b, b.pod.v6]] as const) {
+        // A server in one pod sends BYTES; a client in the other counts what arrives (Node: always here).
+        const server = spawn('nsenter', [`--net=${to.pod.netns}`, process.execPath, '-e', `require('net').createServer((s) => s.end(Buffer.alloc(${BYTES}, 7))).listen(5001, '::', () => console.log('up'))`], { stdio: ['ignore', 'pipe', 'inherit'] });
+        try {
+          await new Promise<void>((resolve, reject) => {
+            server.stdout!.once('data', () => resolve());
+            server.once('exit', (c) => reject(new Error(`server exited ${c}`)));
+          });
+          const client = spawnSync('nsenter', [`--net=${from.pod.netns}`, process.execPath, '-e', `let n = 0; require('net').connect(5001, '${ip}').on('data', (d) => (n += d.length)).on('end', () => console.log(n)).on('error', (e) => { console.log(e.message); process.exit(1); })`], { encoding: 'utf8', timeout: 30_000 });
+          assert.equal(client.stdout.trim(), String(BYTES), `${from.view.name} → ${ip}: ${client.stdout}${client.stderr}${client.error ?? ''}`);
+        } finally {
+          server.kill('SIGKILL');
+        }
       }
     });
 
