@@ -95,6 +95,16 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
     await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '10.0.0' }), grpc.status.INVALID_ARGUMENT, /destination: not an IP address: "10\.0\.0"/);
     await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '' }), grpc.status.INVALID_ARGUMENT, /destination is required/);
     await rejectsWith(d.rt().Trace({ sandbox_id: 'nope', destination: '10.244.0.1' }), grpc.status.NOT_FOUND, /sandbox nope is not attached/);
+    // Addresses no pod sends to on purpose: an answer, or a precise refusal, never an internal error.
+    for (const odd of ['0.0.0.0', '255.255.255.255', '224.0.0.1', '127.0.0.1', '::', '::1', 'ff02::1', 'fe80::1']) {
+      try {
+        const t = await d.rt().Trace({ sandbox_id: 'tr-a', destination: odd });
+        assert.ok(t.hops.length > 0, odd);
+      } catch (e) {
+        const err = e as grpc.ServiceError;
+        assert.ok([grpc.status.INVALID_ARGUMENT, grpc.status.FAILED_PRECONDITION].includes(err.code), `${odd}: ${grpc.status[err.code]} ${err.details}`);
+      }
+    }
     const r = knictl('--socket', d.socket, 'trace', 'tr-a', 'fd00::1::2');
     assert.equal(r.status, 1);
     assert.match(r.stderr, /^knictl: INVALID_ARGUMENT: destination: not an IP address: "fd00::1::2"$/m);
