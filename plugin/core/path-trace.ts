@@ -26,7 +26,7 @@ export interface TraceHop {
 
 export interface PathTrace {
   destination: string;
-  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
+  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "peer-node" (another node's InternalIP), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
   kind: string;
   hops: TraceHop[];
   ok: boolean;
@@ -35,11 +35,22 @@ export interface PathTrace {
 /** What Trace needs of the node agent: the other Nodes' podCIDRs and kni's routes to them. */
 export interface PeerRoutes {
   name: string;
+  internalIPs: string[];
   podCidrs: string[];
   routes: PeerRouteStatus[];
 }
 
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
+
+/** Whether a Node's address text (input: maybe not an address, maybe spelled otherwise) is dst. */
+function sameAddress(text: string, dst: { family: Family; value: bigint }): boolean {
+  try {
+    const ip = parseIp(text);
+    return ip.family === dst.family && ip.value === dst.value;
+  } catch {
+    return false;
+  }
+}
 
 function destinationOf(text: unknown): { family: Family; value: bigint; text: string } {
   if (typeof text !== 'string' || !text) throw invalid('destination is required: an IPv4 or IPv6 address');
@@ -129,15 +140,19 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
     return out;
   }
 
-  out.kind = 'outside';
+  // Another node itself (its InternalIP), or somewhere outside the cluster's networks.
+  const peerNode = peers?.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
+  out.kind = peerNode ? 'peer-node' : 'outside';
+  const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
   if (!nodeRoute) {
-    hop('node', `${dst.text} is outside the pod networks`, `the node has no route to ${dst.text}`);
+    hop('node', what, `the node has no route to ${dst.text}`);
     return out;
   }
   const link = linkByIndex(rt.host, nodeRoute.index);
   const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
   const masq = !rt.cfg.masquerade ? 'not masqueraded (masquerade is off)' : masqueraded ? "masqueraded to the node's address (KNI-MASQ)" : 'not masqueraded (nonMasqueradeCIDRs, or the cluster\'s pod CIDRs, hold it)';
-  out.ok = hop('node', `${dst.text} is outside the pod networks: the node routes it ${via(nodeRoute, dev)}; ${masq}. A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address`,
+  const service = peerNode ? '' : ". A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address";
+  out.ok = hop('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${service}`,
     link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '');
   return out;
 }

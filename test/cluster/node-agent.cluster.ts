@@ -116,6 +116,10 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
       assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['peer-pod', true, ['pod', 'node', 'kc-w2']], JSON.stringify(t));
       assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+$`));
     }
+    const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];
+    const toNode = knictl('w1', 'trace', 'who-1', w2);
+    assert.deepEqual([toNode.kind, toNode.ok], ['peer-node', true], JSON.stringify(toNode));
+    assert.match(toNode.hops[1].what, new RegExp(`^${w2.replace(/\\./g, '\\\\.')} is node kc-w2's InternalIP: the node routes it .*; masqueraded to the node's address \\(KNI-MASQ\\)$`));
     // The router between the subnets knows no pod range: only the overlay crossed it.
     assert.doesNotMatch(execFileSync('ip', ['-n', 'kc-wire', 'route'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', 'kc-wire', '-6', 'route'], { encoding: 'utf8' }), /10\.244\.|fd00:10:244/);
     // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.
