@@ -40,6 +40,11 @@ export interface PeerRoutes {
   routes: PeerRouteStatus[];
 }
 
+/** What the destination is, from the node's side, and the hops from there; the first that applies. */
+type Found = { kind: string; hops: TraceHop[] };
+type Destination = { family: Family; value: bigint; text: string };
+const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at, what, problem });
+
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
 
 /** Whether a Node's address text (input: maybe not an address, maybe spelled otherwise) is dst. */
@@ -52,7 +57,7 @@ function sameAddress(text: string, dst: { family: Family; value: bigint }): bool
   }
 }
 
-function destinationOf(text: unknown): { family: Family; value: bigint; text: string } {
+function destinationOf(text: unknown): Destination {
   if (typeof text !== 'string' || !text) throw invalid('destination is required: an IPv4 or IPv6 address');
   let ip;
   try {
@@ -66,56 +71,59 @@ function destinationOf(text: unknown): { family: Family; value: bigint; text: st
 export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined): Promise<PathTrace> {
   const rec = rt.get(sandboxId);
   const dst = destinationOf(destination);
-  const out: PathTrace = { destination: dst.text, kind: '', hops: [], ok: false };
-  const hop = (at: string, what: string, problem = ''): boolean => (out.hops.push({ at, what, problem }), !problem);
-
   const leaving = podHop(rec, dst);
-  if (!hop('pod', leaving.what, leaving.problem) || leaving.local) {
-    out.kind = leaving.local ? 'self' : '';
-    out.ok = !leaving.problem;
-    return out;
-  }
-  const itf = rec.interfaces.find((i) => i.name === leaving.interface);
-  if (!itf || !isBuiltIn(itf) || rt.cni) {
-    // A CNI network (a pod's extra network, or the default network run by CNI): its plugins route it.
-    const network = itf?.network || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
-    hop('node', `leaves through ${leaving.interface}, on ${network}: kni does not route that network beyond the pod`);
-    out.kind = 'cni-network';
-    out.ok = true;
-    return out;
-  }
+  const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? []);
+  const hops = [hopOf('pod', leaving.what, leaving.problem), ...rest.hops];
+  return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
+}
 
-  // A pod on this node (an address of a CNI network's interface is that network's to route).
+async function beyondPod(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, dst: Destination, peers: PeerRoutes[]): Promise<Found> {
+  const cni = cniNetwork(rt, rec, ifName);
+  if (cni) return cni;
+  const local = await localPod(rt, dst);
+  if (local) return local;
+  const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
+  const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
+  return ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev) ?? outside(rt, dst, peers, nodeRoute, dev);
+}
+
+/** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
+function cniNetwork(rt: NetworkRuntime, rec: SandboxRecord, ifName: string): Found | undefined {
+  const itf = rec.interfaces.find((i) => i.name === ifName);
+  if (itf && isBuiltIn(itf) && !rt.cni) return undefined;
+  const network = itf?.network || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
+  return { kind: 'cni-network', hops: [hopOf('node', `leaves through ${ifName}, on ${network}: kni does not route that network beyond the pod`)] };
+}
+
+/** A pod on this node, compared with its record (an address on a CNI network's interface is that network's to route). */
+async function localPod(rt: NetworkRuntime, dst: Destination): Promise<Found | undefined> {
   for (const other of rt.list()) {
     const target = other.interfaces.find((i) => isBuiltIn(i) && i.addresses.some((a) => a.address === dst.text));
     if (!target) continue;
-    out.kind = 'pod';
     const name = other.pod.name ? `pod ${other.pod.namespace}/${other.pod.name}` : `sandbox ${other.id}`;
     const problems = other.phase === 'attached' ? await targetProblems(rt, other, target).catch((e) => [(e as Error).message]) : [];
     const hostEnd = linkByName(rt.host, target.hostVeth);
     const problem = other.phase !== 'attached' ? `its sandbox is ${other.phase}, not attached` : problems.length ? `its network does not match kni's record: ${problems.join('; ')} (knictl reconcile repairs it)` : '';
-    out.ok = hop('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem);
-    return out;
+    return { kind: 'pod', hops: [hopOf('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem)] };
   }
-  // This node itself (a gateway address of its pod range too).
+  return undefined;
+}
+
+/** This node itself (the gateway address of its pod range too). */
+function ownAddress(rt: NetworkRuntime, dst: Destination): Found | undefined {
   const own = addrList(rt.host).find((a) => a.family === dst.family && a.address === dst.text);
-  if (own) {
-    out.kind = 'node';
-    out.ok = hop('node', `${dst.text} is this node's own address (${linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`})`);
-    return out;
-  }
+  if (!own) return undefined;
+  return { kind: 'node', hops: [hopOf('node', `${dst.text} is this node's own address (${linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`})`)] };
+}
 
-  if (rt.cfg.ranges.some((r) => r.family === dst.family && cidrContains(r, dst.family, dst.value))) {
-    out.kind = 'pod-range';
-    hop('node', `${dst.text} is in this node's pod range`, `no pod on this node has ${dst.text} (a pod gone or not yet started: knictl pods lists them)`);
-    return out;
-  }
+function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
+  if (!rt.cfg.ranges.some((r) => r.family === dst.family && cidrContains(r, dst.family, dst.value))) return undefined;
+  return { kind: 'pod-range', hops: [hopOf('node', `${dst.text} is in this node's pod range`, `no pod on this node has ${dst.text} (a pod gone or not yet started: knictl pods lists them)`)] };
+}
 
-  const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
-  const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
-
-  // Another node's pods.
-  for (const peer of peers ?? []) {
+/** Another node's pods: kni's route to them, and whether the node's routing takes it. */
+function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string): Found | undefined {
+  for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => {
       try {
         const c = parseCidr(t);
@@ -125,36 +133,32 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
       }
     });
     if (!claim) continue;
-    out.kind = 'peer-pod';
     const route = peer.routes.find((r) => r.destination === parseCidr(claim).text);
     const what = `${dst.text} is in node ${peer.name}'s podCIDR ${claim}`;
     if (!route || route.state !== 'installed') {
-      hop('node', what, `kni's route to node ${peer.name}'s pods is ${route ? `${route.state}: ${route.error}` : 'not planned'} (knictl node)`);
-      return out;
+      return { kind: 'peer-pod', hops: [hopOf('node', what, `kni's route to node ${peer.name}'s pods is ${route ? `${route.state}: ${route.error}` : 'not planned'} (knictl node)`)] };
     }
     const expected = route.backend === 'vxlan' ? `dev ${route.device}` : `via ${route.via}`;
-    const taken = nodeRoute ? via(nodeRoute, dev) : '';
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
-    out.ok = hop('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, matches ? '' : `the node's routing takes ${nodeRoute ? taken : 'no route'} instead: a more specific route, or a rule, wins over kni's`);
-    if (out.ok) hop(peer.name, `delivered by node ${peer.name} to its pod (trace there with knictl on ${peer.name})`);
-    return out;
+    const problem = matches ? '' : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
+    const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, problem)];
+    if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to its pod (trace there with knictl on ${peer.name})`));
+    return { kind: 'peer-pod', hops };
   }
+  return undefined;
+}
 
-  // Another node itself (its InternalIP), or somewhere outside the cluster's networks.
-  const peerNode = peers?.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
-  out.kind = peerNode ? 'peer-node' : 'outside';
+/** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
+function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string): Found {
+  const peerNode = peers.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
+  const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
-  if (!nodeRoute) {
-    hop('node', what, `the node has no route to ${dst.text}`);
-    return out;
-  }
+  if (!nodeRoute) return { kind, hops: [hopOf('node', what, `the node has no route to ${dst.text}`)] };
   const link = linkByIndex(rt.host, nodeRoute.index);
   const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
   const masq = !rt.cfg.masquerade ? 'not masqueraded (masquerade is off)' : masqueraded ? "masqueraded to the node's address (KNI-MASQ)" : 'not masqueraded (nonMasqueradeCIDRs, or the cluster\'s pod CIDRs, hold it)';
   const service = peerNode ? '' : ". A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address";
-  out.ok = hop('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${service}`,
-    link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '');
-  return out;
+  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${service}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
 }
 
 /** The target interface compared with the kernel, as Check compares it. */
@@ -169,7 +173,7 @@ async function targetProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: Inter
 }
 
 /** The pod's own route to the destination, read in its netns. */
-function podHop(rec: SandboxRecord, dst: { family: Family; value: bigint; text: string }): { what: string; problem: string; interface: string; local: boolean } {
+function podHop(rec: SandboxRecord, dst: Destination): { what: string; problem: string; interface: string; local: boolean } {
   const none = { interface: '', local: false };
   if (!rec.interfaces.some((i) => i.addresses.some((a) => a.family === dst.family))) return { ...none, what: `${dst.text} is IPv${dst.family}`, problem: `the pod has no IPv${dst.family} address` };
   const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
