@@ -26,7 +26,7 @@ export interface TraceHop {
 
 export interface PathTrace {
   destination: string;
-  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "peer-node" (another node's InternalIP), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
+  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "peer-node" (another node's InternalIP), "service" (a ServiceCIDR holds it), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
   kind: string;
   hops: TraceHop[];
   ok: boolean;
@@ -68,23 +68,39 @@ function destinationOf(text: unknown): Destination {
   return { ...ip, text: formatIp(ip.family, ip.value) };
 }
 
-export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined): Promise<PathTrace> {
+/** The cluster's Service ranges: the one holding an address, as "name cidr"; null when they are not known (plugin/kube/service-cidrs.ts). */
+export interface ServiceRanges {
+  holding(family: Family, value: bigint): Promise<string | undefined | null>;
+}
+
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ServiceRanges): Promise<PathTrace> {
   const rec = rt.get(sandboxId);
   const dst = destinationOf(destination);
   const leaving = podHop(rec, dst);
-  const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? []);
+  const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? [], services);
   const hops = [hopOf('pod', leaving.what, leaving.problem), ...rest.hops];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
-async function beyondPod(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, dst: Destination, peers: PeerRoutes[]): Promise<Found> {
+async function beyondPod(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, dst: Destination, peers: PeerRoutes[], services?: ServiceRanges): Promise<Found> {
   const cni = cniNetwork(rt, rec, ifName);
   if (cni) return cni;
   const local = await localPod(rt, dst);
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
-  return ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev) ?? outside(rt, dst, peers, nodeRoute, dev);
+  const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev);
+  if (found) return found;
+  const range = services ? await services.holding(dst.family, dst.value).catch(() => null) : null;
+  return (range && service(dst, range)) || outside(rt, dst, peers, nodeRoute, dev, range === null);
+}
+
+/** A ClusterIP: the node's service proxy rewrites it before any route is looked at. */
+function service(dst: Destination, range: string): Found {
+  return {
+    kind: 'service',
+    hops: [hopOf('node', `${dst.text} is in the cluster's Service range (ServiceCIDR ${range}): the node's service proxy (kube-proxy) rewrites a ClusterIP to one of its Service's endpoints before routing it; trace an endpoint's address (kubectl get endpointslices -A -o wide lists them)`)],
+  };
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
@@ -149,7 +165,7 @@ function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup |
 }
 
 /** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
-function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string): Found {
+function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, servicesUnknown: boolean): Found {
   const peerNode = peers.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
   const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
@@ -157,8 +173,9 @@ function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], node
   const link = linkByIndex(rt.host, nodeRoute.index);
   const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
   const masq = !rt.cfg.masquerade ? 'not masqueraded (masquerade is off)' : masqueraded ? "masqueraded to the node's address (KNI-MASQ)" : 'not masqueraded (nonMasqueradeCIDRs, or the cluster\'s pod CIDRs, hold it)';
-  const service = peerNode ? '' : ". A Service's ClusterIP is rewritten to one of its endpoints (kube-proxy) before this: trace an endpoint's address";
-  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${service}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
+  // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
+  const hint = servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
+  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${hint}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
 }
 
 /** The target interface compared with the kernel, as Check compares it. */

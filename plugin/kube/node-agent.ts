@@ -15,6 +15,7 @@ import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
+import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
@@ -65,6 +66,8 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
   private readonly owners: ExtensionOwners;
+  /** The cluster's Service ranges, for Trace. */
+  readonly services: ServiceCidrs;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
@@ -88,6 +91,7 @@ export class NodeAgent {
     this.peers = new PeerNetwork(rt.host, cfg);
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
+    this.services = new ServiceCidrs(api);
   }
 
   get nodeName(): string {

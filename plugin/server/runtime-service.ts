@@ -8,7 +8,7 @@ import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
-import { tracePath } from '../core/path-trace';
+import { ServiceRanges, tracePath } from '../core/path-trace';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
 import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
@@ -92,6 +92,8 @@ export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: st
 /** The node agent as GetNode shows it (plugin/kube/node-agent.ts). */
 export interface ClusterView {
   status(): AgentStatus;
+  /** The cluster's Service ranges (Trace). */
+  services?: ServiceRanges;
 }
 
 function clusterStatus(s: AgentStatus): Record<string, unknown> {
@@ -136,7 +138,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const problems = await rt.check(req.sandbox_id);
       return { ok: problems.length === 0, problems };
     }),
-    Trace: u('Trace', (req: { sandbox_id: string; destination: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers)),
+    Trace: u('Trace', (req: { sandbox_id: string; destination: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers, cluster?.services)),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {

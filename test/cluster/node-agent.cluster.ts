@@ -130,6 +130,16 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     // The Service: from each pod, many times (kube-proxy picks either endpoint, one of them the
     // asking pod itself: hairpin through the bridge).
     const svc = kubectlJson('get', 'service', 'whoami').spec.clusterIPs as string[];
+    // knictl trace knows the Service ranges (ServiceCIDR objects): a ClusterIP is named as one;
+    // an address outside, knowing them, is no Service's.
+    for (const ip of svc) {
+      const t = knictl('w1', 'trace', 'who-1', ip);
+      assert.deepEqual([t.kind, t.ok], ['service', true], JSON.stringify(t));
+      assert.match(t.hops[1].what, /is in the cluster's Service range \(ServiceCIDR kubernetes \S+\): the node's service proxy \(kube-proxy\) rewrites/);
+    }
+    const host = knictl('w1', 'trace', 'who-1', '10.240.0.1');
+    assert.equal(host.kind, 'outside', JSON.stringify(host));
+    assert.doesNotMatch(host.hops[1].what, /Service/);
     for (const from of ['who-1', 'who-2']) {
       for (const ip of svc) {
         const seen = new Set<string>();
