@@ -1,4 +1,5 @@
-// The demo's client side: the kubelet-fork KNI flow for two pods, a ping between them, knictl.
+// The demo's client side: the kubelet-fork KNI flow for two pods, a ping between them, knictl
+// (pods, a pod, a trace between them, the node, IPAM).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -39,6 +40,8 @@ async function main(): Promise<void> {
     knictl('pods');
     console.log('== knictl pod demo-sandbox-frontend');
     knictl('pod', pods[0].id);
+    console.log(`== knictl trace demo/frontend ${backend[0]}   (the path a packet takes, hop by hop; nothing is sent)`);
+    knictl('trace', 'demo/frontend', backend[0]);
     console.log('== knictl node');
     knictl('node');
     console.log('== knictl ipam');
