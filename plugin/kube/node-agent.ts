@@ -15,6 +15,7 @@ import { apiError, KubeApi, recordEvent } from './kube-api';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
+import { listNodes } from './node-list';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
@@ -99,11 +100,11 @@ export class NodeAgent {
   }
 
   start(): void {
-    const { k8s, kc, core } = this.api;
+    const { k8s, kc } = this.api;
     // resourceVersion "0": the list is served from the API server's watch cache, as client-go's
     // informers list, not read from etcd: every kni lists every Node when it starts and when
     // its watch re-lists, and in a large cluster each such read is the whole Node table.
-    const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => core.listNode({ resourceVersion: '0' }));
+    const informer = k8s.makeInformer(kc, '/api/v1/nodes', () => listNodes(this.api, '0'));
     this.informer = informer;
     // First: every later handler, and the cache, see the Node slimmed.
     informer.on('add', slimNode);

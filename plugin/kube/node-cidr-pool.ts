@@ -10,6 +10,7 @@ import type * as K8s from '@kubernetes/client-node';
 import type { NodeIpamConfig } from '../core/config';
 import { bitsOf, Cidr, cidrContains, cidrsOverlap, cidrSize, formatIp, parseCidr } from '../ipam/ip';
 import { isConflict, KubeApi, withTimeout } from './kube-api';
+import { listNodes } from './node-list';
 
 export const NODE_IPAM_ANNOTATION = 'kni.dev/node-ipam';
 
@@ -82,10 +83,10 @@ export async function claimNodeCidrs(api: KubeApi, cfg: NodeIpamConfig, nodeName
     // From the API server's watch cache (resourceVersion "0"): a claim lists every Node, and
     // nodes joining together claim together. Only dropping an entry needs the Node to be surely
     // gone (a cache a moment behind would not have a Node just made): confirmed by a read.
-    let nodes = (await withTimeout(api.core.listNode({ resourceVersion: '0' }), 10_000, 'list Nodes')).items;
+    let nodes = (await withTimeout(listNodes(api, '0'), 10_000, 'list Nodes')).items;
     let present = new Set(nodes.map((n) => n.metadata?.name));
     if (Object.keys(cm?.data ?? {}).some((k) => !present.has(k) && k !== nodeName)) {
-      nodes = (await withTimeout(api.core.listNode(), 10_000, 'list Nodes')).items;
+      nodes = (await withTimeout(listNodes(api), 10_000, 'list Nodes')).items;
       present = new Set(nodes.map((n) => n.metadata?.name));
     }
     const data: Record<string, string> = {};
