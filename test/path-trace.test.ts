@@ -7,7 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import { rejectsWith } from './helpers/expect';
 import { knictl } from './helpers/knictl';
 import { addressesOf, newPod, TestPod } from './helpers/pods';
-import { RUN, sh } from './helpers/sh';
+import { inNetns, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
 describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
@@ -89,6 +89,23 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
       await d.rt().Reconcile({});
     }
     assert.equal(trace('tr-a', addressesOf(b.net)[0]).ok, true, 'reconcile did not repair the pod');
+  });
+
+  it('from a pod whose own interface no longer matches kni\'s record (an address removed in the pod): the pod hop says so, the rest is traced still', async () => {
+    const [a4] = addressesOf(a.net);
+    const [b4, b6] = addressesOf(b.net);
+    assert.ok(inNetns(a.netns, 'ip', ['-6', 'addr', 'del', `${addressesOf(a.net)[1]}/128`, 'dev', 'eth0']).ok);
+    try {
+      const t = trace('tr-a', b4);
+      assert.deepEqual([t.kind, t.ok, t.status], ['pod', false, 2]);
+      assert.equal(t.hops[0].what, `route to ${b4} via 10.244.0.1 dev eth0 src ${a4}`);
+      assert.match(t.hops[0].problem, /^the pod's eth0 does not match kni's record: .*fd00:10:244::.* \(knictl reconcile repairs it\)$/);
+      assert.equal(t.hops[1].problem, '', 'the pod on the other end is fine');
+      assert.ok(trace('tr-a', b6).hops.length >= 1);
+    } finally {
+      await d.rt().Reconcile({});
+    }
+    assert.equal(trace('tr-a', b4).ok, true, 'reconcile did not repair the pod');
   });
 
   it('bad input: a destination that is no address, a sandbox not attached', async () => {

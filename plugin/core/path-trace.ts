@@ -78,7 +78,11 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   const dst = destinationOf(destination);
   const leaving = podHop(rec, dst);
   const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? [], services);
-  const hops = [hopOf('pod', leaving.what, leaving.problem), ...rest.hops];
+  // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
+  const itf = rec.interfaces.find((i) => i.name === leaving.interface);
+  const mismatch = !leaving.problem && !leaving.local && itf && isBuiltIn(itf) && !rt.cni ? await targetProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
+  const problem = leaving.problem || (mismatch.length ? `the pod's ${itf!.name} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
+  const hops = [hopOf('pod', leaving.what, problem), ...rest.hops];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
