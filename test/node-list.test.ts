@@ -5,6 +5,7 @@
 import assert from 'node:assert/strict';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import zlib from 'node:zlib';
 import * as k8s from '@kubernetes/client-node';
 import { apiError, KubeApi } from '../plugin/kube/kube-api';
 import { listNodes } from '../plugin/kube/node-list';
@@ -44,6 +45,20 @@ describe('the Node list (by hand, as the API server sends it)', () => {
     assert.deepEqual(list.items, [node]);
     await listNodes(api);
     assert.equal(seen[1].url, '/prefix/api/v1/nodes', 'no resourceVersion: a read from etcd');
+  });
+
+  it('asks for gzip, as the API server compresses a large list, and inflates it', async () => {
+    const items = Array.from({ length: 300 }, (_, i) => ({ metadata: { name: `n${i}` }, status: { images: Array.from({ length: 20 }, () => ({ names: ['registry.example/image@sha256:' + 'a'.repeat(64)] })) } }));
+    let asked = '';
+    answer = (req, res) => {
+      asked = String(req.headers['accept-encoding']);
+      res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' }).end(zlib.gzipSync(JSON.stringify({ kind: 'NodeList', metadata: { resourceVersion: '5' }, items })));
+    };
+    const list = await listNodes(api, '0');
+    assert.equal(asked, 'gzip');
+    assert.deepEqual(list.items, items);
+    answer = (_req, res) => res.writeHead(200, { 'content-encoding': 'gzip' }).end('not gzip');
+    await assert.rejects(listNodes(api, '0'), /the Node list's gzip body: /);
   });
 
   it('an HTTP error rejects as client-node\'s do (its status and the Status message: apiError), and a body that is no NodeList says so', async () => {

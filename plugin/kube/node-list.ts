@@ -9,6 +9,7 @@
 // one kind of object either way.
 import http from 'node:http';
 import https from 'node:https';
+import zlib from 'node:zlib';
 import type * as K8s from '@kubernetes/client-node';
 import { KubeApi } from './kube-api';
 
@@ -26,14 +27,18 @@ export async function listNodes(api: KubeApi, resourceVersion?: string): Promise
   if (!cluster) throw new Error('no current cluster in the kubeconfig');
   const url = new URL(`${cluster.server.replace(/\/+$/, '')}/api/v1/nodes`);
   if (resourceVersion !== undefined) url.searchParams.set('resourceVersion', resourceVersion);
-  const opts: https.RequestOptions = { headers: { Accept: 'application/json' }, timeout: TIMEOUT_MS };
+  // gzip, as client-node's fetch and client-go ask: the API server compresses large answers,
+  // and the whole Node table goes to every node at once in a rollout (≈ 10× less to send).
+  const opts: https.RequestOptions = { headers: { Accept: 'application/json', 'Accept-Encoding': 'gzip' }, timeout: TIMEOUT_MS };
   await api.kc.applyToHTTPSOptions(opts);
   const get = url.protocol === 'http:' ? http.get : https.get;
   return new Promise((resolve, reject) => {
     const req = get(url, opts, (res) => {
       const chunks: Buffer[] = [];
       let bytes = 0;
-      res.on('data', (c: Buffer) => {
+      // Inflated in libuv's thread pool, off the event loop.
+      const body = res.headers['content-encoding'] === 'gzip' ? res.pipe(zlib.createGunzip()) : res;
+      body.on('data', (c: Buffer) => {
         bytes += c.length;
         if (bytes > MAX_BYTES) {
           req.destroy(new Error(`the Node list is over ${MAX_BYTES >> 20} MiB`));
@@ -42,7 +47,8 @@ export async function listNodes(api: KubeApi, resourceVersion?: string): Promise
         chunks.push(c);
       });
       res.on('error', reject);
-      res.on('end', () => {
+      body.on('error', (e) => reject(new Error(`the Node list's gzip body: ${e.message}`)));
+      body.on('end', () => {
         const text = Buffer.concat(chunks).toString('utf8');
         if (res.statusCode !== 200) {
           reject(Object.assign(new Error(`HTTP ${res.statusCode} listing Nodes`), { code: res.statusCode, body: text }));
