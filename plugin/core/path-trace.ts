@@ -10,11 +10,11 @@ import { routeGet, RouteLookup } from '../netlink/route';
 import type { PeerRouteStatus } from '../node/peer-routes';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { SandboxRecord } from '../store/records';
 import { invalid } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
-import { interfaceProblems } from './sandbox-check';
+import { sandboxProblems } from './sandbox-check';
 
 export interface TraceHop {
   /** "pod", "node", or the peer node's name. */
@@ -80,7 +80,7 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? [], services);
   // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
-  const mismatch = !leaving.problem && !leaving.local && itf && isBuiltIn(itf) && !rt.cni ? await targetProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
+  const mismatch = !leaving.problem && !leaving.local && itf && isBuiltIn(itf) && !rt.cni ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
   const problem = leaving.problem || (mismatch.length ? `the pod's ${itf!.name} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
   const hops = [hopOf('pod', leaving.what, problem), ...rest.hops];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
@@ -121,7 +121,7 @@ async function localPod(rt: NetworkRuntime, dst: Destination): Promise<Found | u
     const target = other.interfaces.find((i) => isBuiltIn(i) && i.addresses.some((a) => a.address === dst.text));
     if (!target) continue;
     const name = other.pod.name ? `pod ${other.pod.namespace}/${other.pod.name}` : `sandbox ${other.id}`;
-    const problems = other.phase === 'attached' ? await targetProblems(rt, other, target).catch((e) => [(e as Error).message]) : [];
+    const problems = other.phase === 'attached' ? await sandboxProblems(rt, other, target).catch((e) => [(e as Error).message]) : [];
     const hostEnd = linkByName(rt.host, target.hostVeth);
     const problem = other.phase !== 'attached' ? `its sandbox is ${other.phase}, not attached` : problems.length ? `its network does not match kni's record: ${problems.join('; ')} (knictl reconcile repairs it)` : '';
     return { kind: 'pod', hops: [hopOf('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem)] };
@@ -180,17 +180,6 @@ function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], node
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
   const hint = servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
   return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${hint}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
-}
-
-/** The target interface compared with the kernel, as Check compares it. */
-async function targetProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): Promise<string[]> {
-  const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
-  if (ns.state !== 'same') return [ns.reason];
-  try {
-    return await interfaceProblems(rt, rec, itf, ns.handle);
-  } finally {
-    ns.handle.close();
-  }
 }
 
 /** The pod's own route to the destination, read in its netns. */

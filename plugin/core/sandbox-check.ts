@@ -11,14 +11,14 @@ import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { defaultGateways, isBuiltIn } from './network-backend';
 import { tapProblems } from './vm-tap';
 
-/** A sandbox's interfaces compared with the kernel, each through its backend (Check). */
-export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord): Promise<string[]> {
+/** A sandbox's interfaces compared with the kernel, each through its backend (Check); or only `one` of them (Trace). */
+export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord, one?: InterfaceRecord): Promise<string[]> {
   const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
   if (ns.state !== 'same') return [ns.reason];
   try {
     const problems: string[] = [];
-    for (const itf of rec.interfaces) problems.push(...(await interfaceProblems(rt, rec, itf, ns.handle)));
-    return [...problems, ...tapsProblems(rec, ns.handle)];
+    for (const itf of one ? [one] : rec.interfaces) problems.push(...(await interfaceProblems(rt, rec, itf, ns.handle)));
+    return one ? problems : [...problems, ...tapsProblems(rec, ns.handle)];
   } finally {
     ns.handle.close();
   }
