@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { formatIp, parseCidr } from '../../plugin/ipam/ip';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, getFromNode, knictlInPod, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB } from './cluster-helpers';
@@ -58,6 +59,15 @@ describe('cluster: kni as a DaemonSet from its image', function () {
       const have = knictlInPod(node, 'pods').map((p: any) => p.pod.name).sort();
       assert.deepEqual(have, want, node);
     }
+    // knictl trace in the image, with the DaemonSet's own rights: a pod to the other node's pod
+    // range, and to the API's Service (its ServiceCIDR read with the pod's token).
+    const from = runningPods()[0];
+    const here = from.spec.nodeName;
+    const other = parseCidr(kubectlJson('get', 'node', here === 'kc-w1' ? 'kc-w2' : 'kc-w1').spec.podCIDRs[0]);
+    const peer = knictlInPod(here, 'trace', from.metadata.name, formatIp(other.family, other.base + 1n));
+    assert.deepEqual([peer.kind, peer.ok], ['peer-pod', true], JSON.stringify(peer));
+    const api = knictlInPod(here, 'trace', from.metadata.name, kubectlJson('get', 'service', 'kubernetes').spec.clusterIP);
+    assert.deepEqual([api.kind, api.ok], ['service', true], JSON.stringify(api));
   });
 
   it('kni\'s pod deleted while pods are being created: the DaemonSet restarts it, no pod is stuck, nothing leaks; its conflist stays and the node stays Ready', async () => {
