@@ -77,18 +77,19 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   const rec = rt.get(sandboxId);
   const dst = destinationOf(destination);
   const leaving = podHop(rec, dst);
-  const rest: Found = leaving.problem ? { kind: '', hops: [] } : leaving.local ? { kind: 'self', hops: [] } : await beyondPod(rt, rec, leaving.interface, dst, peers ?? [], services);
-  // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
-  const mismatch = !leaving.problem && !leaving.local && itf && isBuiltIn(itf) && !rt.cni ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
-  const problem = leaving.problem || (mismatch.length ? `the pod's ${itf!.name} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
+  // kni routes what leaves through its own interface; a CNI network's plugins route the rest.
+  const kniRoutes = !!itf && isBuiltIn(itf) && !rt.cni;
+  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], services) : cniNetwork(rt, leaving.interface, itf?.network);
+  // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
+  const mismatch = onward && kniRoutes ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
+  const problem = leaving.problem || (mismatch.length ? `the pod's ${leaving.interface} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
+  const rest: Found = onward ?? { kind: leaving.local ? 'self' : '', hops: [] };
   const hops = [hopOf('pod', leaving.what, problem), ...rest.hops];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
-async function beyondPod(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, dst: Destination, peers: PeerRoutes[], services?: ServiceRanges): Promise<Found> {
-  const cni = cniNetwork(rt, rec, ifName);
-  if (cni) return cni;
+async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], services?: ServiceRanges): Promise<Found> {
   const local = await localPod(rt, dst);
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
@@ -108,10 +109,8 @@ function service(dst: Destination, range: string): Found {
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
-function cniNetwork(rt: NetworkRuntime, rec: SandboxRecord, ifName: string): Found | undefined {
-  const itf = rec.interfaces.find((i) => i.name === ifName);
-  if (itf && isBuiltIn(itf) && !rt.cni) return undefined;
-  const network = itf?.network || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
+function cniNetwork(rt: NetworkRuntime, ifName: string, definition: string | undefined): Found {
+  const network = definition || (rt.cni ? `the default network (CNI ${rt.defaultBackend.name})` : 'a network kni did not wire');
   return { kind: 'cni-network', hops: [hopOf('node', `leaves through ${ifName}, on ${network}: kni does not route that network beyond the pod`)] };
 }
 

@@ -1,6 +1,6 @@
 // Addresses (RTM_*ADDR, struct ifaddrmsg).
-import { Family, formatIp, formatIpBytes } from '../ipam/ip';
-import { parseAttrs } from './attr';
+import { Family, formatIp } from '../ipam/ip';
+import { forEachAttr, readIpAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from './socket';
 
@@ -66,11 +66,15 @@ export function addrDel(index: number, ifname: string, a: AddrSpec): NetlinkRequ
 export function addrList(sock: NetlinkSocket): Address[] {
   const out: Address[] = [];
   for (const m of sock.dump(RTM_GETADDR, Buffer.alloc(8), 'list addresses')) {
-    const family: Family = m.body.readUInt8(0) === 2 ? 4 : 6;
-    const a = parseAttrs(m.body, 8);
-    const raw = a.get(IFA_LOCAL) ?? a.get(IFA_ADDRESS) ?? Buffer.alloc(family === 4 ? 4 : 16);
+    const b = m.body;
+    let local = '';
+    let address = '';
+    forEachAttr(b, 8, b.length, (type, start, end) => {
+      if (type === IFA_LOCAL) local = readIpAt(b, start, end);
+      else if (type === IFA_ADDRESS) address = readIpAt(b, start, end);
+    });
     // Only IPv4 and IPv6 carry 4 or 16 bytes; nothing else is an address kni reads.
-    if (raw.length === (family === 4 ? 4 : 16)) out.push({ family, address: formatIpBytes(raw), prefixLength: m.body.readUInt8(1), index: m.body.readUInt32LE(4) });
+    if (local || address) out.push({ family: b.readUInt8(0) === 2 ? 4 : 6, address: local || address, prefixLength: b.readUInt8(1), index: b.readUInt32LE(4) });
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // Netlink attributes (struct nlattr): 2-byte length, 2-byte type, payload, padded to 4 bytes.
 // Decoded here; requests are written by body-writer.ts.
+import { formatIpBytes } from '../ipam/ip';
 
 export const NLA_F_NESTED = 0x8000;
 const NLA_TYPE_MASK = 0x3fff;
@@ -33,6 +34,12 @@ export function readStringAt(b: Buffer, start: number, end: number): string {
 }
 
 export const readString = (p: Buffer): string => readStringAt(p, 0, p.length);
+
+/**
+ * An address attribute between start and end of b, as text; '' when it is neither 4 nor 16
+ * bytes (nothing kni reads: a dump never throws for it).
+ */
+export const readIpAt = (b: Buffer, start: number, end: number): string => (end - start === 4 || end - start === 16 ? formatIpBytes(b, start, end - start) : '');
 
 /** A link-layer address between start and end of b, as "0a:58:…". */
 export function readMacAt(b: Buffer, start: number, end: number): string {

@@ -1,7 +1,7 @@
 // Neighbour and forwarding-database entries (RTM_*NEIGH, struct ndmsg): what a vxlan overlay
 // needs so that no ARP/NDP or flooding crosses it (flannel's model: both are written ahead).
-import { Family, formatIpBytes, parseIp } from '../ipam/ip';
-import { forEachAttr, readMacAt } from './attr';
+import { Family, familyOf as ipFamily, parseIp } from '../ipam/ip';
+import { forEachAttr, readIpAt, readMacAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
@@ -63,15 +63,12 @@ export function neighList(sock: NetlinkSocket, index: number): Neighbour[] {
       const b = m.body;
       if (b.readInt32LE(4) !== index || !(b.readUInt16LE(8) & NUD_PERMANENT)) continue;
       let ip = '';
-      let family: Family = 4;
       let mac = '';
       forEachAttr(b, 12, b.length, (type, start, end) => {
-        if (type === NDA_DST && (end - start === 4 || end - start === 16)) {
-          ip = formatIpBytes(b, start, end - start);
-          family = end - start === 4 ? 4 : 6;
-        } else if (type === NDA_LLADDR && end - start === 6) mac = readMacAt(b, start, end);
+        if (type === NDA_DST) ip = readIpAt(b, start, end);
+        else if (type === NDA_LLADDR && end - start === 6) mac = readMacAt(b, start, end);
       });
-      if (ip && mac) out.push({ family: fam === AF_BRIDGE ? 'fdb' : family, index, ip, mac });
+      if (ip && mac) out.push({ family: fam === AF_BRIDGE ? 'fdb' : ipFamily(ip), index, ip, mac });
     }
   }
   return out;

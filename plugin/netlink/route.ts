@@ -1,6 +1,6 @@
 // Routes (RTM_*ROUTE, struct rtmsg).
-import { bitsOf, Cidr, Family, formatIp, formatIpBytes, parseIp } from '../ipam/ip';
-import { forEachAttr } from './attr';
+import { bitsOf, Cidr, Family, formatIp, parseIp } from '../ipam/ip';
+import { forEachAttr, readIpAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
 import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
 
@@ -37,8 +37,6 @@ export interface Route {
 }
 
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
-/** An address attribute's text; '' for one of neither size (nothing kni reads: never a throw in a dump). */
-const ipAt = (b: Buffer, start: number, end: number): string => (end - start === 4 || end - start === 16 ? formatIpBytes(b, start, end - start) : '');
 /** sizeof(struct rtmsg): the attributes start after it. */
 const RTMSG_LEN = 12;
 
@@ -137,8 +135,8 @@ export function routeGet(sock: NetlinkSocket, family: Family, address: bigint, a
   forEachAttr(b, RTMSG_LEN, b.length, (type, start, end) => {
     switch (type) {
       case RTA_OIF: r.index = b.readUInt32LE(start); break;
-      case RTA_GATEWAY: r.gateway = ipAt(b, start, end); break;
-      case RTA_PREFSRC: r.source = ipAt(b, start, end); break;
+      case RTA_GATEWAY: r.gateway = readIpAt(b, start, end); break;
+      case RTA_PREFSRC: r.source = readIpAt(b, start, end); break;
     }
   });
   return r;
@@ -161,8 +159,8 @@ export function routeList(sock: NetlinkSocket, family: Family): Route[] {
     forEachAttr(b, RTMSG_LEN, b.length, (type, start, end) => {
       switch (type) {
         case RTA_TABLE: table = b.readUInt32LE(start); break;
-        case RTA_DST: r.destination = ipAt(b, start, end) && `${ipAt(b, start, end)}/${dstLen}`; break;
-        case RTA_GATEWAY: r.gateway = ipAt(b, start, end); break;
+        case RTA_DST: r.destination = readIpAt(b, start, end) && `${readIpAt(b, start, end)}/${dstLen}`; break;
+        case RTA_GATEWAY: r.gateway = readIpAt(b, start, end); break;
         case RTA_OIF: r.index = b.readUInt32LE(start); break;
       }
     });
