@@ -7,7 +7,9 @@ import { cidrContains, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
+import type { ServiceBehind, ServiceEndpoint } from '../kube/service-backends';
 import type { PeerRouteStatus } from '../node/peer-routes';
+import { serviceProxyRule } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
@@ -68,12 +70,18 @@ function destinationOf(text: unknown): Destination {
   return { ...ip, text: formatIp(ip.family, ip.value) };
 }
 
-/** The cluster's Service ranges: the one holding an address, as "name cidr"; null when they are not known (plugin/kube/service-cidrs.ts). */
-export interface ServiceRanges {
+/** The cluster's Services, as far as Trace needs them (plugin/kube/service-cidrs.ts, service-backends.ts). */
+export interface ClusterServices {
+  /** The ServiceCIDR holding an address, as "name cidr"; undefined when none does; null when they are not known. */
   holding(family: Family, value: bigint): Promise<string | undefined | null>;
+  /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
+  behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
 }
 
-export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ServiceRanges): Promise<PathTrace> {
+/** Endpoints of a Service traced one by one; the rest are counted. */
+const TRACED_ENDPOINTS = 8;
+
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterServices): Promise<PathTrace> {
   const rec = rt.get(sandboxId);
   const dst = destinationOf(destination);
   const leaving = podHop(rec, dst);
@@ -89,23 +97,72 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
-async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], services?: ServiceRanges): Promise<Found> {
+/** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
+async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], services: ClusterServices | undefined, endpoint = false): Promise<Found> {
   const local = await localPod(rt, dst);
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
   const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev);
-  if (found) return found;
+  if (found || endpoint) return found ?? outside(rt, dst, peers, nodeRoute, dev, false);
   const range = services ? await services.holding(dst.family, dst.value).catch(() => null) : null;
-  return (range && service(dst, range)) || outside(rt, dst, peers, nodeRoute, dev, range === null);
+  if (range && services) return service(rt, dst, range, peers, services);
+  return outside(rt, dst, peers, nodeRoute, dev, range === null);
 }
 
-/** A ClusterIP: the node's service proxy rewrites it before any route is looked at. */
-function service(dst: Destination, range: string): Found {
-  return {
-    kind: 'service',
-    hops: [hopOf('node', `${dst.text} is in the cluster's Service range (ServiceCIDR ${range}): the node's service proxy (kube-proxy) rewrites a ClusterIP to one of its Service's endpoints before routing it; trace an endpoint's address (kubectl get endpointslices -A -o wide lists them)`)],
-  };
+/**
+ * A ClusterIP: the node's service proxy rewrites it to one of its Service's endpoints before any
+ * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
+ * kube-proxy has taken it up, and each endpoint's path from this node.
+ */
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices): Promise<Found> {
+  const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
+  let svc: ServiceBehind | undefined;
+  try {
+    svc = await services.behind(dst.family, dst.text);
+  } catch (e) {
+    const what = `${inRange}: the node's service proxy (kube-proxy) rewrites a ClusterIP to one of its Service's endpoints before routing it; which Service cannot be read (${(e as Error).message}): trace an endpoint's address (kubectl get endpointslices -A -o wide lists them)`;
+    return { kind: 'service', hops: [hopOf('node', what)] };
+  }
+  if (!svc) return { kind: 'service', hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
+  const what = `${dst.text} is Service ${svc.namespace}/${svc.name}'s ClusterIP (ServiceCIDR ${range}${svc.ports ? `; ${svc.ports}` : ''})`;
+  const ready = svc.endpoints.filter((e) => e.ready);
+  // As kube-proxy does: with no endpoint ready, those still serving while they terminate take the traffic.
+  const used = ready.length ? ready : svc.endpoints.filter((e) => e.serving && e.terminating);
+  if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc))] };
+  const proxy = await serviceProxyRule(rt.host, dst.family, dst.value, dst.text);
+  const taken = !proxy.mode
+    ? 'no kube-proxy rules (iptables or IPVS mode) on this node: whatever proxies Services here is not checked'
+    : `kube-proxy (${proxy.mode} mode) ${proxy.programmed ? 'has taken it up on this node' : 'has not'}`;
+  const missing = proxy.mode === 'ipvs' ? 'no address on kube-ipvs0' : 'no rule in the nat table\'s KUBE-SERVICES chain';
+  const problem = proxy.mode && !proxy.programmed ? `kube-proxy (${proxy.mode} mode) has ${missing} for ${dst.text} on this node: it has not synced this Service (is kube-proxy running here? its log says why)` : '';
+  const state = ready.length ? 'ready' : 'terminating but still serving';
+  const to = used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`;
+  const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
+  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers)));
+  if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
+  return { kind: 'service', hops };
+}
+
+function noEndpoint(svc: ServiceBehind): string {
+  const name = `Service ${svc.namespace}/${svc.name}`;
+  const why = svc.selector
+    ? `no ready pod matches its selector ${svc.selector} (kubectl get pods -n ${svc.namespace} -l ${svc.selector})`
+    : 'it has no selector, and the EndpointSlices written for it list none ready';
+  return `${name} has no endpoint to send it to: ${why}${svc.endpoints.length ? `; ${svc.endpoints.length} not ready` : ''}`;
+}
+
+/** One endpoint of a Service, traced from the node as any other address (its first hop named as the endpoint). */
+async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[]): Promise<TraceHop[]> {
+  const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}`;
+  let dst: Destination;
+  try {
+    dst = destinationOf(ep.address);
+  } catch {
+    return [hopOf('node', `${label}: ${JSON.stringify(ep.address)}`, `its EndpointSlice's address is not an IPv${family} address`)];
+  }
+  const [first, ...rest] = (await beyondPod(rt, dst, peers, undefined, true)).hops;
+  return [{ ...first, what: `${label}: ${first.what}` }, ...rest];
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */

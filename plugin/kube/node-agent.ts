@@ -7,6 +7,7 @@ import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
+import type { ClusterServices } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
@@ -16,6 +17,7 @@ import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './n
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
+import { serviceBehind } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
@@ -67,8 +69,8 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
   private readonly owners: ExtensionOwners;
-  /** The cluster's Service ranges, for Trace. */
-  readonly services: ServiceCidrs;
+  /** The cluster's Service ranges and the Service behind a ClusterIP, for Trace. */
+  readonly services: ClusterServices;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
@@ -92,7 +94,8 @@ export class NodeAgent {
     this.peers = new PeerNetwork(rt.host, cfg);
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
-    this.services = new ServiceCidrs(api);
+    const ranges = new ServiceCidrs(api);
+    this.services = { holding: (family, value) => ranges.holding(family, value), behind: (family, ip) => serviceBehind(api, family, ip) };
   }
 
   get nodeName(): string {

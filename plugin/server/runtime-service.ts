@@ -8,7 +8,7 @@ import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
-import { ServiceRanges, tracePath } from '../core/path-trace';
+import { ClusterServices, tracePath } from '../core/path-trace';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
 import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
@@ -92,8 +92,8 @@ export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: st
 /** The node agent as GetNode shows it (plugin/kube/node-agent.ts). */
 export interface ClusterView {
   status(): AgentStatus;
-  /** The cluster's Service ranges (Trace). */
-  services?: ServiceRanges;
+  /** The cluster's Services (Trace). */
+  services?: ClusterServices;
 }
 
 function clusterStatus(s: AgentStatus): Record<string, unknown> {

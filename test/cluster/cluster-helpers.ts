@@ -1,4 +1,5 @@
 // What the cluster tests share: the cluster script, kubectl, and the web Deployment.
+import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
@@ -32,6 +33,14 @@ export const kniWith = (settings: string): void => {
 };
 export const knictl = (w: string, ...args: string[]): any =>
   JSON.parse(execFileSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, ...args, '-o', 'json'], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] }));
+/** knictl trace from node w, as JSON: a trace that finds a problem exits 2, and is an answer too. */
+export function knictlTrace(w: string, pod: string, destination: string): any {
+  const r = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, 'trace', pod, destination, '-o', 'json'], { encoding: 'utf8' });
+  if (r.status !== 0 && r.status !== 2) throw new Error(`knictl trace ${pod} ${destination} on ${w}: exit ${r.status}: ${r.stderr}`);
+  const t = JSON.parse(r.stdout);
+  assert.equal(r.status, t.ok ? 0 : 2, 'knictl trace exits 2 when a hop has a problem');
+  return t;
+}
 export const kniVeths = (w: string): string[] =>
   execFileSync('ip', ['-n', `kc-${w}`, '-o', 'link', 'show'], { encoding: 'utf8' }).split('\n').map((l) => l.split(':')[1]?.trim().split('@')[0] ?? '').filter((n) => /^kni[0-9a-f]{12}$/.test(n));
 

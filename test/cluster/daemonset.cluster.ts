@@ -60,7 +60,7 @@ describe('cluster: kni as a DaemonSet from its image', function () {
       assert.deepEqual(have, want, node);
     }
     // knictl trace in the image, with the DaemonSet's own rights: a pod to the other node's pod
-    // range, and to the API's Service (its ServiceCIDR read with the pod's token).
+    // range, and to the API's Service (its ServiceCIDR, Service and endpoint read with the pod's token).
     const from = runningPods()[0];
     const here = from.spec.nodeName;
     const other = parseCidr(kubectlJson('get', 'node', here === 'kc-w1' ? 'kc-w2' : 'kc-w1').spec.podCIDRs[0]);
@@ -68,6 +68,9 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     assert.deepEqual([peer.kind, peer.ok], ['peer-pod', true], JSON.stringify(peer));
     const api = knictlInPod(here, 'trace', from.metadata.name, kubectlJson('get', 'service', 'kubernetes').spec.clusterIP);
     assert.deepEqual([api.kind, api.ok], ['service', true], JSON.stringify(api));
+    // Its Service and endpoint read with the pod's rights (IPAddresses, Services, EndpointSlices).
+    assert.match(api.hops[1].what, /is Service default\/kubernetes's ClusterIP .*: the node's service proxy rewrites it to its only ready endpoint; kube-proxy \(iptables mode\) has taken it up on this node$/, JSON.stringify(api));
+    assert.match(api.hops[2].what, /^endpoint: \S+ is outside the pod networks/, JSON.stringify(api));
   });
 
   it('kni\'s pod deleted while pods are being created: the DaemonSet restarts it, no pod is stuck, nothing leaks; its conflist stays and the node stays Ready', async () => {

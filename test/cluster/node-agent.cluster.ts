@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { criClient } from '../helpers/containerd-env';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, knictl, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, knictl, knictlTrace, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
 
 const condition = (node: any, type: string) => node.status.conditions?.find((c: any) => c.type === type);
 const node = (name: string) => kubectlJson('get', 'node', name);
@@ -130,12 +130,19 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     // The Service: from each pod, many times (kube-proxy picks either endpoint, one of them the
     // asking pod itself: hairpin through the bridge).
     const svc = kubectlJson('get', 'service', 'whoami').spec.clusterIPs as string[];
-    // knictl trace knows the Service ranges (ServiceCIDR objects): a ClusterIP is named as one;
-    // an address outside, knowing them, is no Service's.
+    // knictl trace to a ClusterIP: its Service (through its IPAddress object), kube-proxy's rule
+    // on this node, then each ready endpoint's path: who-1 itself here, who-2 over vxlan.
+    // An address outside, knowing the Service ranges, is no Service's.
     for (const ip of svc) {
-      const t = knictl('w1', 'trace', 'who-1', ip);
-      assert.deepEqual([t.kind, t.ok], ['service', true], JSON.stringify(t));
-      assert.match(t.hops[1].what, /is in the cluster's Service range \(ServiceCIDR kubernetes \S+\): the node's service proxy \(kube-proxy\) rewrites/);
+      let t: any;
+      await waitFor(() => (t = knictlTrace('w1', 'who-1', ip)).ok, 30_000, () => JSON.stringify(t));
+      assert.equal(t.kind, 'service');
+      assert.match(t.hops[1].what, new RegExp(`^${ip.replace(/\./g, '\\.')} is Service default/whoami's ClusterIP \\(ServiceCIDR kubernetes \\S+; 80/TCP\\): the node's service proxy rewrites it to one of its 2 ready endpoints; kube-proxy \\(iptables mode\\) has taken it up on this node$`));
+      const endpoints = t.hops.slice(2).map((h: any) => `${h.at} ${h.what}`).sort();
+      assert.equal(endpoints.length, 3, JSON.stringify(t));
+      assert.match(endpoints[0], /^kc-w2 delivered by node kc-w2 to its pod/);
+      assert.match(endpoints[1], /^node endpoint default\/who-1: pod default\/who-1 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
+      assert.match(endpoints[2], /^node endpoint default\/who-2: \S+ is in node kc-w2's podCIDR \S+: kni's vxlan route/);
     }
     const host = knictl('w1', 'trace', 'who-1', '10.240.0.1');
     assert.equal(host.kind, 'outside', JSON.stringify(host));
@@ -153,9 +160,39 @@ kind: Service
 metadata: {name: who-one}
 spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}
 `);
-    for (const ip of kubectlJson('get', 'service', 'who-one').spec.clusterIPs as string[]) {
+    const whoOne = kubectlJson('get', 'service', 'who-one').spec.clusterIPs as string[];
+    for (const ip of whoOne) {
       await waitFor(() => !fetchFrom('who-1', ip).startsWith('(no answer'), 30_000, () => `who-1 → its own Service ${ip}: ${fetchFrom('who-1', ip)}`);
     }
+    // Its rule taken out of kc-w2's KUBE-SERVICES behind kube-proxy's back: a trace from there says
+    // kube-proxy has not taken it up (kube-proxy puts it back at its next sync: taken out again if
+    // that came first).
+    let lost: any;
+    await waitFor(() => {
+      const rules = execFileSync('ip', ['netns', 'exec', 'kc-w2', 'iptables', '-t', 'nat', '-S', 'KUBE-SERVICES'], { encoding: 'utf8' }).split('\n').filter((l) => l.includes(` -d ${whoOne[0]}/32 `));
+      // As printed, quotes around the comment included: a shell reads it back.
+      for (const r of rules) execFileSync('ip', ['netns', 'exec', 'kc-w2', 'sh', '-c', `iptables -t nat ${r.replace(/^-A /, '-D ')}`]);
+      return !(lost = knictlTrace('w2', 'who-2', whoOne[0])).ok;
+    }, 30_000, () => JSON.stringify(lost));
+    assert.equal(lost.hops[1].problem, `kube-proxy (iptables mode) has no rule in the nat table's KUBE-SERVICES chain for ${whoOne[0]} on this node: it has not synced this Service (is kube-proxy running here? its log says why)`);
+    kubectl('delete', 'service', 'who-one');
+    // A Service no ready pod backs, and an address of the range no Service has: what stops the packet.
+    apply(`apiVersion: v1
+kind: Service
+metadata: {name: nobody}
+spec: {selector: {app: nobody}, ports: [{name: web, port: 8080, targetPort: 80}]}
+`);
+    const nobody = kubectlJson('get', 'service', 'nobody').spec.clusterIP;
+    const none = knictlTrace('w1', 'who-1', nobody);
+    assert.deepEqual([none.kind, none.ok, none.hops.length], ['service', false, 2], JSON.stringify(none));
+    assert.equal(none.hops[1].problem, 'Service default/nobody has no endpoint to send it to: no ready pod matches its selector app=nobody (kubectl get pods -n default -l app=nobody)');
+    assert.match(none.hops[1].what, /^\S+ is Service default\/nobody's ClusterIP \(ServiceCIDR kubernetes \S+; web 8080\/TCP\)$/);
+    kubectl('delete', 'service', 'nobody');
+    const taken = new Set(kubectlJson('get', 'ipaddresses').items.map((a: any) => a.metadata.name));
+    const free = ['10.96.254.254', '10.96.254.253', '10.96.254.252'].find((ip) => !taken.has(ip))!;
+    const nothing = knictlTrace('w1', 'who-1', free);
+    assert.deepEqual([nothing.kind, nothing.ok], ['service', false], JSON.stringify(nothing));
+    assert.equal(nothing.hops[1].problem, `no Service has ClusterIP ${free}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`);
     // From every node's own network namespace (kube-proxy's rules on the node, pods elsewhere).
     for (const w of WORKERS) {
       const out = execFileSync('ip', ['netns', 'exec', `kc-${w}`, 'curl', '-s', '-m', '5', `http://${svc[0]}/cgi-bin/ip`], { encoding: 'utf8' });

@@ -1,0 +1,95 @@
+// The Service behind a ClusterIP and the endpoints the node's service proxy rewrites it to, read
+// when a trace needs them: the IPAddress object named by the ClusterIP (networking.k8s.io/v1,
+// Kubernetes 1.33 and later, as are ServiceCIDRs) names its Service, and the EndpointSlices
+// labelled with that Service's name hold its endpoints. Three reads a trace, nothing watched: a
+// trace is asked by a person, and every other moment kni needs no Service at all.
+import type * as K8s from '@kubernetes/client-node';
+import type { Family } from '../ipam/ip';
+import { apiError, KubeApi, withTimeout } from './kube-api';
+
+export interface ServiceEndpoint {
+  address: string;
+  /** As kube-proxy reads the conditions: ready unless said otherwise; serving as ready unless said; terminating only when said. */
+  ready: boolean;
+  serving: boolean;
+  terminating: boolean;
+  /** The node it runs on, and "namespace/name" of its pod; '' when the slice does not say. */
+  node: string;
+  pod: string;
+}
+
+export interface ServiceBehind {
+  namespace: string;
+  name: string;
+  /** "name 80/TCP, 53/UDP"; '' without ports. */
+  ports: string;
+  /** "app=web,tier=front"; '' when the Service has no selector (its EndpointSlices are someone else's to write). */
+  selector: string;
+  endpoints: ServiceEndpoint[];
+}
+
+const TIMEOUT_MS = 5_000;
+const notFound = (e: unknown): boolean => (e as { code?: number }).code === 404;
+
+/**
+ * The Service whose ClusterIP `ip` (canonical text, as IPAddress objects are named) is, with its
+ * endpoints of that family; undefined when no Service has it. Throws, with the API's reason,
+ * when it cannot be read (no right to, or a cluster older than 1.33).
+ */
+export async function serviceBehind(api: KubeApi, family: Family, ip: string): Promise<ServiceBehind | undefined> {
+  const { k8s, kc, core } = api;
+  let owner: K8s.V1ParentReference | undefined;
+  try {
+    owner = (await withTimeout(kc.makeApiClient(k8s.NetworkingV1Api).readIPAddress({ name: ip }), TIMEOUT_MS, `read IPAddress ${ip}`)).spec?.parentRef;
+  } catch (e) {
+    if (notFound(e)) return undefined;
+    throw new Error(`IPAddress ${ip}: ${apiError(e)}`);
+  }
+  if (!owner || owner.resource !== 'services' || owner.group || !owner.namespace) return undefined;
+  const { namespace, name } = owner;
+  let svc: K8s.V1Service;
+  try {
+    svc = await withTimeout(core.readNamespacedService({ namespace, name }), TIMEOUT_MS, `read Service ${namespace}/${name}`);
+  } catch (e) {
+    if (notFound(e)) return undefined;
+    throw new Error(`Service ${namespace}/${name}: ${apiError(e)}`);
+  }
+  let slices: K8s.V1EndpointSlice[];
+  try {
+    const list = kc.makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({ namespace, labelSelector: `kubernetes.io/service-name=${name}`, resourceVersion: '0' });
+    slices = (await withTimeout(list, TIMEOUT_MS, `list EndpointSlices of ${namespace}/${name}`)).items;
+  } catch (e) {
+    throw new Error(`EndpointSlices of Service ${namespace}/${name}: ${apiError(e)}`);
+  }
+  return {
+    namespace,
+    name,
+    ports: (svc.spec?.ports ?? []).map((p) => `${p.name ? `${p.name} ` : ''}${p.port}/${p.protocol ?? 'TCP'}`).join(', '),
+    selector: Object.entries(svc.spec?.selector ?? {}).map(([k, v]) => `${k}=${v}`).join(','),
+    endpoints: endpointsOf(slices, family),
+  };
+}
+
+/** Each address once (kube-proxy takes an endpoint's first address), of the slices of that family. */
+function endpointsOf(slices: K8s.V1EndpointSlice[], family: Family): ServiceEndpoint[] {
+  const seen = new Map<string, ServiceEndpoint>();
+  for (const slice of slices) {
+    if (slice.addressType !== `IPv${family}`) continue;
+    for (const ep of slice.endpoints ?? []) {
+      const address = ep.addresses?.[0];
+      if (!address || seen.has(address)) continue;
+      const c = ep.conditions ?? {};
+      const ready = c.ready ?? true;
+      const ref = ep.targetRef;
+      seen.set(address, {
+        address,
+        ready,
+        serving: c.serving ?? ready,
+        terminating: c.terminating ?? false,
+        node: ep.nodeName ?? '',
+        pod: ref?.kind === 'Pod' && ref.name ? `${ref.namespace ?? slice.metadata?.namespace ?? ''}/${ref.name}` : '',
+      });
+    }
+  }
+  return [...seen.values()];
+}
