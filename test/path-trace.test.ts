@@ -108,6 +108,42 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
     assert.equal(trace('tr-a', b4).ok, true, 'reconcile did not repair the pod');
   });
 
+  it('from the node itself (--from-node, as the kubelet\'s probes go): to a pod here, its host veth gone is the problem; outside, nothing is masqueraded', async () => {
+    const [b4, b6] = addressesOf(b.net);
+    const fromNode = (dst: string) => {
+      const r = knictl('--socket', d.socket, 'trace', '--from-node', dst, '-o', 'json');
+      assert.ok(r.status === 0 || r.status === 2, r.stderr);
+      return { ...JSON.parse(r.stdout), status: r.status };
+    };
+    for (const ip of [b4, b6]) {
+      const t = fromNode(ip);
+      assert.deepEqual([t.kind, t.ok, t.status, t.hops.length], ['pod', true, 0, 1], JSON.stringify(t));
+      assert.match(t.hops[0].what, /^pod default\/tr-b on this node \(sandbox tr-b, eth0\), through host veth \S+$/);
+    }
+    const out = fromNode('192.0.2.7');
+    assert.deepEqual([out.kind, out.ok], ['outside', true]);
+    assert.match(out.hops[0].what, new RegExp(`^192\\.0\\.2\\.7 is outside the pod networks: the node routes it via 198\\.51\\.100\\.254 dev ${RUN}up src 198\\.51\\.100\\.1\\. If it is a Service's ClusterIP`));
+    assert.deepEqual([fromNode('10.244.0.1').kind, fromNode('10.244.0.200').kind], ['node', 'pod-range']);
+    const hostVeth = b.net.interfaces[0].host_interface;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', hostVeth]);
+    try {
+      const t = fromNode(b4);
+      assert.deepEqual([t.kind, t.ok, t.status], ['pod', false, 2]);
+      assert.match(t.hops[0].problem, new RegExp(`host veth ${hostVeth} is missing`));
+    } finally {
+      await d.rt().Reconcile({});
+    }
+    assert.equal(fromNode(b4).ok, true, 'reconcile did not repair the pod');
+    const table = knictl('--socket', d.socket, 'trace', '--from-node', b4);
+    assert.equal(table.stdout, `node: ${fromNode(b4).hops[0].what}\nok\n`);
+    // A sandbox and --from-node, or neither: refused before any call, and by the API.
+    assert.match(knictl('--socket', d.socket, 'trace', '--from-node', 'tr-a', b4).stderr, /^knictl: trace --from-node takes a destination only, no sandbox$/m);
+    assert.match(knictl('--socket', d.socket, 'trace', 'tr-a').stderr, /^knictl: trace needs a sandbox and a destination/m);
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: b4, from_node: true }), grpc.status.INVALID_ARGUMENT, /from_node traces from the node itself: leave sandbox_id empty/);
+    await rejectsWith(d.rt().Trace({ from_node: true, destination: 'x' }), grpc.status.INVALID_ARGUMENT, /destination: not an IP address/);
+    await rejectsWith(d.rt().Trace({ destination: b4 }), grpc.status.INVALID_ARGUMENT, /sandbox/);
+  });
+
   it('bad input: a destination that is no address, a sandbox not attached', async () => {
     await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '10.0.0' }), grpc.status.INVALID_ARGUMENT, /destination: not an IP address: "10\.0\.0"/);
     await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '' }), grpc.status.INVALID_ARGUMENT, /destination is required/);

@@ -1,8 +1,8 @@
 // The path a pod's packet to an address takes, hop by hop, as kni and the kernel see it now
-// (Trace, `knictl trace`): the pod's own route, then what the address is — a pod on this node,
-// another node's pod range, this node, or somewhere outside the pod networks — and the node's
-// route there, each hop with what would stop the packet. Read-only: nothing is changed, nothing
-// is sent.
+// (Trace, `knictl trace`): the pod's own route (none from the node itself), then what the
+// address is — a pod on this node, another node's pod range, this node, a Service's ClusterIP
+// and each of its endpoints, or somewhere outside the pod networks — and the node's route there,
+// each hop with what would stop the packet. Read-only: nothing is changed, nothing is sent.
 import { cidrContains, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
@@ -81,14 +81,24 @@ export interface ClusterServices {
 /** Endpoints of a Service traced one by one; the rest are counted. */
 const TRACED_ENDPOINTS = 8;
 
-export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterServices): Promise<PathTrace> {
+/**
+ * From a pod (sandboxId), or from the node's own network namespace (fromNode: what the kubelet's
+ * probes, host-network pods and NodePorts send), to an address.
+ */
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterServices, fromNode = false): Promise<PathTrace> {
+  if (fromNode) {
+    if (sandboxId) throw invalid('from_node traces from the node itself: leave sandbox_id empty');
+    const dst = destinationOf(destination);
+    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode });
+    return { destination: dst.text, kind: found.kind, hops: found.hops, ok: found.hops.every((h) => !h.problem) };
+  }
   const rec = rt.get(sandboxId);
   const dst = destinationOf(destination);
   const leaving = podHop(rec, dst);
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
   // kni routes what leaves through its own interface; a CNI network's plugins route the rest.
   const kniRoutes = !!itf && isBuiltIn(itf) && !rt.cni;
-  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], services) : cniNetwork(rt, leaving.interface, itf?.network);
+  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services }) : cniNetwork(rt, leaving.interface, itf?.network);
   // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const mismatch = onward && kniRoutes ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
   const problem = leaving.problem || (mismatch.length ? `the pod's ${leaving.interface} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
@@ -97,17 +107,22 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
+/** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded). */
+type Onward = { services?: ClusterServices; endpoint?: boolean; fromNode?: boolean };
+
 /** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
-async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], services: ClusterServices | undefined, endpoint = false): Promise<Found> {
+async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], how: Onward): Promise<Found> {
   const local = await localPod(rt, dst);
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
   const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev);
-  if (found || endpoint) return found ?? outside(rt, dst, peers, nodeRoute, dev, false);
-  const range = services ? await services.holding(dst.family, dst.value).catch(() => null) : null;
-  if (range && services) return service(rt, dst, range, peers, services);
-  return outside(rt, dst, peers, nodeRoute, dev, range === null);
+  if (found) return found;
+  const { services } = how;
+  const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
+  if (range && services) return service(rt, dst, range, peers, services, !!how.fromNode);
+  // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
+  return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint });
 }
 
 /**
@@ -115,7 +130,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
  * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
  * kube-proxy has taken it up, and each endpoint's path from this node.
  */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices): Promise<Found> {
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices, fromNode: boolean): Promise<Found> {
   const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
   let svc: ServiceBehind | undefined;
   try {
@@ -139,7 +154,7 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   const state = ready.length ? 'ready' : 'terminating but still serving';
   const to = used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`;
   const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
-  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers)));
+  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode)));
   if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
   return { kind: 'service', hops };
 }
@@ -153,7 +168,7 @@ function noEndpoint(svc: ServiceBehind): string {
 }
 
 /** One endpoint of a Service, traced from the node as any other address (its first hop named as the endpoint). */
-async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[]): Promise<TraceHop[]> {
+async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean): Promise<TraceHop[]> {
   const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}`;
   let dst: Destination;
   try {
@@ -161,7 +176,7 @@ async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Fam
   } catch {
     return [hopOf('node', `${label}: ${JSON.stringify(ep.address)}`, `its EndpointSlice's address is not an IPv${family} address`)];
   }
-  const [first, ...rest] = (await beyondPod(rt, dst, peers, undefined, true)).hops;
+  const [first, ...rest] = (await beyondPod(rt, dst, peers, { endpoint: true, fromNode })).hops;
   return [{ ...first, what: `${label}: ${first.what}` }, ...rest];
 }
 
@@ -225,17 +240,17 @@ function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup |
 }
 
 /** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
-function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, servicesUnknown: boolean): Found {
+function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean }): Found {
   const peerNode = peers.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
   const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
   if (!nodeRoute) return { kind, hops: [hopOf('node', what, `the node has no route to ${dst.text}`)] };
   const link = linkByIndex(rt.host, nodeRoute.index);
   const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
-  const masq = !rt.cfg.masquerade ? 'not masqueraded (masquerade is off)' : masqueraded ? "masqueraded to the node's address (KNI-MASQ)" : 'not masqueraded (nonMasqueradeCIDRs, or the cluster\'s pod CIDRs, hold it)';
-  // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
-  const hint = servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
-  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}; ${masq}${hint}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
+  // Masquerading is of a pod's packets: the node's own leave with the node's address.
+  const masq = how.fromNode ? '' : !rt.cfg.masquerade ? '; not masqueraded (masquerade is off)' : masqueraded ? "; masqueraded to the node's address (KNI-MASQ)" : "; not masqueraded (nonMasqueradeCIDRs, or the cluster's pod CIDRs, hold it)";
+  const hint = how.servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
+  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}${masq}${hint}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
 }
 
 /** The pod's own route to the destination, read in its netns. */

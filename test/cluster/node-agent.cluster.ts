@@ -144,6 +144,11 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
       assert.match(endpoints[1], /^node endpoint default\/who-1: pod default\/who-1 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
       assert.match(endpoints[2], /^node endpoint default\/who-2: \S+ is in node kc-w2's podCIDR \S+: kni's vxlan route/);
     }
+    // From kc-w2 itself (as its kubelet or a host-network pod sends): the same Service, who-2 here.
+    const fromNode = knictlTrace('w2', '--from-node', svc[0]);
+    assert.deepEqual([fromNode.kind, fromNode.ok, fromNode.hops.length], ['service', true, 4], JSON.stringify(fromNode));
+    assert.match(fromNode.hops[0].what, /^\S+ is Service default\/whoami's ClusterIP /);
+    assert.ok(fromNode.hops.some((h: any) => /^endpoint default\/who-2: pod default\/who-2 on this node/.test(h.what)), JSON.stringify(fromNode));
     const host = knictl('w1', 'trace', 'who-1', '10.240.0.1');
     assert.equal(host.kind, 'outside', JSON.stringify(host));
     assert.doesNotMatch(host.hops[1].what, /Service/);
