@@ -4,7 +4,7 @@
 # It loads with `ctr -n k8s.io images import OUT.tar` or `kind load image-archive OUT.tar`.
 # The root filesystem is assembled from this machine (Debian 12): the node binary and the
 # shared libraries it links, the compiled daemon (dist/plugin, dist/runtime-hooks), proto/,
-# production node_modules, kni-cni, the pod wiring library (libkni-wire.so), iptables (both backends) with its extensions and libraries
+# production node_modules, kni-cni, the pod wiring library (libkni-wire.so), iptables (both backends) with its extensions and libraries, nft
 # (masquerade and host-port rules), and Debian's CNI reference plugins (/usr/lib/cni). Containerfile builds the
 # equivalent image where a container engine exists; test/image.test.ts checks this one.
 set -euo pipefail
@@ -45,6 +45,8 @@ mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
 # Both iptables backends: kni writes its rules with the one the node's kubelet uses
 # (plugin/node/iptables.ts), as kube-proxy's image does.
 with_libs /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/lib/x86_64-linux-gnu/xtables/*.so
+# nft, read only: knictl trace looks for a ClusterIP in kube-proxy's nftables map.
+with_libs /usr/sbin/nft
 # nsenter: the example extension (hack/examples/mesh-redirect.ts) enters pod netns with it.
 with_libs /usr/bin/nsenter
 # CNI plugins installed on the host run chrooted in its root (defaultNetwork.chrootDir).

@@ -11,8 +11,9 @@ fi
 
 need=()
 # containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods;
-# valgrind: npm run bench:instructions; ethtool: the vxlan test reads what kni set on the device
-for pkg in iproute2 iptables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl valgrind ethtool; do
+# valgrind: npm run bench:instructions; ethtool: the vxlan test reads what kni set on the device;
+# nftables: kube-proxy's nftables mode in the test cluster, and knictl trace reading its map
+for pkg in iproute2 iptables nftables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl valgrind ethtool; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -46,6 +46,8 @@ describe('kni image', function () {
       for (const t of ['iptables', 'ip6tables']) for (const v of ['', '-save', '-restore']) assert.ok(fs.existsSync(`${root}/usr/sbin/${t}-${b}${v}`), `${t}-${b}${v} missing`);
       assert.match(execFileSync('chroot', [root, `/usr/sbin/iptables-${b}`, '--version'], { encoding: 'utf8' }), b === 'nft' ? /nf_tables/ : /legacy/);
     }
+    // nft, read by knictl trace (kube-proxy's nftables mode).
+    assert.match(execFileSync('chroot', [root, '/usr/sbin/nft', '--version'], { encoding: 'utf8' }), /^nftables v/);
     const shim = spawnSync('chroot', [root, '/app/dist/bin/kni-cni'], { encoding: 'utf8', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
     assert.match(shim.stdout, /"supportedVersions"/);
     // The pod wiring library loads with the image's own C library.
@@ -69,6 +71,7 @@ describe('kni image', function () {
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);
+    assert.match(cf, /apt-get install .*nftables/);
     assert.match(cf, /apt-get install .*containernetworking-plugins/);
     for (const c of ['knictl', 'kni-runtime']) assert.match(cf, new RegExp(`> /usr/local/bin/${c} `));
   });

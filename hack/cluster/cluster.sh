@@ -9,7 +9,8 @@
 # - kc-cp (10.240.0.10): etcd, kube-apiserver, kube-controller-manager (node IPAM on: every
 #   Node gets dual-stack spec.podCIDRs), kube-scheduler.
 # - kc-w1, kc-w2 (.11, .12): each its own containerd 2.x (root, state, sockets, NRI, CNI
-#   dirs), kubelet (root dir, cgroup root, node name and IP) and kube-proxy (iptables).
+#   dirs), kubelet (root dir, cgroup root, node name and IP) and kube-proxy (iptables mode, or
+#   nftables with KNI_CLUSTER_PROXY_MODE=nftables).
 # - sec: a second wire (bridge secwire in kc-wire, no addresses) for secondary networks: each
 #   worker has sec0 and sec1 (a macvlan master each; this kernel has no ipvlan) and sec2, a
 #   port of the worker's bridge secbr (for the bridge plugin), all on that wire.
@@ -30,6 +31,8 @@ PATH=$BIN:$PATH
 # KNI_CLUSTER_ROUTED=1 at `up`: kc-w2 sits on a second subnet (10.240.1.0/24, fd00:240:1::/64)
 # that kc-wire routes to, so no node can reach kc-w2 directly (kni's auto backend: vxlan).
 routed() { [ -f "$CL/routed" ]; }
+# KNI_CLUSTER_PROXY_MODE=nftables at `up`: kube-proxy in its nftables mode (iptables by default).
+proxy_mode() { cat "$CL/proxy-mode" 2> /dev/null || echo iptables; }
 # KNI_CLUSTER_NODE_IPAM=0 at `up`: no node IPAM (Nodes get no podCIDRs), as a cluster made without it.
 node_ipam() { if [ -f "$CL/no-node-ipam" ]; then echo false; else echo true; fi; }
 ip4() { case $1 in cp) echo 10.240.0.10 ;; w1) echo 10.240.0.11 ;; w2) if routed; then echo 10.240.1.12; else echo 10.240.0.12; fi ;; host) echo 10.240.0.1 ;; esac; }
@@ -259,7 +262,7 @@ EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: "$CL/kube-proxy.kubeconfig"}
-mode: iptables
+mode: $(proxy_mode)
 hostnameOverride: kc-$w
 clusterCIDR: 10.244.0.0/16,fd00:10:244::/56
 conntrack: {maxPerCore: 0}
@@ -274,9 +277,14 @@ up() {
   for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd containerd-shim-runc-v2 ctr; do
     [ -x "$BIN/$b" ] || { log "building the components (hack/cluster/build-components.sh)"; bash "$here/build-components.sh" all > /dev/null; break; }
   done
+  case ${KNI_CLUSTER_PROXY_MODE:-iptables} in
+    iptables | nftables) ;;
+    *) log "KNI_CLUSTER_PROXY_MODE must be iptables or nftables, not ${KNI_CLUSTER_PROXY_MODE}"; exit 1 ;;
+  esac
   mkdir -p "$CL/run"
   if [ "${KNI_CLUSTER_ROUTED:-0}" = 1 ]; then touch "$CL/routed"; fi
   if [ "${KNI_CLUSTER_NODE_IPAM:-1}" = 0 ]; then touch "$CL/no-node-ipam"; fi
+  if [ "${KNI_CLUSTER_PROXY_MODE:-iptables}" = nftables ]; then echo nftables > "$CL/proxy-mode"; fi
   trap 'log "up failed; see $CL/run/*.log (down removes everything)"' ERR
   make_pki
   [ -f "$CL/image.tar" ] || bash "$repo/hack/e2e/build-image.sh" "$CL/image.tar" "$IMAGE"

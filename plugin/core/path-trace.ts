@@ -120,7 +120,8 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
-  if (range && services) return service(rt, dst, range, peers, services, !!how.fromNode);
+  // The node's own packets are routed before kube-proxy's output hook rewrites them: with no route to the ClusterIP the kernel refuses them first (ENETUNREACH).
+  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute });
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
   return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint });
 }
@@ -130,7 +131,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
  * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
  * kube-proxy has taken it up, and each endpoint's path from this node.
  */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices, fromNode: boolean): Promise<Found> {
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices, { fromNode, unrouted }: { fromNode: boolean; unrouted: boolean }): Promise<Found> {
   const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
   let svc: ServiceBehind | undefined;
   try {
@@ -147,10 +148,13 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc))] };
   const proxy = await serviceProxyRule(rt.host, dst.family, dst.value, dst.text);
   const taken = !proxy.mode
-    ? 'no kube-proxy rules (iptables or IPVS mode) on this node: whatever proxies Services here is not checked'
+    ? 'no kube-proxy rules (iptables, nftables or IPVS mode) on this node: whatever proxies Services here is not checked'
     : `kube-proxy (${proxy.mode} mode) ${proxy.programmed ? 'has taken it up on this node' : 'has not'}`;
-  const missing = proxy.mode === 'ipvs' ? 'no address on kube-ipvs0' : 'no rule in the nat table\'s KUBE-SERVICES chain';
-  const problem = proxy.mode && !proxy.programmed ? `kube-proxy (${proxy.mode} mode) has ${missing} for ${dst.text} on this node: it has not synced this Service (is kube-proxy running here? its log says why)` : '';
+  const missing = { ipvs: 'no address on kube-ipvs0', nftables: 'no element in its service-ips map', iptables: "no rule in the nat table's KUBE-SERVICES chain", '': '' }[proxy.mode];
+  const problem = [
+    proxy.mode && !proxy.programmed ? `kube-proxy (${proxy.mode} mode) has ${missing} for ${dst.text} on this node: it has not synced this Service (is kube-proxy running here? its log says why)` : '',
+    unrouted ? `the node has no route to ${dst.text}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)` : '',
+  ].filter(Boolean).join('; ');
   const state = ready.length ? 'ready' : 'terminating but still serving';
   const to = used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`;
   const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];

@@ -1,7 +1,8 @@
-// The iptables commands, kni's only child processes: node setup, peers changing, and pods that
-// ask for host ports — never the attach/detach of a pod without port mappings. Through the
-// commands (not netfilter netlink) so kni uses whichever backend (nft or legacy) the node's
-// other agents use. execFile, never a shell.
+// The iptables commands, kni's only child processes with the CNI plugins: node setup, peers
+// changing, and pods that ask for host ports — never the attach/detach of a pod without port
+// mappings (and `nft`, read only, when a trace asks). Through the commands (not netfilter
+// netlink) so kni uses whichever backend (nft or legacy) the node's other agents use.
+// execFile, never a shell.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { log } from '../core/log';
@@ -130,5 +131,17 @@ export async function restoreChains(f: Family, table: Table, chains: Record<stri
     });
   } catch (e) {
     throw new Error(`${restore} could not write ${Object.keys(chains).join(', ')}: ${stderrOf(e)}`);
+  }
+}
+
+/**
+ * A map's elements as `nft -j list map` prints them (JSON), read only (knictl trace looks for a
+ * ClusterIP in kube-proxy's nftables mode); undefined when there is no such map, or no nft.
+ */
+export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: string): Promise<unknown> {
+  try {
+    return JSON.parse((await run('nft', ['-j', 'list', 'map', family, table, map], { maxBuffer: 256 << 20 })).stdout);
+  } catch {
+    return undefined;
   }
 }

@@ -1,35 +1,62 @@
-// Whether this node's service proxy has taken up a ClusterIP (Trace): kube-proxy in IPVS mode puts
-// every ClusterIP on its kube-ipvs0 dummy link; in iptables mode it writes one rule per ClusterIP
-// and port into the nat table's KUBE-SERVICES chain (a Service without endpoints gets a REJECT in
-// the filter table instead, so only ask with endpoints). Other proxies (kube-proxy's nftables
-// mode, eBPF replacements) leave neither; then nothing is said of them.
+// Whether this node's service proxy has taken up a ClusterIP (Trace), for each of kube-proxy's
+// modes on Linux: IPVS puts every ClusterIP on its kube-ipvs0 dummy link; nftables keeps one
+// element per ClusterIP and port in the map service-ips of its tables `ip kube-proxy` and
+// `ip6 kube-proxy`; iptables writes one rule per ClusterIP and port into the nat table's
+// KUBE-SERVICES chain. A Service without endpoints is rejected elsewhere in each mode, so only
+// ask with endpoints. Other proxies (eBPF replacements) leave none of these: nothing is said of them.
 import { Family, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
 import type { NetlinkSocket } from '../netlink/socket';
-import { chainRules } from './iptables';
+import { chainRules, nftMapJson } from './iptables';
 
 export interface ProxyRule {
-  /** '' when neither kube-proxy mode's traces are on this node. */
-  mode: 'ipvs' | 'iptables' | '';
+  /** '' when none of kube-proxy's modes has left its traces on this node. */
+  mode: 'ipvs' | 'nftables' | 'iptables' | '';
   programmed: boolean;
 }
 
 export async function serviceProxyRule(host: NetlinkSocket, family: Family, value: bigint, text: string): Promise<ProxyRule> {
   const ipvs = linkByName(host, 'kube-ipvs0');
   if (ipvs) return { mode: 'ipvs', programmed: addrList(host).some((a) => a.index === ipvs.index && a.family === family && a.address === text) };
+  const nft = await nftServiceIps(family);
+  if (nft) return { mode: 'nftables', programmed: nft.includes(value) };
   const rules = await chainRules(family, 'nat', 'KUBE-SERVICES').catch(() => undefined);
   if (!rules) return { mode: '', programmed: false };
   return { mode: 'iptables', programmed: rules.some((r) => destinationOf(r) === value) };
 }
 
-/** The single address a rule's `-d` matches (iptables -S prints `-d 10.96.0.10/32`), by value: the tools' IPv6 text is not ours. */
-function destinationOf(rule: string): bigint | undefined {
-  const m = /(?:^| )-d (\S+?)\/(32|128)(?: |$)/.exec(rule);
-  if (!m) return undefined;
+/** The addresses keyed in kube-proxy's service-ips map of that family; undefined: no such map (or no nft here). */
+async function nftServiceIps(family: Family): Promise<bigint[] | undefined> {
+  const listed = await nftMapJson(family === 4 ? 'ip' : 'ip6', 'kube-proxy', 'service-ips');
+  if (listed === undefined) return undefined;
+  const out: bigint[] = [];
+  // Each element a [key, verdict] pair, its key {"concat": [address, protocol, port]};
+  // elements with a comment are {"elem": {"val": key, …}}.
+  const visit = (x: unknown): void => {
+    if (Array.isArray(x)) x.forEach(visit);
+    else if (x && typeof x === 'object') {
+      const concat = (x as { concat?: unknown }).concat;
+      if (Array.isArray(concat) && typeof concat[0] === 'string') {
+        const v = addressValue(concat[0]);
+        if (v !== undefined) out.push(v);
+      } else Object.values(x).forEach(visit);
+    }
+  };
+  visit(listed);
+  return out;
+}
+
+function addressValue(text: string): bigint | undefined {
   try {
-    return parseIp(m[1]).value;
+    return parseIp(text).value;
   } catch {
     return undefined;
   }
+}
+
+/** The single address a rule's `-d` matches (iptables -S prints `-d 10.96.0.10/32`), by value: the tools' IPv6 text is not ours. */
+function destinationOf(rule: string): bigint | undefined {
+  const m = /(?:^| )-d (\S+?)\/(32|128)(?: |$)/.exec(rule);
+  return m ? addressValue(m[1]) : undefined;
 }

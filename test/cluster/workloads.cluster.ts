@@ -3,19 +3,28 @@
 // kni runs from this checkout on every worker (daemonset.cluster.ts: from its image; node
 // agent, cross-node traffic and Services: node-agent.cluster.ts).
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { stateRecords } from '../helpers/state-records';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, getFromNode, knictl, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, getFromNode, knictl, knictlTrace, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
 describe('cluster: kni as the network of a Kubernetes cluster', function () {
   this.timeout(300_000);
 
   before(() => {
     cluster('down'); // whatever an earlier run left
-    cluster('up');
+    // kube-proxy in its nftables mode here (iptables in the other cluster tests): Services over
+    // kni with either, and knictl trace reading either's rules.
+    const saved = process.env.KNI_CLUSTER_PROXY_MODE;
+    process.env.KNI_CLUSTER_PROXY_MODE = 'nftables';
+    try {
+      cluster('up');
+    } finally {
+      if (saved === undefined) delete process.env.KNI_CLUSTER_PROXY_MODE;
+      else process.env.KNI_CLUSTER_PROXY_MODE = saved;
+    }
   });
   after(() => {
     cluster('down');
@@ -84,6 +93,50 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
       const routes = knictl(w, 'node').cluster.peers.flatMap((p: any) => p.routes);
       assert.deepEqual(routes.map((r: any) => [r.backend, r.state]), [['host-gw', 'installed'], ['host-gw', 'installed']], `kc-${w}`);
     }
+  });
+
+  it('a ClusterIP Service, kube-proxy in its nftables mode: answers from a pod over IPv4 and IPv6 and from each node (over IPv6 the node has no route: the trace says so); knictl trace names its Service, its endpoints and kube-proxy\'s map element, and says when that element is gone', async () => {
+    apply(`apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {selector: {app: web}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}
+`);
+    const ips = kubectlJson('get', 'service', 'web').spec.clusterIPs as string[];
+    assert.equal(ips.length, 2);
+    const from = runningPods().find((p: any) => p.spec.nodeName === 'kc-w1');
+    const get = (ip: string) => kubectl('exec', from.metadata.name, '--', '/bin/busybox', 'sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 5 ${ip} 80`);
+    for (const ip of ips) {
+      await waitFor(() => /hello from kni e2e/.test(get(ip)), 30_000, () => `${from.metadata.name} → Service ${ip}`);
+      for (let i = 0; i < 6; i++) assert.match(get(ip), /hello from kni e2e/, `${from.metadata.name} → Service ${ip}`);
+      let t: any;
+      await waitFor(() => (t = knictlTrace('w1', from.metadata.name, ip)).ok && /of its 8 ready/.test(t.hops[1].what), 30_000, () => JSON.stringify(t));
+      assert.equal(t.kind, 'service');
+      assert.match(t.hops[1].what, /^\S+ is Service default\/web's ClusterIP \(ServiceCIDR kubernetes \S+; 80\/TCP\): the node's service proxy rewrites it to one of its 8 ready endpoints; kube-proxy \(nftables mode\) has taken it up on this node$/);
+      // Eight endpoints traced, each from kc-w1: a pod here, or over kni's host-gw route to kc-w2's.
+      const endpoints = t.hops.filter((h: any) => h.what.startsWith('endpoint '));
+      assert.equal(endpoints.length, 8, JSON.stringify(t));
+      assert.ok(endpoints.every((h: any) => / on this node \(sandbox | is in node kc-w2's podCIDR \S+: kni's host-gw route /.test(h.what)), JSON.stringify(endpoints));
+    }
+    // From each node itself: over IPv4 (a default route), and over IPv6 the node has no route to
+    // the ClusterIP (no IPv6 default route here): its own packets are refused before kube-proxy
+    // rewrites them, and the trace says so.
+    for (const w of WORKERS) assert.match(getFromNode(w, ips[0], 80), /hello from kni e2e/, `kc-${w} → Service ${ips[0]}`);
+    assert.equal(knictlTrace('w1', '--from-node', ips[0]).ok, true);
+    const refused = spawnSync('ip', ['netns', 'exec', 'kc-w1', 'timeout', '10', 'bash', '-c', `exec 3<>/dev/tcp/${ips[1]}/80`], { encoding: 'utf8' });
+    assert.match(refused.stderr, /Network is unreachable/);
+    const unrouted = knictlTrace('w1', '--from-node', ips[1]);
+    assert.deepEqual([unrouted.kind, unrouted.ok], ['service', false], JSON.stringify(unrouted));
+    assert.equal(unrouted.hops[0].problem, `the node has no route to ${ips[1]}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)`);
+    // The IPv4 element taken out of kube-proxy's map on kc-w2 behind its back: a trace from there
+    // says so (kube-proxy puts it back at its next sync: taken out again if that came first).
+    const there = runningPods().find((p: any) => p.spec.nodeName === 'kc-w2');
+    let lost: any;
+    await waitFor(() => {
+      execFileSync('ip', ['netns', 'exec', 'kc-w2', 'nft', 'delete', 'element', 'ip', 'kube-proxy', 'service-ips', `{ ${ips[0]} . tcp . 80 }`], { stdio: 'pipe' });
+      return !(lost = knictlTrace('w2', there.metadata.name, ips[0])).ok;
+    }, 30_000, () => JSON.stringify(lost));
+    assert.equal(lost.hops[1].problem, `kube-proxy (nftables mode) has no element in its service-ips map for ${ips[0]} on this node: it has not synced this Service (is kube-proxy running here? its log says why)`);
+    kubectl('delete', 'service', 'web');
   });
 
   it('a hostPort on the built-in network (the kubelet\'s port mapping through containerd) answers from its node and from the other node, and goes with the pod', async () => {
