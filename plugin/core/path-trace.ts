@@ -9,7 +9,7 @@ import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
 import type { ServiceBehind, ServiceEndpoint } from '../kube/service-backends';
 import type { PeerRouteStatus } from '../node/peer-routes';
-import { serviceProxyRule } from '../node/service-proxy-rules';
+import { IPVS_LINK, serviceProxyRule } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
@@ -208,7 +208,10 @@ async function localPod(rt: NetworkRuntime, dst: Destination): Promise<Found | u
 function ownAddress(rt: NetworkRuntime, dst: Destination): Found | undefined {
   const own = addrList(rt.host).find((a) => a.family === dst.family && a.address === dst.text);
   if (!own) return undefined;
-  return { kind: 'node', hops: [hopOf('node', `${dst.text} is this node's own address (${linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`})`)] };
+  const link = linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`;
+  // kube-proxy's IPVS mode holds every ClusterIP on this dummy link: a Service's, not the node's.
+  if (link === IPVS_LINK) return undefined;
+  return { kind: 'node', hops: [hopOf('node', `${dst.text} is this node's own address (${link})`)] };
 }
 
 function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {

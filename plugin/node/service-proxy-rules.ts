@@ -10,6 +10,9 @@ import { linkByName } from '../netlink/link';
 import type { NetlinkSocket } from '../netlink/socket';
 import { chainRules, nftMapJson } from './iptables';
 
+/** The dummy link kube-proxy's IPVS mode puts every ClusterIP on. */
+export const IPVS_LINK = 'kube-ipvs0';
+
 export interface ProxyRule {
   /** '' when none of kube-proxy's modes has left its traces on this node. */
   mode: 'ipvs' | 'nftables' | 'iptables' | '';
@@ -17,7 +20,7 @@ export interface ProxyRule {
 }
 
 export async function serviceProxyRule(host: NetlinkSocket, family: Family, value: bigint, text: string): Promise<ProxyRule> {
-  const ipvs = linkByName(host, 'kube-ipvs0');
+  const ipvs = linkByName(host, IPVS_LINK);
   if (ipvs) return { mode: 'ipvs', programmed: addrList(host).some((a) => a.index === ipvs.index && a.family === family && a.address === text) };
   const nft = await nftServiceIps(family);
   if (nft) return { mode: 'nftables', programmed: nft.includes(value) };

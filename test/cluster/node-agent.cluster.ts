@@ -180,6 +180,21 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
       return !(lost = knictlTrace('w2', 'who-2', whoOne[0])).ok;
     }, 30_000, () => JSON.stringify(lost));
     assert.equal(lost.hops[1].problem, `kube-proxy (iptables mode) has no rule in the nat table's KUBE-SERVICES chain for ${whoOne[0]} on this node: it has not synced this Service (is kube-proxy running here? its log says why)`);
+    // kube-proxy's IPVS mode, as it leaves a node: every ClusterIP an address of the dummy link
+    // kube-ipvs0 (made by hand on kc-w2, as a bridge: this kernel has neither IPVS nor dummy
+    // links; kni goes by the name). That address is a Service's, not the node's own; gone from
+    // the link, kube-proxy has not taken the Service up.
+    execFileSync('ip', ['-n', 'kc-w2', 'link', 'add', 'kube-ipvs0', 'type', 'bridge']);
+    try {
+      execFileSync('ip', ['-n', 'kc-w2', 'addr', 'add', `${whoOne[0]}/32`, 'dev', 'kube-ipvs0']);
+      const ipvs = knictlTrace('w2', 'who-2', whoOne[0]);
+      assert.deepEqual([ipvs.kind, ipvs.ok], ['service', true], JSON.stringify(ipvs));
+      assert.match(ipvs.hops[1].what, /: the node's service proxy rewrites it to its only ready endpoint; kube-proxy \(ipvs mode\) has taken it up on this node$/);
+      execFileSync('ip', ['-n', 'kc-w2', 'addr', 'del', `${whoOne[0]}/32`, 'dev', 'kube-ipvs0']);
+      assert.equal(knictlTrace('w2', 'who-2', whoOne[0]).hops[1].problem, `kube-proxy (ipvs mode) has no address on kube-ipvs0 for ${whoOne[0]} on this node: it has not synced this Service (is kube-proxy running here? its log says why)`);
+    } finally {
+      execFileSync('ip', ['-n', 'kc-w2', 'link', 'del', 'kube-ipvs0']);
+    }
     kubectl('delete', 'service', 'who-one');
     // A Service no ready pod backs, and an address of the range no Service has: what stops the packet.
     apply(`apiVersion: v1
