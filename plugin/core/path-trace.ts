@@ -142,10 +142,13 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   }
   if (!svc) return { kind: 'service', hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
   const what = `${dst.text} is Service ${svc.namespace}/${svc.name}'s ClusterIP (ServiceCIDR ${range}${svc.ports ? `; ${svc.ports}` : ''})`;
-  const ready = svc.endpoints.filter((e) => e.ready);
+  // internalTrafficPolicy Local: only this node's endpoints take what is sent from here.
+  const node = rt.cfg.kubernetes.nodeName;
+  const eligible = svc.nodeLocal ? svc.endpoints.filter((e) => e.node === node) : svc.endpoints;
+  const ready = eligible.filter((e) => e.ready);
   // As kube-proxy does: with no endpoint ready, those still serving while they terminate take the traffic.
-  const used = ready.length ? ready : svc.endpoints.filter((e) => e.serving && e.terminating);
-  if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc))] };
+  const used = ready.length ? ready : eligible.filter((e) => e.serving && e.terminating);
+  if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc, node))] };
   const proxy = await serviceProxyRule(rt.host, dst.family, dst.value, dst.text);
   const taken = !proxy.mode
     ? 'no kube-proxy rules (iptables, nftables or IPVS mode) on this node: whatever proxies Services here is not checked'
@@ -156,15 +159,19 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
     unrouted ? `the node has no route to ${dst.text}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)` : '',
   ].filter(Boolean).join('; ');
   const state = ready.length ? 'ready' : 'terminating but still serving';
-  const to = used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`;
+  const to = `${used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`}${svc.nodeLocal ? ' on this node (internalTrafficPolicy Local)' : ''}`;
   const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
   for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode)));
   if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
   return { kind: 'service', hops };
 }
 
-function noEndpoint(svc: ServiceBehind): string {
+function noEndpoint(svc: ServiceBehind, node: string): string {
   const name = `Service ${svc.namespace}/${svc.name}`;
+  const elsewhere = svc.endpoints.filter((e) => e.ready).length;
+  if (svc.nodeLocal && elsewhere) {
+    return `${name} has internalTrafficPolicy Local and no ready endpoint on this node (${node}), ${elsewhere} on others: kube-proxy drops what is sent to it from this node`;
+  }
   const why = svc.selector
     ? `no ready pod matches its selector ${svc.selector} (kubectl get pods -n ${svc.namespace} -l ${svc.selector})`
     : 'it has no selector, and the EndpointSlices written for it list none ready';

@@ -25,6 +25,8 @@ export interface ServiceBehind {
   ports: string;
   /** "app=web,tier=front"; '' when the Service has no selector (its EndpointSlices are someone else's to write). */
   selector: string;
+  /** internalTrafficPolicy Local: kube-proxy sends what a node's pods send it to that node's endpoints only. */
+  nodeLocal: boolean;
   endpoints: ServiceEndpoint[];
 }
 
@@ -66,6 +68,7 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
     name,
     ports: (svc.spec?.ports ?? []).map((p) => `${p.name ? `${p.name} ` : ''}${p.port}/${p.protocol ?? 'TCP'}`).join(', '),
     selector: Object.entries(svc.spec?.selector ?? {}).map(([k, v]) => `${k}=${v}`).join(','),
+    nodeLocal: svc.spec?.internalTrafficPolicy === 'Local',
     endpoints: endpointsOf(slices, family),
   };
 }

@@ -195,6 +195,16 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
     } finally {
       execFileSync('ip', ['-n', 'kc-w2', 'link', 'del', 'kube-ipvs0']);
     }
+    // internalTrafficPolicy Local: who-one's only endpoint is on kc-w1, so from kc-w2 kube-proxy
+    // drops it (seen), and the trace from there says why; from kc-w1 it answers.
+    kubectl('patch', 'service', 'who-one', '-p', '{"spec":{"internalTrafficPolicy":"Local"}}');
+    await waitFor(() => fetchFrom('who-2', whoOne[0]).startsWith('(no answer'), 30_000, () => 'who-2 → who-one still answers under internalTrafficPolicy Local');
+    const local = knictlTrace('w2', 'who-2', whoOne[0]);
+    assert.deepEqual([local.kind, local.ok, local.hops.length], ['service', false, 2], JSON.stringify(local));
+    assert.equal(local.hops[1].problem, 'Service default/who-one has internalTrafficPolicy Local and no ready endpoint on this node (kc-w2), 1 on others: kube-proxy drops what is sent to it from this node');
+    const here = knictlTrace('w1', 'who-1', whoOne[0]);
+    assert.equal(here.ok, true, JSON.stringify(here));
+    assert.match(here.hops[1].what, /rewrites it to its only ready endpoint on this node \(internalTrafficPolicy Local\); /);
     kubectl('delete', 'service', 'who-one');
     // A Service no ready pod backs, and an address of the range no Service has: what stops the packet.
     apply(`apiVersion: v1
@@ -382,7 +392,7 @@ spec:
       terminationGracePeriodSeconds: 1
       containers: [{name: c, image: kni.local/e2e:1, imagePullPolicy: Never, command: ["/pause"]}]
 `);
-    await waitFor(() => kubectlJson('get', 'pods', '-l', 'app=spill').items.filter((p: any) => p.status.phase === 'Running').length === 3, 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
+    await waitFor(() => kubectlJson('get', 'pods', '-l', 'app=spill').items.filter((p: any) => p.status.phase === 'Running').length === 3, 120_000, () => kubectl('get', 'pods', '-l', 'app=spill', '-o', 'wide') + kubectl('describe', 'pods', '-l', 'app=spill').split('\n').filter((l) => /^Name:|^Node:|^Status:|^\s+(Warning|Normal)\s/.test(l)).join('\n'));
     assert.deepEqual([...new Set(kubectlJson('get', 'pods', '-l', 'app=spill').items.map((p: any) => p.spec.nodeName))], ['kc-w2']);
     assert.ok(names.every(running), 'a running pod was evicted');
     kubectl('delete', 'pod', names[0], '--wait=true');
