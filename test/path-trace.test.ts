@@ -158,6 +158,10 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
         assert.ok([grpc.status.INVALID_ARGUMENT, grpc.status.FAILED_PRECONDITION].includes(err.code), `${odd}: ${grpc.status[err.code]} ${err.details}`);
       }
     }
+    // A destination by name needs the API: not here, and refused with the reason; a bad name first.
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: 'service/default/web' }), grpc.status.FAILED_PRECONDITION, /^destination service\/default\/web: a destination by name needs kni's Kubernetes connection/);
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: 'pod/Not_A_Namespace/x' }), grpc.status.INVALID_ARGUMENT, /namespace "Not_A_Namespace" is not a DNS label/);
+    await rejectsWith(d.rt().Trace({ from_node: true, destination: 'svc/default/' }), grpc.status.INVALID_ARGUMENT, /name "" is not a DNS subdomain/);
     const r = knictl('--socket', d.socket, 'trace', 'tr-a', 'fd00::1::2');
     assert.equal(r.status, 1);
     assert.match(r.stderr, /^knictl: INVALID_ARGUMENT: destination: not an IP address: "fd00::1::2"$/m);

@@ -13,7 +13,7 @@ import { IPVS_LINK, serviceProxyRule } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
-import { invalid } from './errors';
+import { invalid, KniError } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
 import { sandboxProblems } from './sandbox-check';
@@ -70,12 +70,37 @@ function destinationOf(text: unknown): Destination {
   return { ...ip, text: formatIp(ip.family, ip.value) };
 }
 
-/** The cluster's Services, as far as Trace needs them (plugin/kube/service-cidrs.ts, service-backends.ts). */
-export interface ClusterServices {
+/** What Trace asks of the cluster (plugin/kube/service-cidrs.ts, service-backends.ts, named-destinations.ts). */
+export interface ClusterLookups {
   /** The ServiceCIDR holding an address, as "name cidr"; undefined when none does; null when they are not known. */
   holding(family: Family, value: bigint): Promise<string | undefined | null>;
   /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
   behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
+  /** The addresses of a Service or pod given by name, primary first; throws a KniError saying why there are none. */
+  addressesOf(kind: 'service' | 'pod', namespace: string, name: string): Promise<string[]>;
+}
+
+/** A destination by name, as kubectl names objects: service/NAMESPACE/NAME, svc/…, pod/NAMESPACE/NAME. */
+const NAMED = /^(service|svc|pod)\/([^/]*)\/([^/]*)$/;
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+const DNS_SUBDOMAIN = /^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$/;
+
+/**
+ * The destination's address: as given, or that of the Service or pod it names, in the first
+ * family the sender has (a dual-stack Service's primary ClusterIP where both do).
+ */
+async function resolveDestination(destination: unknown, lookups: ClusterLookups | undefined, families: Family[]): Promise<Destination> {
+  const m = typeof destination === 'string' ? NAMED.exec(destination.trim()) : null;
+  if (!m) return destinationOf(destination);
+  const kind = m[1] === 'pod' ? 'pod' : 'service';
+  const [, , namespace, name] = m;
+  if (!DNS_LABEL.test(namespace) || namespace.length > 63) throw invalid(`destination ${destination}: namespace ${JSON.stringify(namespace)} is not a DNS label`);
+  if (!DNS_SUBDOMAIN.test(name) || name.length > 253) throw invalid(`destination ${destination}: name ${JSON.stringify(name)} is not a DNS subdomain`);
+  if (!lookups) throw new KniError('FAILED_PRECONDITION', `destination ${destination}: a destination by name needs kni's Kubernetes connection (kubernetes.nodeName), give an address`);
+  const addresses = (await lookups.addressesOf(kind, namespace, name)).map((a) => destinationOf(a));
+  const usable = addresses.find((a) => families.includes(a.family));
+  if (!usable) throw new KniError('FAILED_PRECONDITION', `${kind} ${namespace}/${name} has ${addresses.map((a) => a.text).join(', ')}, none of a family the sender has (IPv${families.join(', IPv')})`);
+  return usable;
 }
 
 /** Endpoints of a Service traced one by one; the rest are counted. */
@@ -85,15 +110,16 @@ const TRACED_ENDPOINTS = 8;
  * From a pod (sandboxId), or from the node's own network namespace (fromNode: what the kubelet's
  * probes, host-network pods and NodePorts send), to an address.
  */
-export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterServices, fromNode = false): Promise<PathTrace> {
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterLookups, fromNode = false): Promise<PathTrace> {
   if (fromNode) {
     if (sandboxId) throw invalid('from_node traces from the node itself: leave sandbox_id empty');
-    const dst = destinationOf(destination);
+    const dst = await resolveDestination(destination, services, [4, 6]);
     const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode });
     return { destination: dst.text, kind: found.kind, hops: found.hops, ok: found.hops.every((h) => !h.problem) };
   }
   const rec = rt.get(sandboxId);
-  const dst = destinationOf(destination);
+  const families = [...new Set(rec.interfaces.flatMap((i) => i.addresses.map((a) => a.family)))];
+  const dst = await resolveDestination(destination, services, families.length ? families : [4, 6]);
   const leaving = podHop(rec, dst);
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
   // kni routes what leaves through its own interface; a CNI network's plugins route the rest.
@@ -108,7 +134,7 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
 }
 
 /** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded). */
-type Onward = { services?: ClusterServices; endpoint?: boolean; fromNode?: boolean };
+type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean };
 
 /** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
 async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], how: Onward): Promise<Found> {
@@ -131,7 +157,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
  * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
  * kube-proxy has taken it up, and each endpoint's path from this node.
  */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterServices, { fromNode, unrouted }: { fromNode: boolean; unrouted: boolean }): Promise<Found> {
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted }: { fromNode: boolean; unrouted: boolean }): Promise<Found> {
   const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
   let svc: ServiceBehind | undefined;
   try {

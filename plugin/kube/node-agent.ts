@@ -7,7 +7,7 @@ import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
-import type { ClusterServices } from '../core/path-trace';
+import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
@@ -17,6 +17,7 @@ import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './n
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
+import { addressesOfNamed } from './named-destinations';
 import { serviceBehind } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
@@ -69,8 +70,8 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
   private readonly owners: ExtensionOwners;
-  /** The cluster's Service ranges and the Service behind a ClusterIP, for Trace. */
-  readonly services: ClusterServices;
+  /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod. */
+  readonly services: ClusterLookups;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
@@ -95,7 +96,11 @@ export class NodeAgent {
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
     const ranges = new ServiceCidrs(api);
-    this.services = { holding: (family, value) => ranges.holding(family, value), behind: (family, ip) => serviceBehind(api, family, ip) };
+    this.services = {
+      holding: (family, value) => ranges.holding(family, value),
+      behind: (family, ip) => serviceBehind(api, family, ip),
+      addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
+    };
   }
 
   get nodeName(): string {

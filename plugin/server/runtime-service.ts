@@ -8,7 +8,7 @@ import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
 import { podRoutes } from '../core/sandbox-check';
-import { ClusterServices, tracePath } from '../core/path-trace';
+import { ClusterLookups, tracePath } from '../core/path-trace';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
 import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
@@ -93,7 +93,7 @@ export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: st
 export interface ClusterView {
   status(): AgentStatus;
   /** The cluster's Services (Trace). */
-  services?: ClusterServices;
+  services?: ClusterLookups;
 }
 
 function clusterStatus(s: AgentStatus): Record<string, unknown> {

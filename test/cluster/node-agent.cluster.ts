@@ -6,7 +6,9 @@
 // it, a pod range run out (the IPv4 node mask is /28 here), live and refused ConfigMap edits.
 // (host-gw between the two workers: workloads.cluster.ts, on a one-subnet cluster.)
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawnSync } from 'node:child_process';
+import path from 'node:path';
+import { packageRoot } from '../../plugin/server/protos';
 import { criClient } from '../helpers/containerd-env';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictl, knictlTrace, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
@@ -144,6 +146,22 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
       assert.match(endpoints[1], /^node endpoint default\/who-1: pod default\/who-1 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
       assert.match(endpoints[2], /^node endpoint default\/who-2: \S+ is in node kc-w2's podCIDR \S+: kni's vxlan route/);
     }
+    // The same by name (the daemon reads the Service's and the pod's addresses), and names that
+    // are not there, or have no ClusterIP: a precise refusal.
+    const byName = knictlTrace('w1', 'who-1', 'service/default/whoami');
+    assert.deepEqual([byName.destination, byName.kind, byName.ok], [svc[0], 'service', true], JSON.stringify(byName));
+    const podByName = knictlTrace('w1', 'who-1', 'pod/default/who-2');
+    assert.deepEqual([podByName.destination, podByName.kind], [b4, 'peer-pod'], JSON.stringify(podByName));
+    const knictlRaw = (...args: string[]) => spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/w1/root/run/kni/kni.sock`, ...args], { encoding: 'utf8' });
+    assert.match(knictlRaw('trace', 'who-1', 'svc/default/whoami').stdout, new RegExp(`^svc/default/whoami is ${svc[0].replace(/\./g, '\\.')}\npod: route to `));
+    assert.match(knictlRaw('trace', 'who-1', 'service/default/nope').stderr, /^knictl: NOT_FOUND: service default\/nope does not exist$/m);
+    apply(`apiVersion: v1
+kind: Service
+metadata: {name: headless}
+spec: {clusterIP: None, selector: {app: whoami}, ports: [{port: 80}]}
+`);
+    assert.match(knictlRaw('trace', 'who-1', 'service/default/headless').stderr, /^knictl: FAILED_PRECONDITION: service default\/headless is headless \(no ClusterIP\): its name resolves to its pods' addresses, trace one of its pods$/m);
+    kubectl('delete', 'service', 'headless');
     // From kc-w2 itself (as its kubelet or a host-network pod sends): the same Service, who-2 here.
     const fromNode = knictlTrace('w2', '--from-node', svc[0]);
     assert.deepEqual([fromNode.kind, fromNode.ok, fromNode.hops.length], ['service', true, 4], JSON.stringify(fromNode));

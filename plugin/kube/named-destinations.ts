@@ -1,0 +1,33 @@
+// A trace's destination given by name, as `kubectl` names objects: service/NAMESPACE/NAME (a
+// Service's ClusterIPs) or pod/NAMESPACE/NAME (a pod's IPs), read from the API when a trace asks.
+import type * as K8s from '@kubernetes/client-node';
+import { KniError } from '../core/errors';
+import { apiError, KubeApi, withTimeout } from './kube-api';
+
+export type NamedKind = 'service' | 'pod';
+
+const TIMEOUT_MS = 5_000;
+
+/** The addresses a named Service or pod has, primary first; a precise error when it has none or cannot be read. */
+export async function addressesOfNamed(api: KubeApi, kind: NamedKind, namespace: string, name: string): Promise<string[]> {
+  const what = `${kind} ${namespace}/${name}`;
+  const read = async <T>(p: Promise<T>): Promise<T> => {
+    try {
+      return await withTimeout(p, TIMEOUT_MS, `read ${what}`);
+    } catch (e) {
+      if ((e as { code?: number }).code === 404) throw new KniError('NOT_FOUND', `${what} does not exist`);
+      throw new KniError('UNAVAILABLE', `${what} cannot be read: ${apiError(e)}`);
+    }
+  };
+  if (kind === 'service') {
+    const svc: K8s.V1Service = await read(api.core.readNamespacedService({ namespace, name }));
+    if (svc.spec?.type === 'ExternalName') throw new KniError('FAILED_PRECONDITION', `${what} is an ExternalName Service (${svc.spec.externalName}): it has no ClusterIP, its name is a DNS alias`);
+    const ips = (svc.spec?.clusterIPs ?? (svc.spec?.clusterIP ? [svc.spec.clusterIP] : [])).filter((ip) => ip && ip !== 'None');
+    if (!ips.length) throw new KniError('FAILED_PRECONDITION', `${what} is headless (no ClusterIP): its name resolves to its pods' addresses, trace one of its pods`);
+    return ips;
+  }
+  const pod: K8s.V1Pod = await read(api.core.readNamespacedPod({ namespace, name }));
+  const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter(Boolean);
+  if (!ips.length) throw new KniError('FAILED_PRECONDITION', `${what} has no IP yet (phase ${pod.status?.phase ?? 'unknown'})`);
+  return ips;
+}
