@@ -71,6 +71,8 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     // Its Service and endpoint read with the pod's rights (IPAddresses, Services, EndpointSlices).
     assert.match(api.hops[1].what, /is Service default\/kubernetes's ClusterIP .*: the node's service proxy rewrites it to its only ready endpoint; kube-proxy \(iptables mode\) has taken it up on this node$/, JSON.stringify(api));
     assert.match(api.hops[2].what, /^endpoint: \S+ is outside the pod networks/, JSON.stringify(api));
+    // The same by name: the Service's address read with the pod's rights too.
+    assert.equal(knictlInPod(here, 'trace', from.metadata.name, 'service/default/kubernetes').destination, api.destination);
   });
 
   it('kni\'s pod deleted while pods are being created: the DaemonSet restarts it, no pod is stuck, nothing leaks; its conflist stays and the node stays Ready', async () => {
