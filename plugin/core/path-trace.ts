@@ -3,7 +3,7 @@
 // address is — a pod on this node, another node's pod range, this node, a Service's ClusterIP
 // and each of its endpoints, or somewhere outside the pod networks — and the node's route there,
 // each hop with what would stop the packet. Read-only: nothing is changed, nothing is sent.
-import { cidrContains, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
+import { cidrContains, Family, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
@@ -13,10 +13,11 @@ import { IPVS_LINK, serviceProxyRule } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
-import { invalid, KniError } from './errors';
+import { invalid } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
 import { sandboxProblems } from './sandbox-check';
+import { AddressesOf, Destination, destinationOf, PodName, resolveDestination } from './trace-destination';
 
 export interface TraceHop {
   /** "pod", "node", or the peer node's name. */
@@ -42,9 +43,11 @@ export interface PeerRoutes {
   routes: PeerRouteStatus[];
 }
 
-/** What the destination is, from the node's side, and the hops from there; the first that applies. */
-type Found = { kind: string; hops: TraceHop[] };
-type Destination = { family: Family; value: bigint; text: string };
+/**
+ * What the destination is, from the node's side, and the hops from there; the first that applies.
+ * pod: the pod the destination is, when known by name (its NetworkPolicies are then named).
+ */
+type Found = { kind: string; hops: TraceHop[]; pod?: PodName };
 const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at, what, problem });
 
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
@@ -59,48 +62,20 @@ function sameAddress(text: string, dst: { family: Family; value: bigint }): bool
   }
 }
 
-function destinationOf(text: unknown): Destination {
-  if (typeof text !== 'string' || !text) throw invalid('destination is required: an IPv4 or IPv6 address');
-  let ip;
-  try {
-    ip = parseIp(text.trim());
-  } catch (e) {
-    throw invalid(`destination: ${(e as Error).message}`);
-  }
-  return { ...ip, text: formatIp(ip.family, ip.value) };
-}
-
 /** What Trace asks of the cluster (plugin/kube/service-cidrs.ts, service-backends.ts, named-destinations.ts). */
 export interface ClusterLookups {
   /** The ServiceCIDR holding an address, as "name cidr"; undefined when none does; null when they are not known. */
   holding(family: Family, value: bigint): Promise<string | undefined | null>;
   /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
   behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
-  /** The addresses of a Service or pod given by name, primary first; throws a KniError saying why there are none. */
-  addressesOf(kind: 'service' | 'pod', namespace: string, name: string): Promise<string[]>;
+  addressesOf: AddressesOf;
+  /** One trace's reader of the NetworkPolicies selecting a pod (plugin/kube/network-policies.ts). */
+  policyLookup(): PolicySelecting;
 }
 
-/** A destination by name, as kubectl names objects: service/NAMESPACE/NAME, svc/…, pod/NAMESPACE/NAME. */
-const NAMED = /^(service|svc|pod)\/([^/]*)\/([^/]*)$/;
-const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
-const DNS_SUBDOMAIN = /^[a-z0-9]([-.a-z0-9]*[a-z0-9])?$/;
-
-/**
- * The destination's address: as given, or that of the Service or pod it names, in the first
- * family the sender has (a dual-stack Service's primary ClusterIP where both do).
- */
-async function resolveDestination(destination: unknown, lookups: ClusterLookups | undefined, families: Family[]): Promise<Destination> {
-  const m = typeof destination === 'string' ? NAMED.exec(destination.trim()) : null;
-  if (!m) return destinationOf(destination);
-  const kind = m[1] === 'pod' ? 'pod' : 'service';
-  const [, , namespace, name] = m;
-  if (!DNS_LABEL.test(namespace) || namespace.length > 63) throw invalid(`destination ${destination}: namespace ${JSON.stringify(namespace)} is not a DNS label`);
-  if (!DNS_SUBDOMAIN.test(name) || name.length > 253) throw invalid(`destination ${destination}: name ${JSON.stringify(name)} is not a DNS subdomain`);
-  if (!lookups) throw new KniError('FAILED_PRECONDITION', `destination ${destination}: a destination by name needs kni's Kubernetes connection (kubernetes.nodeName), give an address`);
-  const addresses = (await lookups.addressesOf(kind, namespace, name)).map((a) => destinationOf(a));
-  const usable = addresses.find((a) => families.includes(a.family));
-  if (!usable) throw new KniError('FAILED_PRECONDITION', `${kind} ${namespace}/${name} has ${addresses.map((a) => a.text).join(', ')}, none of a family the sender has (IPv${families.join(', IPv')})`);
-  return usable;
+export interface PolicySelecting {
+  /** The NetworkPolicies ("ns/name") selecting a pod, by direction; undefined when they cannot be read. */
+  selecting(namespace: string, name: string): Promise<{ ingress: string[]; egress: string[] } | undefined>;
 }
 
 /** Endpoints of a Service traced one by one; the rest are counted. */
@@ -113,28 +88,51 @@ const TRACED_ENDPOINTS = 8;
 export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterLookups, fromNode = false): Promise<PathTrace> {
   if (fromNode) {
     if (sandboxId) throw invalid('from_node traces from the node itself: leave sandbox_id empty');
-    const dst = await resolveDestination(destination, services, [4, 6]);
-    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode });
-    return { destination: dst.text, kind: found.kind, hops: found.hops, ok: found.hops.every((h) => !h.problem) };
+    const dst = await resolveDestination(destination, services?.addressesOf, [4, 6]);
+    const policies = services?.policyLookup();
+    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode, policies });
+    const hops = [...found.hops, ...(await policyHops(policies, found.pod ?? dst.pod, found.hops, 'ingress'))];
+    return { destination: dst.text, kind: found.kind, hops, ok: hops.every((h) => !h.problem) };
   }
   const rec = rt.get(sandboxId);
   const families = [...new Set(rec.interfaces.flatMap((i) => i.addresses.map((a) => a.family)))];
-  const dst = await resolveDestination(destination, services, families.length ? families : [4, 6]);
+  const dst = await resolveDestination(destination, services?.addressesOf, families.length ? families : [4, 6]);
   const leaving = podHop(rec, dst);
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
   // kni routes what leaves through its own interface; a CNI network's plugins route the rest.
   const kniRoutes = !!itf && isBuiltIn(itf) && !rt.cni;
-  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services }) : cniNetwork(rt, leaving.interface, itf?.network);
+  const policies = services?.policyLookup();
+  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services, policies }) : cniNetwork(rt, leaving.interface, itf?.network);
   // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const mismatch = onward && kniRoutes ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
   const problem = leaving.problem || (mismatch.length ? `the pod's ${leaving.interface} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
   const rest: Found = onward ?? { kind: leaving.local ? 'self' : '', hops: [] };
-  const hops = [hopOf('pod', leaving.what, problem), ...rest.hops];
+  const source = rec.pod.name && onward ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined;
+  const hops = [
+    hopOf('pod', leaving.what, problem),
+    ...(await policyHops(policies, source, [], 'egress')),
+    ...rest.hops,
+    ...(onward ? await policyHops(policies, rest.pod ?? dst.pod, rest.hops, 'ingress') : []),
+  ];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
+/**
+ * The NetworkPolicies selecting a pod in that direction, as a hop of their own (at the last hop's
+ * place, `before`): kni enforces none, so they stop nothing kni can see, but where a policy
+ * agent runs they are where to look next. None, or none readable: no hop.
+ */
+async function policyHops(policies: PolicySelecting | undefined, pod: PodName | undefined, before: TraceHop[], direction: 'ingress' | 'egress'): Promise<TraceHop[]> {
+  if (!policies || !pod) return [];
+  const names = (await policies.selecting(pod.namespace, pod.name))?.[direction] ?? [];
+  if (!names.length) return [];
+  const one = names.length === 1;
+  const at = direction === 'egress' ? 'pod' : before[before.length - 1]?.at ?? 'node';
+  return [hopOf(at, `NetworkPolic${one ? 'y' : 'ies'} ${names.join(', ')} select${one ? 's' : ''} pod ${pod.namespace}/${pod.name} for ${direction}: kni enforces none; a policy agent, where one runs, drops what ${one ? 'it does' : 'they do'} not allow`)];
+}
+
 /** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded). */
-type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean };
+type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean; policies?: PolicySelecting };
 
 /** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
 async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], how: Onward): Promise<Found> {
@@ -147,7 +145,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
   // The node's own packets are routed before kube-proxy's output hook rewrites them: with no route to the ClusterIP the kernel refuses them first (ENETUNREACH).
-  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute });
+  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policies: how.policies });
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
   return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint });
 }
@@ -157,7 +155,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
  * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
  * kube-proxy has taken it up, and each endpoint's path from this node.
  */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted }: { fromNode: boolean; unrouted: boolean }): Promise<Found> {
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted, policies }: { fromNode: boolean; unrouted: boolean; policies?: PolicySelecting }): Promise<Found> {
   const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
   let svc: ServiceBehind | undefined;
   try {
@@ -187,7 +185,7 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   const state = ready.length ? 'ready' : 'terminating but still serving';
   const to = `${used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`}${svc.nodeLocal ? ' on this node (internalTrafficPolicy Local)' : ''}`;
   const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
-  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode)));
+  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode, policies)));
   if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
   return { kind: 'service', hops };
 }
@@ -205,7 +203,7 @@ function noEndpoint(svc: ServiceBehind, node: string): string {
 }
 
 /** One endpoint of a Service, traced from the node as any other address (its first hop named as the endpoint). */
-async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean): Promise<TraceHop[]> {
+async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean, policies?: PolicySelecting): Promise<TraceHop[]> {
   const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}`;
   let dst: Destination;
   try {
@@ -214,7 +212,9 @@ async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Fam
     return [hopOf('node', `${label}: ${JSON.stringify(ep.address)}`, `its EndpointSlice's address is not an IPv${family} address`)];
   }
   const [first, ...rest] = (await beyondPod(rt, dst, peers, { endpoint: true, fromNode })).hops;
-  return [{ ...first, what: `${label}: ${first.what}` }, ...rest];
+  const hops = [{ ...first, what: `${label}: ${first.what}` }, ...rest];
+  const [namespace, name] = ep.pod.split('/');
+  return [...hops, ...(await policyHops(policies, name ? { namespace, name } : undefined, hops, 'ingress'))];
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
@@ -232,7 +232,8 @@ async function localPod(rt: NetworkRuntime, dst: Destination): Promise<Found | u
     const problems = other.phase === 'attached' ? await sandboxProblems(rt, other, target).catch((e) => [(e as Error).message]) : [];
     const hostEnd = linkByName(rt.host, target.hostVeth);
     const problem = other.phase !== 'attached' ? `its sandbox is ${other.phase}, not attached` : problems.length ? `its network does not match kni's record: ${problems.join('; ')} (knictl reconcile repairs it)` : '';
-    return { kind: 'pod', hops: [hopOf('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem)] };
+    const pod = other.pod.name ? { namespace: other.pod.namespace, name: other.pod.name } : undefined;
+    return { kind: 'pod', hops: [hopOf('node', `${name} on this node (sandbox ${other.id}, ${target.name}), through host veth ${target.hostVeth}${hostEnd ? '' : ' (missing)'}`, problem)], pod };
   }
   return undefined;
 }

@@ -18,6 +18,7 @@ import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTex
 import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
 import { addressesOfNamed } from './named-destinations';
+import { PolicyLookup } from './network-policies';
 import { serviceBehind } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
@@ -70,7 +71,7 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   readonly writer: NodeStatusWriter;
   private readonly owners: ExtensionOwners;
-  /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod. */
+  /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod, NetworkPolicies. */
   readonly services: ClusterLookups;
   private connected = false;
   private restart?: WatchRestart;
@@ -100,6 +101,7 @@ export class NodeAgent {
       holding: (family, value) => ranges.holding(family, value),
       behind: (family, ip) => serviceBehind(api, family, ip),
       addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
+      policyLookup: () => new PolicyLookup(api),
     };
   }
 

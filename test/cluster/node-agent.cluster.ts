@@ -162,6 +162,28 @@ spec: {clusterIP: None, selector: {app: whoami}, ports: [{port: 80}]}
 `);
     assert.match(knictlRaw('trace', 'who-1', 'service/default/headless').stderr, /^knictl: FAILED_PRECONDITION: service default\/headless is headless \(no ClusterIP\): its name resolves to its pods' addresses, trace one of its pods$/m);
     kubectl('delete', 'service', 'headless');
+    // NetworkPolicies selecting the pods on the path are named (kni enforces none, and no policy
+    // agent runs here: the path stays open, and the trace says where to look once one does).
+    apply(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-in}
+spec: {podSelector: {matchLabels: {app: whoami}}, policyTypes: [Ingress], ingress: [{ports: [{port: 80}]}]}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: one-out}
+spec: {podSelector: {matchExpressions: [{key: who, operator: In, values: [one]}]}, policyTypes: [Egress], egress: [{}]}
+`);
+    const policed = knictlTrace('w1', 'who-1', svc[0]);
+    assert.equal(policed.ok, true, JSON.stringify(policed));
+    assert.equal(policed.hops[1].at, 'pod');
+    assert.equal(policed.hops[1].what, "NetworkPolicy default/one-out selects pod default/who-1 for egress: kni enforces none; a policy agent, where one runs, drops what it does not allow");
+    const ingress = policed.hops.filter((h: any) => / for ingress: /.test(h.what)).map((h: any) => `${h.at} ${h.what.split(':')[0]}`).sort();
+    assert.deepEqual(ingress, ['kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress', 'node NetworkPolicy default/web-in selects pod default/who-1 for ingress'], JSON.stringify(policed));
+    const toPod = knictlTrace('w2', 'who-2', 'pod/default/who-1');
+    assert.equal(toPod.hops[toPod.hops.length - 1].what, "NetworkPolicy default/web-in selects pod default/who-1 for ingress: kni enforces none; a policy agent, where one runs, drops what it does not allow");
+    assert.equal(toPod.hops[toPod.hops.length - 1].at, 'kc-w1');
+    kubectl('delete', 'networkpolicy', 'web-in', 'one-out');
     // From kc-w2 itself (as its kubelet or a host-network pod sends): the same Service, who-2 here.
     const fromNode = knictlTrace('w2', '--from-node', svc[0]);
     assert.deepEqual([fromNode.kind, fromNode.ok, fromNode.hops.length], ['service', true, 4], JSON.stringify(fromNode));
