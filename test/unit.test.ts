@@ -16,6 +16,7 @@ import { EventLog } from '../plugin/core/events';
 import { SandboxRecord } from '../plugin/store/records';
 import { podMac } from '../plugin/pod/pod-wiring';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
+import { labelSelectorMatches } from '../plugin/kube/label-selectors';
 import { convertResult } from '../plugin/cni/cni-network';
 import { unroutedPeersWarning } from '../plugin/kube/node-agent';
 import { slimNode } from '../plugin/kube/node-cache';
@@ -276,6 +277,24 @@ describe('whether kni leaves its node as its pod stops (the preStop)', () => {
     assert.equal(holds([{ matchExpressions: [{ key: 'size', operator: 'Lt', values: ['4'] }] }, { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['n1'] }] }]), true, 'terms are ORed');
     assert.equal(holds([{}]), false, 'an empty term matches no node');
     assert.equal(selectsNode(undefined, node as any), true);
+  });
+});
+
+describe('label selectors (which NetworkPolicies select a pod)', () => {
+  it('matchLabels and every expression must hold; an empty selector selects every pod; Gt, Lt and unknown operators select none', () => {
+    const labels = { app: 'web', tier: 'front' };
+    const m = (sel: object | undefined) => labelSelectorMatches(sel as any, labels);
+    assert.equal(m(undefined), true);
+    assert.equal(m({}), true);
+    assert.equal(m({ matchLabels: { app: 'web' } }), true);
+    assert.equal(m({ matchLabels: { app: 'web', tier: 'back' } }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'In', values: ['db', 'web'] }, { key: 'tier', operator: 'Exists' }] }), true);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'NotIn', values: ['web'] }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'zone', operator: 'NotIn', values: ['a'] }, { key: 'zone', operator: 'DoesNotExist' }] }), true, 'a label it lacks is in no set');
+    assert.equal(m({ matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'DoesNotExist' }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Gt', values: ['1'] }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Like', values: ['web'] }] }), false);
+    assert.equal(labelSelectorMatches({ matchExpressions: [{ key: 'toString', operator: 'Exists' }] }, {}), false, 'no label from the object prototype');
   });
 });
 

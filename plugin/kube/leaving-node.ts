@@ -8,6 +8,7 @@
 // "kni-runtime is not reachable", which the kubelet retries.
 import type * as K8s from '@kubernetes/client-node';
 import { apiError, KubeApi, withTimeout } from './kube-api';
+import { labelValue, requirementHolds } from './label-selectors';
 
 export interface Leaving {
   leaving: boolean;
@@ -43,22 +44,10 @@ export function selectsNode(spec: K8s.V1PodSpec | undefined, node: K8s.V1Node): 
   if (!required) return true;
   // The terms are ORed, a term's requirements ANDed; an empty term matches no node.
   return required.nodeSelectorTerms.some((t) => {
-    const reqs = [...(t.matchExpressions ?? []).map((r) => ({ r, value: labels[r.key] as string | undefined })), ...(t.matchFields ?? []).map((r) => ({ r, value: r.key === 'metadata.name' ? node.metadata?.name : undefined }))];
-    return reqs.length > 0 && reqs.every(({ r, value }) => requirementHolds(r, value));
+    const reqs = [...(t.matchExpressions ?? []).map((r) => ({ r, value: labelValue(labels, r.key) })), ...(t.matchFields ?? []).map((r) => ({ r, value: r.key === 'metadata.name' ? node.metadata?.name : undefined }))];
+    // An operator the API server would have refused is no reason to remove the files.
+    return reqs.length > 0 && reqs.every(({ r, value }) => requirementHolds(r.operator, r.values ?? [], value) ?? true);
   });
-}
-
-function requirementHolds(r: K8s.V1NodeSelectorRequirement, value: string | undefined): boolean {
-  const values = r.values ?? [];
-  switch (r.operator) {
-    case 'In': return value !== undefined && values.includes(value);
-    case 'NotIn': return value === undefined || !values.includes(value);
-    case 'Exists': return value !== undefined;
-    case 'DoesNotExist': return value === undefined;
-    case 'Gt': return value !== undefined && /^-?\d+$/.test(value) && values.length === 1 && Number(value) > Number(values[0]);
-    case 'Lt': return value !== undefined && /^-?\d+$/.test(value) && values.length === 1 && Number(value) < Number(values[0]);
-    default: return true; // an operator the API server would have refused: not a reason to remove the files
-  }
 }
 
 const daemonSetRef = (pod: K8s.V1Pod) => pod.metadata?.ownerReferences?.find((r) => r.controller && r.kind === 'DaemonSet' && r.apiVersion.startsWith('apps/'));

@@ -5,6 +5,7 @@
 import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
 import { apiError, KubeApi, withTimeout } from './kube-api';
+import { labelSelectorMatches } from './label-selectors';
 
 export interface PodPolicies {
   ingress: string[];
@@ -12,18 +13,6 @@ export interface PodPolicies {
 }
 
 const TIMEOUT_MS = 5_000;
-
-/** Whether a label selector matches labels (an empty selector matches every pod). */
-export function selectorMatches(sel: K8s.V1LabelSelector | undefined, labels: Record<string, string>): boolean {
-  for (const [k, v] of Object.entries(sel?.matchLabels ?? {})) if (labels[k] !== v) return false;
-  for (const e of sel?.matchExpressions ?? []) {
-    const has = Object.prototype.hasOwnProperty.call(labels, e.key);
-    const inValues = has && (e.values ?? []).includes(labels[e.key]);
-    const ok = e.operator === 'In' ? inValues : e.operator === 'NotIn' ? !inValues : e.operator === 'Exists' ? has : e.operator === 'DoesNotExist' ? !has : false;
-    if (!ok) return false;
-  }
-  return true;
-}
 
 /**
  * One trace's reads of NetworkPolicies and pod labels: each namespace's policies and each pod
@@ -47,7 +36,7 @@ export class PolicyLookup {
       const labels = pod.metadata?.labels ?? {};
       const out: PodPolicies = { ingress: [], egress: [] };
       for (const p of policies) {
-        if (!selectorMatches(p.spec?.podSelector, labels)) continue;
+        if (!labelSelectorMatches(p.spec?.podSelector, labels)) continue;
         // No policyTypes: Ingress, and Egress too when the policy has egress rules (as the API defaults it).
         const types = p.spec?.policyTypes ?? ['Ingress', ...(p.spec?.egress ? ['Egress'] : [])];
         const named = `${namespace}/${p.metadata?.name ?? ''}`;
