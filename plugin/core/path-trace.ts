@@ -69,6 +69,8 @@ export interface ClusterLookups {
   /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
   behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
   addressesOf: AddressesOf;
+  /** The pod of the pod network holding an address now; undefined when none does, or it cannot be known. */
+  podAt(ip: string): Promise<PodName | undefined>;
   /** One trace's reader of the NetworkPolicies selecting a pod (plugin/kube/network-policies.ts). */
   policyLookup(): PolicySelecting;
 }
@@ -140,7 +142,9 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
-  const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? peerPod(dst, peers, nodeRoute, dev);
+  // A pod of another node: named as given, or looked up by its address (an endpoint is named already).
+  const podOf = async (): Promise<PodName | undefined> => dst.pod ?? (how.endpoint ? undefined : await how.services?.podAt(dst.text).catch(() => undefined));
+  const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf));
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
@@ -254,7 +258,7 @@ function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
 }
 
 /** Another node's pods: kni's route to them, and whether the node's routing takes it. */
-function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string): Found | undefined {
+async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: () => Promise<PodName | undefined>): Promise<Found | undefined> {
   for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => {
       try {
@@ -274,8 +278,9 @@ function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup |
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
     const problem = matches ? '' : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
     const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, problem)];
-    if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to its pod (trace there with knictl on ${peer.name})`));
-    return { kind: 'peer-pod', hops };
+    const pod = await podOf();
+    if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (trace there with knictl on ${peer.name})`));
+    return { kind: 'peer-pod', hops, pod };
   }
   return undefined;
 }

@@ -1,7 +1,9 @@
-// A trace's destination given by name, as `kubectl` names objects: service/NAMESPACE/NAME (a
-// Service's ClusterIPs) or pod/NAMESPACE/NAME (a pod's IPs), read from the API when a trace asks.
+// Names and addresses of a trace's destination, read from the API when a trace asks: a
+// destination given as kubectl names objects, service/NAMESPACE/NAME (a Service's ClusterIPs) or
+// pod/NAMESPACE/NAME (a pod's IPs), and the other way round, the pod an address belongs to.
 import type * as K8s from '@kubernetes/client-node';
 import { KniError } from '../core/errors';
+import { log } from '../core/log';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 
 export type NamedKind = 'service' | 'pod';
@@ -30,4 +32,20 @@ export async function addressesOfNamed(api: KubeApi, kind: NamedKind, namespace:
   const ips = (pod.status?.podIPs ?? []).map((p) => p.ip).filter(Boolean);
   if (!ips.length) throw new KniError('FAILED_PRECONDITION', `${what} has no IP yet (phase ${pod.status?.phase ?? 'unknown'})`);
   return ips;
+}
+
+/**
+ * The pod of the pod network holding an address now (the other way round: a trace to another
+ * node's pod names it); undefined when none does or the pods cannot be listed. Host-network pods
+ * share their node's address, and finished pods keep theirs in their status: neither is it.
+ */
+export async function podAtAddress(api: KubeApi, ip: string): Promise<{ namespace: string; name: string } | undefined> {
+  try {
+    const list = await withTimeout(api.core.listPodForAllNamespaces({ fieldSelector: `status.podIP=${ip}`, resourceVersion: '0' }), TIMEOUT_MS, `list the pod at ${ip}`);
+    const pod = list.items.find((p) => !p.spec?.hostNetwork && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+    return pod?.metadata?.name ? { namespace: pod.metadata.namespace ?? '', name: pod.metadata.name } : undefined;
+  } catch (e) {
+    log('debug', 'the pod at an address cannot be listed for a trace', { ip, error: apiError(e) });
+    return undefined;
+  }
 }

@@ -17,7 +17,7 @@ import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './n
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
-import { addressesOfNamed } from './named-destinations';
+import { addressesOfNamed, podAtAddress } from './named-destinations';
 import { PolicyLookup } from './network-policies';
 import { serviceBehind } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
@@ -101,6 +101,7 @@ export class NodeAgent {
       holding: (family, value) => ranges.holding(family, value),
       behind: (family, ip) => serviceBehind(api, family, ip),
       addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
+      podAt: (ip) => podAtAddress(api, ip),
       policyLookup: () => new PolicyLookup(api),
     };
   }

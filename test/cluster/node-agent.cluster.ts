@@ -116,6 +116,8 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     for (const ip of [b4, b6]) {
       const t = knictl('w1', 'trace', 'who-1', ip);
       assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['peer-pod', true, ['pod', 'node', 'kc-w2']], JSON.stringify(t));
+      // The pod holding that address, looked up by it (status.podIP).
+      assert.equal(t.hops[2].what, 'delivered by node kc-w2 to pod default/who-2 (trace there with knictl on kc-w2)');
       assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+$`));
     }
     const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];
@@ -183,6 +185,8 @@ spec: {podSelector: {matchExpressions: [{key: who, operator: In, values: [one]}]
     const toPod = knictlTrace('w2', 'who-2', 'pod/default/who-1');
     assert.equal(toPod.hops[toPod.hops.length - 1].what, "NetworkPolicy default/web-in selects pod default/who-1 for ingress: kni enforces none; a policy agent, where one runs, drops what it does not allow");
     assert.equal(toPod.hops[toPod.hops.length - 1].at, 'kc-w1');
+    const byIp = knictlTrace('w1', 'who-1', b6);
+    assert.deepEqual(byIp.hops.slice(-1).map((h: any) => `${h.at} ${h.what.split(':')[0]}`), ['kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress'], JSON.stringify(byIp));
     kubectl('delete', 'networkpolicy', 'web-in', 'one-out');
     // From kc-w2 itself (as its kubelet or a host-network pod sends): the same Service, who-2 here.
     const fromNode = knictlTrace('w2', '--from-node', svc[0]);
