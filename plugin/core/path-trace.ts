@@ -69,8 +69,8 @@ export interface ClusterLookups {
   /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
   behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
   addressesOf: AddressesOf;
-  /** The pod of the pod network holding an address now; undefined when none does, or it cannot be known. */
-  podAt(ip: string): Promise<PodName | undefined>;
+  /** The pod of the pod network holding an address now on that node; undefined when none does, or it cannot be known. */
+  podAt(ip: string, node: string): Promise<PodName | undefined>;
   /** One trace's reader of the NetworkPolicies selecting a pod (plugin/kube/network-policies.ts). */
   policyLookup(): PolicySelecting;
 }
@@ -143,7 +143,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
   // A pod of another node: named as given, or looked up by its address (an endpoint is named already).
-  const podOf = async (): Promise<PodName | undefined> => dst.pod ?? (how.endpoint ? undefined : await how.services?.podAt(dst.text).catch(() => undefined));
+  const podOf = async (node: string): Promise<PodName | undefined> => dst.pod ?? (how.endpoint ? undefined : await how.services?.podAt(dst.text, node).catch(() => undefined));
   const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf));
   if (found) return found;
   const { services } = how;
@@ -258,7 +258,7 @@ function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
 }
 
 /** Another node's pods: kni's route to them, and whether the node's routing takes it. */
-async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: () => Promise<PodName | undefined>): Promise<Found | undefined> {
+async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>): Promise<Found | undefined> {
   for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => {
       try {
@@ -278,7 +278,7 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
     const problem = matches ? '' : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
     const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, problem)];
-    const pod = await podOf();
+    const pod = await podOf(peer.name);
     if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (trace there with knictl on ${peer.name})`));
     return { kind: 'peer-pod', hops, pod };
   }

@@ -4,6 +4,7 @@
 import type * as K8s from '@kubernetes/client-node';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
+import { parseIp } from '../ipam/ip';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 
 export type NamedKind = 'service' | 'pod';
@@ -35,17 +36,28 @@ export async function addressesOfNamed(api: KubeApi, kind: NamedKind, namespace:
 }
 
 /**
- * The pod of the pod network holding an address now (the other way round: a trace to another
- * node's pod names it); undefined when none does or the pods cannot be listed. Host-network pods
- * share their node's address, and finished pods keep theirs in their status: neither is it.
+ * The pod of the pod network holding an address now on a node (the other way round: a trace to
+ * another node's pod names it); undefined when none does or the pods cannot be listed. By the
+ * node's pods (the watch cache indexes them by node), not a `status.podIP` field selector: that
+ * field holds a dual-stack pod's first address only. Host-network pods share their node's
+ * address, and finished pods keep theirs in their status: neither is it.
  */
-export async function podAtAddress(api: KubeApi, ip: string): Promise<{ namespace: string; name: string } | undefined> {
+export async function podAtAddress(api: KubeApi, ip: string, node: string): Promise<{ namespace: string; name: string } | undefined> {
   try {
-    const list = await withTimeout(api.core.listPodForAllNamespaces({ fieldSelector: `status.podIP=${ip}`, resourceVersion: '0' }), TIMEOUT_MS, `list the pod at ${ip}`);
-    const pod = list.items.find((p) => !p.spec?.hostNetwork && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed');
+    const want = parseIp(ip);
+    const list = await withTimeout(api.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${node}`, resourceVersion: '0' }), TIMEOUT_MS, `list the pods of node ${node}`);
+    const holds = (p: K8s.V1Pod) => (p.status?.podIPs ?? []).some(({ ip: text }) => {
+      try {
+        const v = parseIp(text);
+        return v.family === want.family && v.value === want.value;
+      } catch {
+        return false;
+      }
+    });
+    const pod = list.items.find((p) => !p.spec?.hostNetwork && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed' && holds(p));
     return pod?.metadata?.name ? { namespace: pod.metadata.namespace ?? '', name: pod.metadata.name } : undefined;
   } catch (e) {
-    log('debug', 'the pod at an address cannot be listed for a trace', { ip, error: apiError(e) });
+    log('debug', 'the pod at an address cannot be listed for a trace', { ip, node, error: apiError(e) });
     return undefined;
   }
 }

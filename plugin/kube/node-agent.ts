@@ -101,7 +101,7 @@ export class NodeAgent {
       holding: (family, value) => ranges.holding(family, value),
       behind: (family, ip) => serviceBehind(api, family, ip),
       addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
-      podAt: (ip) => podAtAddress(api, ip),
+      podAt: (ip, node) => podAtAddress(api, ip, node),
       policyLookup: () => new PolicyLookup(api),
     };
   }

@@ -88,7 +88,12 @@ export async function handleCni(rt: NetworkRuntime, env: Map<string, string>): P
         const node = rt.node.status();
         if (!node.ready) throw new CniFailure(CNI_ERR.NOT_AVAILABLE, 'node network is not ready', node.reason);
         const full = rt.ipamStatus().filter((r) => r.exhausted);
-        if (full.length) throw new CniFailure(CNI_ERR.NOT_AVAILABLE, 'pod ranges exhausted: no more pods on this node', full.map((r) => r.cidr).join(', '));
+        // As the CNI spec asks, a full range fails STATUS, but not in Kubernetes: the runtime
+        // would report its network not ready, the kubelet the node NotReady, and the node
+        // lifecycle controller taint it NoExecute, evicting every pod that does not tolerate it
+        // (after 5 minutes by default). There kni's NoSchedule taint keeps new pods away instead
+        // (node-agent.ts), and an ADD that finds no address is refused (11) and retried.
+        if (full.length && !rt.cfg.kubernetes.nodeName) throw new CniFailure(CNI_ERR.NOT_AVAILABLE, 'pod ranges exhausted: no more pods on this node', full.map((r) => r.cidr).join(', '));
         return ok(undefined);
       }
       case 'GC': {

@@ -422,6 +422,16 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
     await waitFor(() => condition(node('kc-w1'), 'kni.dev/IPAMExhausted')?.status === 'True', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
     assert.match(condition(node('kc-w1'), 'kni.dev/IPAMExhausted').message, /10\.244\.\d+\.\d+\/28/);
     assert.ok(node('kc-w1').spec.taints?.some((t: any) => t.key === 'kni.dev/ipam-exhausted' && t.effect === 'NoSchedule'));
+    // The runtime still reports its network ready (kni's CNI STATUS does not fail for a full range
+    // in Kubernetes): else the kubelet would set the node NotReady, and the node lifecycle
+    // controller taint it NoExecute and evict its pods.
+    const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
+    try {
+      const conditions = (await cri.Status({})).status.conditions;
+      assert.deepEqual(conditions.find((c: any) => c.type === 'NetworkReady'), { type: 'NetworkReady', status: true, reason: '', message: '' }, JSON.stringify(conditions));
+    } finally {
+      cri.close();
+    }
     // The scheduler now places new pods on the other node.
     apply(`apiVersion: apps/v1
 kind: Deployment
@@ -439,6 +449,8 @@ spec:
     await waitFor(() => kubectlJson('get', 'pods', '-l', 'app=spill').items.filter((p: any) => p.status.phase === 'Running').length === 3, 120_000, () => kubectl('get', 'pods', '-l', 'app=spill', '-o', 'wide') + kubectl('describe', 'pods', '-l', 'app=spill').split('\n').filter((l) => /^Name:|^Node:|^Status:|^\s+(Warning|Normal)\s/.test(l)).join('\n'));
     assert.deepEqual([...new Set(kubectlJson('get', 'pods', '-l', 'app=spill').items.map((p: any) => p.spec.nodeName))], ['kc-w2']);
     assert.ok(names.every(running), 'a running pod was evicted');
+    assert.equal(condition(node('kc-w1'), 'Ready').status, 'True', JSON.stringify(condition(node('kc-w1'), 'Ready')));
+    assert.ok(!node('kc-w1').spec.taints?.some((t: any) => t.key.startsWith('node.kubernetes.io/')), JSON.stringify(node('kc-w1').spec.taints));
     kubectl('delete', 'pod', names[0], '--wait=true');
     await waitFor(() => !node('kc-w1').spec.taints?.some((t: any) => t.key === 'kni.dev/ipam-exhausted'), 60_000, () => JSON.stringify(node('kc-w1').spec.taints));
     assert.equal(condition(node('kc-w1'), 'kni.dev/IPAMExhausted').status, 'False');
