@@ -432,6 +432,22 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
     } finally {
       cri.close();
     }
+    // A pod that may only run on kc-w1 stays Pending on a taint (kni's: the node's only one). This also
+    // waits out the scheduler's own view of the Node, which may trail the API by a moment (a
+    // Deployment made at once had a pod bound to kc-w1 before its cache had the taint).
+    apply(`apiVersion: v1
+kind: Pod
+metadata: {name: pinned, labels: {app: fill}}
+spec:
+  nodeSelector: {kubernetes.io/hostname: kc-w1}
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 1
+  containers: [{name: c, image: kni.local/e2e:1, imagePullPolicy: Never, command: ["/pause"]}]
+`);
+    const unschedulable = () => kubectlJson('get', 'pod', 'pinned').status.conditions?.find((c: any) => c.type === 'PodScheduled' && c.status === 'False');
+    await waitFor(() => /1 node\(s\) had untolerated taint/.test(unschedulable()?.message ?? ''), 60_000, () => JSON.stringify(kubectlJson('get', 'pod', 'pinned').status));
+    assert.deepEqual(node('kc-w1').spec.taints.map((t: any) => `${t.key}:${t.effect}`), ['kni.dev/ipam-exhausted:NoSchedule']);
+    kubectl('delete', 'pod', 'pinned', '--wait=false');
     // The scheduler now places new pods on the other node.
     apply(`apiVersion: apps/v1
 kind: Deployment
