@@ -3,7 +3,7 @@
 // address is — a pod on this node, another node's pod range, this node, a Service's ClusterIP
 // and each of its endpoints, or somewhere outside the pod networks — and the node's route there,
 // each hop with what would stop the packet. Read-only: nothing is changed, nothing is sent.
-import { cidrContains, Family, parseCidr, parseIp } from '../ipam/ip';
+import { cidrContains, Family, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
@@ -51,16 +51,6 @@ type Found = { kind: string; hops: TraceHop[]; pod?: PodName };
 const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at, what, problem });
 
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
-
-/** Whether a Node's address text (input: maybe not an address, maybe spelled otherwise) is dst. */
-function sameAddress(text: string, dst: { family: Family; value: bigint }): boolean {
-  try {
-    const ip = parseIp(text);
-    return ip.family === dst.family && ip.value === dst.value;
-  } catch {
-    return false;
-  }
-}
 
 /** What Trace asks of the cluster (plugin/kube/service-cidrs.ts, service-backends.ts, named-destinations.ts). */
 export interface ClusterLookups {
@@ -287,7 +277,7 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
 
 /** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
 function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean }): Found {
-  const peerNode = peers.find((p) => p.internalIPs.some((ip) => sameAddress(ip, dst)));
+  const peerNode = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
   const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
   if (!nodeRoute) return { kind, hops: [hopOf('node', what, `the node has no route to ${dst.text}`)] };

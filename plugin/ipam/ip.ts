@@ -137,6 +137,16 @@ export function writeIp(b: Buffer, at: number, family: Family, v: bigint): numbe
   return b.writeBigUInt64BE(v & MASK64, at + 8);
 }
 
+/** Whether address text (from input: maybe no address, maybe spelled otherwise) is that address. */
+export function isSameIp(text: string, ip: { family: Family; value: bigint }): boolean {
+  try {
+    const other = parseIp(text);
+    return other.family === ip.family && other.value === ip.value;
+  } catch {
+    return false;
+  }
+}
+
 export function parseCidr(s: string): Cidr {
   if (typeof s !== 'string') throw new Error(`not a CIDR: ${JSON.stringify(s)}`);
   const m = /^([^/]+)\/(\d{1,3})$/.exec(s.trim());

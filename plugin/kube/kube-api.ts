@@ -45,6 +45,7 @@ export function apiError(e: unknown): string {
 }
 
 export const isConflict = (e: unknown): boolean => (e as { code?: number }).code === 409;
+export const isNotFound = (e: unknown): boolean => (e as { code?: number }).code === 404;
 
 /** A promise that gives up after ms (the library has no request timeout of its own). */
 export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {

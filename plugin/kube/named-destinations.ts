@@ -4,8 +4,8 @@
 import type * as K8s from '@kubernetes/client-node';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
-import { parseIp } from '../ipam/ip';
-import { apiError, KubeApi, withTimeout } from './kube-api';
+import { isSameIp, parseIp } from '../ipam/ip';
+import { apiError, isNotFound, KubeApi, withTimeout } from './kube-api';
 
 export type NamedKind = 'service' | 'pod';
 
@@ -18,7 +18,7 @@ export async function addressesOfNamed(api: KubeApi, kind: NamedKind, namespace:
     try {
       return await withTimeout(p, TIMEOUT_MS, `read ${what}`);
     } catch (e) {
-      if ((e as { code?: number }).code === 404) throw new KniError('NOT_FOUND', `${what} does not exist`);
+      if (isNotFound(e)) throw new KniError('NOT_FOUND', `${what} does not exist`);
       throw new KniError('UNAVAILABLE', `${what} cannot be read: ${apiError(e)}`);
     }
   };
@@ -44,16 +44,9 @@ export async function addressesOfNamed(api: KubeApi, kind: NamedKind, namespace:
  */
 export async function podAtAddress(api: KubeApi, ip: string, node: string): Promise<{ namespace: string; name: string } | undefined> {
   try {
-    const want = parseIp(ip);
     const list = await withTimeout(api.core.listPodForAllNamespaces({ fieldSelector: `spec.nodeName=${node}`, resourceVersion: '0' }), TIMEOUT_MS, `list the pods of node ${node}`);
-    const holds = (p: K8s.V1Pod) => (p.status?.podIPs ?? []).some(({ ip: text }) => {
-      try {
-        const v = parseIp(text);
-        return v.family === want.family && v.value === want.value;
-      } catch {
-        return false;
-      }
-    });
+    const want = parseIp(ip);
+    const holds = (p: K8s.V1Pod) => (p.status?.podIPs ?? []).some((a) => isSameIp(a.ip, want));
     const pod = list.items.find((p) => !p.spec?.hostNetwork && p.status?.phase !== 'Succeeded' && p.status?.phase !== 'Failed' && holds(p));
     return pod?.metadata?.name ? { namespace: pod.metadata.namespace ?? '', name: pod.metadata.name } : undefined;
   } catch (e) {

@@ -13,7 +13,7 @@ import type { NetworkRuntime } from '../core/network-runtime';
 import { isolationProblem } from '../core/network-plan';
 import { DEFAULT_NETWORK_ANNOTATION, NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections } from '../networks/network-selection';
 import { SandboxRecord } from '../store/records';
-import { apiError, KubeApi, recordEvent, withTimeout } from './kube-api';
+import { apiError, isNotFound, KubeApi, recordEvent, withTimeout } from './kube-api';
 import { WatchRestart } from './watch-restart';
 
 const RESYNC_MS = 30_000;
@@ -214,7 +214,7 @@ export class PodNetworks {
       await withTimeout(this.api.core.patchNamespacedPod({ name, namespace, body }, this.api.k8s.setHeaderOptions('Content-Type', this.api.k8s.PatchStrategy.MergePatch)), 10_000, 'patch Pod');
       this.written.set(key, value);
     } catch (e) {
-      if ((e as { code?: number }).code === 404) return; // gone meanwhile
+      if (isNotFound(e)) return; // gone meanwhile
       log('warn', 'cannot write network-status on the Pod; the next resync retries', { pod: key, error: apiError(e) });
     }
   }

@@ -5,7 +5,7 @@
 // trace is asked by a person, and every other moment kni needs no Service at all.
 import type * as K8s from '@kubernetes/client-node';
 import type { Family } from '../ipam/ip';
-import { apiError, KubeApi, withTimeout } from './kube-api';
+import { apiError, isNotFound, KubeApi, withTimeout } from './kube-api';
 
 export interface ServiceEndpoint {
   address: string;
@@ -31,7 +31,6 @@ export interface ServiceBehind {
 }
 
 const TIMEOUT_MS = 5_000;
-const notFound = (e: unknown): boolean => (e as { code?: number }).code === 404;
 
 /**
  * The Service whose ClusterIP `ip` (canonical text, as IPAddress objects are named) is, with its
@@ -44,7 +43,7 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
   try {
     owner = (await withTimeout(kc.makeApiClient(k8s.NetworkingV1Api).readIPAddress({ name: ip }), TIMEOUT_MS, `read IPAddress ${ip}`)).spec?.parentRef;
   } catch (e) {
-    if (notFound(e)) return undefined;
+    if (isNotFound(e)) return undefined;
     throw new Error(`IPAddress ${ip}: ${apiError(e)}`);
   }
   if (!owner || owner.resource !== 'services' || owner.group || !owner.namespace) return undefined;
@@ -53,7 +52,7 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
   try {
     svc = await withTimeout(core.readNamespacedService({ namespace, name }), TIMEOUT_MS, `read Service ${namespace}/${name}`);
   } catch (e) {
-    if (notFound(e)) return undefined;
+    if (isNotFound(e)) return undefined;
     throw new Error(`Service ${namespace}/${name}: ${apiError(e)}`);
   }
   let slices: K8s.V1EndpointSlice[];

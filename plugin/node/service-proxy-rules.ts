@@ -4,7 +4,7 @@
 // `ip6 kube-proxy`; iptables writes one rule per ClusterIP and port into the nat table's
 // KUBE-SERVICES chain. A Service without endpoints is rejected elsewhere in each mode, so only
 // ask with endpoints. Other proxies (eBPF replacements) leave none of these: nothing is said of them.
-import { Family, parseIp } from '../ipam/ip';
+import { Family, isSameIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { linkByName } from '../netlink/link';
 import type { NetlinkSocket } from '../netlink/socket';
@@ -23,43 +23,30 @@ export async function serviceProxyRule(host: NetlinkSocket, family: Family, valu
   const ipvs = linkByName(host, IPVS_LINK);
   if (ipvs) return { mode: 'ipvs', programmed: addrList(host).some((a) => a.index === ipvs.index && a.family === family && a.address === text) };
   const nft = await nftServiceIps(family);
-  if (nft) return { mode: 'nftables', programmed: nft.includes(value) };
+  if (nft) return { mode: 'nftables', programmed: nft.some((a) => isSameIp(a, { family, value })) };
   const rules = await chainRules(family, 'nat', 'KUBE-SERVICES').catch(() => undefined);
   if (!rules) return { mode: '', programmed: false };
-  return { mode: 'iptables', programmed: rules.some((r) => destinationOf(r) === value) };
+  return { mode: 'iptables', programmed: rules.some((r) => isSameIp(destinationOf(r), { family, value })) };
 }
 
-/** The addresses keyed in kube-proxy's service-ips map of that family; undefined: no such map (or no nft here). */
-async function nftServiceIps(family: Family): Promise<bigint[] | undefined> {
+/** The addresses keyed in kube-proxy's service-ips map of that family, as nft prints them; undefined: no such map (or no nft here). */
+async function nftServiceIps(family: Family): Promise<string[] | undefined> {
   const listed = await nftMapJson(family === 4 ? 'ip' : 'ip6', 'kube-proxy', 'service-ips');
   if (listed === undefined) return undefined;
-  const out: bigint[] = [];
+  const out: string[] = [];
   // Each element a [key, verdict] pair, its key {"concat": [address, protocol, port]};
   // elements with a comment are {"elem": {"val": key, …}}.
   const visit = (x: unknown): void => {
     if (Array.isArray(x)) x.forEach(visit);
     else if (x && typeof x === 'object') {
       const concat = (x as { concat?: unknown }).concat;
-      if (Array.isArray(concat) && typeof concat[0] === 'string') {
-        const v = addressValue(concat[0]);
-        if (v !== undefined) out.push(v);
-      } else Object.values(x).forEach(visit);
+      if (Array.isArray(concat) && typeof concat[0] === 'string') out.push(concat[0]);
+      else Object.values(x).forEach(visit);
     }
   };
   visit(listed);
   return out;
 }
 
-function addressValue(text: string): bigint | undefined {
-  try {
-    return parseIp(text).value;
-  } catch {
-    return undefined;
-  }
-}
-
-/** The single address a rule's `-d` matches (iptables -S prints `-d 10.96.0.10/32`), by value: the tools' IPv6 text is not ours. */
-function destinationOf(rule: string): bigint | undefined {
-  const m = /(?:^| )-d (\S+?)\/(32|128)(?: |$)/.exec(rule);
-  return m ? addressValue(m[1]) : undefined;
-}
+/** The single address a rule's `-d` matches, as iptables -S prints it (`-d 10.96.0.10/32`); compared by value: the tools' IPv6 text is not ours. */
+const destinationOf = (rule: string): string => /(?:^| )-d (\S+?)\/(32|128)(?: |$)/.exec(rule)?.[1] ?? '';
