@@ -220,11 +220,13 @@ program
   .usage('<sandbox> <destination> | --from-node <destination>')
   .description(`the path a pod's packet to an address takes, hop by hop, as kni and the kernel see it now; nothing is sent (sandbox: ${SANDBOX_REF_HELP}; destination: an IP address, or service/NAMESPACE/NAME or pod/NAMESPACE/NAME, in Kubernetes)`)
   .option('--from-node', "from the node's own network namespace instead of a pod's (what the kubelet's probes and host-network pods send)")
+  .option('--port <port>', "the port sent to, 80 or 53/udp (a Service's port for a ClusterIP): the Service is checked for it and the NetworkPolicies on the path judged on it")
   .addOption(output())
   .action(async (first: string, second: string | undefined, o) => {
     if (o.fromNode && second !== undefined) fail('trace --from-node takes a destination only, no sandbox');
     if (!o.fromNode && second === undefined) fail('trace needs a sandbox and a destination (or --from-node and a destination)');
-    const t = await withClient(async (c) => c.Trace(o.fromNode ? { from_node: true, destination: first } : { sandbox_id: await sandboxOf(c, first), destination: second }));
+    const port: string = o.port ?? '';
+    const t = await withClient(async (c) => c.Trace(o.fromNode ? { from_node: true, destination: first, port } : { sandbox_id: await sandboxOf(c, first), destination: second, port }));
     const given: string = o.fromNode ? first : second!;
     const named = /^(service|svc|pod)\//.test(given.trim()) ? `${given.trim()} is ${t.destination}\n` : '';
     print(o.output, t, () => named + t.hops.map((h: { at: string; what: string; problem: string }) => `${h.at}: ${h.what}\n${h.problem ? `  PROBLEM: ${h.problem}\n` : ''}`).join('') + (t.ok ? 'ok\n' : ''));

@@ -165,5 +165,12 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
     const r = knictl('--socket', d.socket, 'trace', 'tr-a', 'fd00::1::2');
     assert.equal(r.status, 1);
     assert.match(r.stderr, /^knictl: INVALID_ARGUMENT: destination: not an IP address: "fd00::1::2"$/m);
+    // A port: a number, TCP unless said; refused before anything is traced.
+    await rejectsWith(d.rt().Trace({ sandbox_id: 'tr-a', destination: '10.244.0.1', port: '80/icmp' }), grpc.status.INVALID_ARGUMENT, /^port "80\/icmp": want a port 1-65535, optionally \/TCP, \/UDP or \/SCTP/);
+    await rejectsWith(d.rt().Trace({ from_node: true, destination: '10.244.0.1', port: '70000' }), grpc.status.INVALID_ARGUMENT, /port "70000"/);
+    const p = knictl('--socket', d.socket, 'trace', 'tr-a', '10.244.0.1', '--port', 'http');
+    assert.equal(p.status, 1);
+    assert.match(p.stderr, /^knictl: INVALID_ARGUMENT: port "http": want a port/m);
+    assert.equal((await d.rt().Trace({ sandbox_id: 'tr-a', destination: addressesOf(b.net)[0], port: '53/udp' })).ok, true, 'a port outside Kubernetes: nothing more to judge');
   });
 });

@@ -7,7 +7,7 @@ import { cidrContains, Family, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
-import type { ServiceBehind, ServiceEndpoint } from '../kube/service-backends';
+import type { ServiceBehind, ServiceEndpoint, ServicePort } from '../kube/service-backends';
 import type { PeerRouteStatus } from '../node/peer-routes';
 import { IPVS_LINK, serviceProxyRule } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
@@ -17,6 +17,8 @@ import { invalid } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
 import { sandboxProblems } from './sandbox-check';
+import { parseTracedPort, portText, TracedPort } from '../kube/policy-verdict';
+import { PolicyContext, policyHops, PolicyVerdicts, Receiver } from './policy-hops';
 import { AddressesOf, Destination, destinationOf, PodName, resolveDestination } from './trace-destination';
 
 export interface TraceHop {
@@ -61,29 +63,43 @@ export interface ClusterLookups {
   addressesOf: AddressesOf;
   /** The pod of the pod network holding an address now on that node; undefined when none does, or it cannot be known. */
   podAt(ip: string, node: string): Promise<PodName | undefined>;
-  /** One trace's reader of the NetworkPolicies selecting a pod (plugin/kube/network-policies.ts). */
-  policyLookup(): PolicySelecting;
-}
-
-export interface PolicySelecting {
-  /** The NetworkPolicies ("ns/name") selecting a pod, by direction; undefined when they cannot be read. */
-  selecting(namespace: string, name: string): Promise<{ ingress: string[]; egress: string[] } | undefined>;
+  /** One trace's reader of the NetworkPolicies on its path (plugin/kube/network-policies.ts). */
+  policyLookup(): PolicyVerdicts;
 }
 
 /** Endpoints of a Service traced one by one; the rest are counted. */
 const TRACED_ENDPOINTS = 8;
 
+/** A port as the Trace RPC takes it ("80", "53/udp"); undefined when none is given. */
+function tracedPort(port: unknown): TracedPort | undefined {
+  if (port === undefined || port === '') return undefined;
+  if (typeof port !== 'string') throw invalid('port must be a string such as "80" or "53/udp"');
+  try {
+    return parseTracedPort(port);
+  } catch (e) {
+    throw invalid((e as Error).message);
+  }
+}
+
+/** The end a trace reaches, for its NetworkPolicies: what it found there, or the pod named as the destination. */
+const receiverOf = (found: Found, dst: Destination, fromNode: boolean): Receiver => ({ pod: found.pod ?? dst.pod, ip: dst.text, ownNode: found.kind === (fromNode ? 'pod' : 'node') });
+const lastAt = (hops: TraceHop[]): string => hops[hops.length - 1]?.at ?? 'node';
+const NO_POLICY_HOPS = { egress: [] as TraceHop[], ingress: [] as TraceHop[] };
+
 /**
  * From a pod (sandboxId), or from the node's own network namespace (fromNode: what the kubelet's
- * probes, host-network pods and NodePorts send), to an address.
+ * probes, host-network pods and NodePorts send), to an address; to a port, optionally (a
+ * Service's port, or the pod's), which its NetworkPolicies are then judged on.
  */
-export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterLookups, fromNode = false): Promise<PathTrace> {
+export async function tracePath(rt: NetworkRuntime, sandboxId: string, destination: unknown, peers: PeerRoutes[] | undefined, services?: ClusterLookups, fromNode = false, portGiven?: unknown): Promise<PathTrace> {
+  const port = tracedPort(portGiven);
   if (fromNode) {
     if (sandboxId) throw invalid('from_node traces from the node itself: leave sandbox_id empty');
     const dst = await resolveDestination(destination, services?.addressesOf, [4, 6]);
-    const policies = services?.policyLookup();
-    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode, policies });
-    const hops = [...found.hops, ...(await policyHops(policies, found.pod ?? dst.pod, found.hops, 'ingress'))];
+    const policy: PolicyContext | undefined = services && { lookup: services.policyLookup(), sender: { node: true, ip: routeGet(rt.host, dst.family, dst.value, dst.text)?.source || undefined }, port };
+    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode, policy });
+    const around = found.kind === 'service' ? NO_POLICY_HOPS : await policyHops(policy, receiverOf(found, dst, true), lastAt(found.hops));
+    const hops = [...found.hops, ...around.ingress];
     return { destination: dst.text, kind: found.kind, hops, ok: hops.every((h) => !h.problem) };
   }
   const rec = rt.get(sandboxId);
@@ -93,38 +109,22 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   const itf = rec.interfaces.find((i) => i.name === leaving.interface);
   // kni routes what leaves through its own interface; a CNI network's plugins route the rest.
   const kniRoutes = !!itf && isBuiltIn(itf) && !rt.cni;
-  const policies = services?.policyLookup();
-  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services, policies }) : cniNetwork(rt, leaving.interface, itf?.network);
+  // NetworkPolicies are of the default network (a secondary network's are MultiNetworkPolicies, not read).
+  const sender = { pod: rec.pod.name ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined, ip: itf?.addresses.find((a) => a.family === dst.family)?.address, node: false };
+  const policy: PolicyContext | undefined = services && !itf?.network ? { lookup: services.policyLookup(), sender, port } : undefined;
+  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services, policy }) : cniNetwork(rt, leaving.interface, itf?.network);
   // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const mismatch = onward && kniRoutes ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
   const problem = leaving.problem || (mismatch.length ? `the pod's ${leaving.interface} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
   const rest: Found = onward ?? { kind: leaving.local ? 'self' : '', hops: [] };
-  const source = rec.pod.name && onward ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined;
-  const hops = [
-    hopOf('pod', leaving.what, problem),
-    ...(await policyHops(policies, source, [], 'egress')),
-    ...rest.hops,
-    ...(onward ? await policyHops(policies, rest.pod ?? dst.pod, rest.hops, 'ingress') : []),
-  ];
+  // A Service's endpoints have their policies judged one by one (service()).
+  const around = onward && rest.kind !== 'service' ? await policyHops(policy, receiverOf(rest, dst, false), lastAt(rest.hops)) : NO_POLICY_HOPS;
+  const hops = [hopOf('pod', leaving.what, problem), ...around.egress, ...rest.hops, ...around.ingress];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
 
-/**
- * The NetworkPolicies selecting a pod in that direction, as a hop of their own (at the last hop's
- * place, `before`): kni enforces none, so they stop nothing kni can see, but where a policy
- * agent runs they are where to look next. None, or none readable: no hop.
- */
-async function policyHops(policies: PolicySelecting | undefined, pod: PodName | undefined, before: TraceHop[], direction: 'ingress' | 'egress'): Promise<TraceHop[]> {
-  if (!policies || !pod) return [];
-  const names = (await policies.selecting(pod.namespace, pod.name))?.[direction] ?? [];
-  if (!names.length) return [];
-  const one = names.length === 1;
-  const at = direction === 'egress' ? 'pod' : before[before.length - 1]?.at ?? 'node';
-  return [hopOf(at, `NetworkPolic${one ? 'y' : 'ies'} ${names.join(', ')} select${one ? 's' : ''} pod ${pod.namespace}/${pod.name} for ${direction}: kni enforces none; a policy agent, where one runs, drops what ${one ? 'it does' : 'they do'} not allow`)];
-}
-
-/** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded). */
-type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean; policies?: PolicySelecting };
+/** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded); the policies judged on the way. */
+type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean; policy?: PolicyContext };
 
 /** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
 async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], how: Onward): Promise<Found> {
@@ -139,7 +139,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
   // The node's own packets are routed before kube-proxy's output hook rewrites them: with no route to the ClusterIP the kernel refuses them first (ENETUNREACH).
-  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policies: how.policies });
+  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policy: how.policy });
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
   return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint });
 }
@@ -149,7 +149,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
  * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
  * kube-proxy has taken it up, and each endpoint's path from this node.
  */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted, policies }: { fromNode: boolean; unrouted: boolean; policies?: PolicySelecting }): Promise<Found> {
+async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted, policy }: { fromNode: boolean; unrouted: boolean; policy?: PolicyContext }): Promise<Found> {
   const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
   let svc: ServiceBehind | undefined;
   try {
@@ -160,6 +160,11 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   }
   if (!svc) return { kind: 'service', hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
   const what = `${dst.text} is Service ${svc.namespace}/${svc.name}'s ClusterIP (ServiceCIDR ${range}${svc.ports ? `; ${svc.ports}` : ''})`;
+  // A port traced is the Service's: each endpoint takes it on the port of the same name in its slice.
+  const servicePort = policy?.port && svc.portList.find((p) => p.port === policy.port!.port && p.protocol.toUpperCase() === policy.port!.protocol);
+  if (policy?.port && !servicePort) {
+    return { kind: 'service', hops: [hopOf('node', what, `Service ${svc.namespace}/${svc.name} has no port ${portText(policy.port)}${svc.ports ? ` (it has ${svc.ports})` : ''}: kube-proxy rewrites none of it, nothing answers`)] };
+  }
   // internalTrafficPolicy Local: only this node's endpoints take what is sent from here.
   const node = rt.cfg.kubernetes.nodeName;
   const eligible = svc.nodeLocal ? svc.endpoints.filter((e) => e.node === node) : svc.endpoints;
@@ -179,7 +184,7 @@ async function service(rt: NetworkRuntime, dst: Destination, range: string, peer
   const state = ready.length ? 'ready' : 'terminating but still serving';
   const to = `${used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`}${svc.nodeLocal ? ' on this node (internalTrafficPolicy Local)' : ''}`;
   const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
-  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode, policies)));
+  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode, policy && { ...policy, port: servicePort ? targetPort(ep, servicePort) : undefined })));
   if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
   return { kind: 'service', hops };
 }
@@ -196,19 +201,31 @@ function noEndpoint(svc: ServiceBehind, node: string): string {
   return `${name} has no endpoint to send it to: ${why}${svc.endpoints.length ? `; ${svc.endpoints.length} not ready` : ''}`;
 }
 
-/** One endpoint of a Service, traced from the node as any other address (its first hop named as the endpoint). */
-async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean, policies?: PolicySelecting): Promise<TraceHop[]> {
-  const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}`;
+/** The port a Service's port reaches an endpoint on: its slice's port of the same name and protocol. */
+function targetPort(ep: ServiceEndpoint, sp: ServicePort): TracedPort | undefined {
+  const p = ep.ports.find((x) => x.name === sp.name && x.protocol === sp.protocol);
+  return p ? { port: p.port, protocol: sp.protocol.toUpperCase() as TracedPort['protocol'] } : undefined;
+}
+
+/**
+ * One endpoint of a Service, traced from the node as any other address (its first hop named as
+ * the endpoint, with the port it is sent to), between the sender's egress policies and the
+ * endpoint's ingress ones.
+ */
+async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean, policy?: PolicyContext): Promise<TraceHop[]> {
+  const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}${policy?.port ? ` (port ${portText(policy.port)})` : ''}`;
   let dst: Destination;
   try {
     dst = destinationOf(ep.address);
   } catch {
     return [hopOf('node', `${label}: ${JSON.stringify(ep.address)}`, `its EndpointSlice's address is not an IPv${family} address`)];
   }
-  const [first, ...rest] = (await beyondPod(rt, dst, peers, { endpoint: true, fromNode })).hops;
+  const found = await beyondPod(rt, dst, peers, { endpoint: true, fromNode });
+  const [first, ...rest] = found.hops;
   const hops = [{ ...first, what: `${label}: ${first.what}` }, ...rest];
   const [namespace, name] = ep.pod.split('/');
-  return [...hops, ...(await policyHops(policies, name ? { namespace, name } : undefined, hops, 'ingress'))];
+  const around = await policyHops(policy, { ...receiverOf(found, dst, fromNode), pod: name ? { namespace, name } : found.pod }, lastAt(hops));
+  return [...around.egress, ...hops, ...around.ingress];
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */

@@ -1,54 +1,74 @@
-// Which NetworkPolicies select a pod, for Trace: kni enforces none, but a policy agent on the
-// node may, and "a policy selects this pod" is where to look next when a path looks open. Only
-// the pod selector is evaluated (which policies apply to the pod, and in which direction), not
-// whether their rules allow a given peer: that is the policy agent's to say.
+// The NetworkPolicies on a traced path, read for Trace: which select a pod, and whether they let
+// the traced peer through (policy-verdict.ts). kni enforces none, but a policy agent on the node
+// may, and "a policy drops it" is where to look next when a path looks open.
 import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
+import type { PodName } from '../core/trace-destination';
 import { apiError, KubeApi, withTimeout } from './kube-api';
-import { labelSelectorMatches } from './label-selectors';
+import { containerPorts, Direction, ingressPeers, DirectionVerdict, peerIp, PolicyPeer, policyVerdict, TracedPort } from './policy-verdict';
 
-export interface PodPolicies {
-  ingress: string[];
-  egress: string[];
+/** The other end of what a policy is asked about: a pod by name, and its address (a node or the outside: the address only). */
+export interface PeerRef {
+  pod?: PodName;
+  ip?: string;
 }
 
 const TIMEOUT_MS = 5_000;
 
 /**
- * One trace's reads of NetworkPolicies and pod labels: each namespace's policies and each pod
- * read once; after the first failure (no right to list them, the API away) it asks no more, so
- * a trace through many endpoints waits for one timeout at most.
+ * One trace's reads of NetworkPolicies, pods and namespaces: each read once; after the first
+ * failure (no right to read them, the API away) it asks no more, so a trace through many
+ * endpoints waits for one timeout at most.
  */
 export class PolicyLookup {
   private readonly policies = new Map<string, Promise<K8s.V1NetworkPolicy[]>>();
+  private readonly pods = new Map<string, Promise<K8s.V1Pod>>();
+  private readonly namespaces = new Map<string, Promise<Record<string, string>>>();
   private failed = false;
 
   constructor(private readonly api: KubeApi) {}
 
-  /** The policies selecting pod namespace/name, by direction; undefined when they cannot be read. */
-  async selecting(namespace: string, name: string): Promise<PodPolicies | undefined> {
+  /**
+   * The verdict of the policies of `pod` in `direction` on what passes between it and `peer`
+   * (on `port`, when one is traced); undefined when they cannot be read.
+   */
+  async verdict(direction: Direction, pod: PodName, peer: PeerRef, port?: TracedPort): Promise<DirectionVerdict | undefined> {
     if (this.failed) return undefined;
     try {
-      const [pod, policies] = await Promise.all([
-        withTimeout(this.api.core.readNamespacedPod({ namespace, name }), TIMEOUT_MS, `read pod ${namespace}/${name}`),
-        this.inNamespace(namespace),
-      ]);
-      const labels = pod.metadata?.labels ?? {};
-      const out: PodPolicies = { ingress: [], egress: [] };
-      for (const p of policies) {
-        if (!labelSelectorMatches(p.spec?.podSelector, labels)) continue;
-        // No policyTypes: Ingress, and Egress too when the policy has egress rules (as the API defaults it).
-        const types = p.spec?.policyTypes ?? ['Ingress', ...(p.spec?.egress ? ['Egress'] : [])];
-        const named = `${namespace}/${p.metadata?.name ?? ''}`;
-        if (types.includes('Ingress')) out.ingress.push(named);
-        if (types.includes('Egress')) out.egress.push(named);
+      const [own, policies] = await Promise.all([this.pod(pod), this.inNamespace(pod.namespace)]);
+      const other = peer.pod ? await this.pod(peer.pod).catch(() => undefined) : undefined;
+      const byNamespace = policies.some((p) => [...(p.spec?.ingress ?? []).flatMap((r) => ingressPeers(r) ?? []), ...(p.spec?.egress ?? []).flatMap((r) => r.to ?? [])].some((x) => x.namespaceSelector));
+      const asPeer: PolicyPeer = { ip: peerIp(peer.ip) };
+      if (other && peer.pod) {
+        const namespaceLabels = byNamespace ? await this.namespaceLabels(peer.pod.namespace) : {};
+        asPeer.pod = { namespace: peer.pod.namespace, labels: other.metadata?.labels ?? {}, namespaceLabels };
       }
-      return out;
+      const receiving = direction === 'ingress' ? own : other;
+      return policyVerdict(policies, direction, own.metadata?.labels ?? {}, asPeer, receiving ? containerPorts(receiving) : [], port);
     } catch (e) {
       this.failed = true;
-      log('debug', 'NetworkPolicies cannot be read for a trace', { pod: `${namespace}/${name}`, error: apiError(e) });
+      log('debug', 'NetworkPolicies cannot be read for a trace', { pod: `${pod.namespace}/${pod.name}`, error: apiError(e) });
       return undefined;
     }
+  }
+
+  private pod({ namespace, name }: PodName): Promise<K8s.V1Pod> {
+    const key = `${namespace}/${name}`;
+    let p = this.pods.get(key);
+    if (!p) {
+      p = withTimeout(this.api.core.readNamespacedPod({ namespace, name }), TIMEOUT_MS, `read pod ${key}`);
+      this.pods.set(key, p);
+    }
+    return p;
+  }
+
+  private namespaceLabels(name: string): Promise<Record<string, string>> {
+    let p = this.namespaces.get(name);
+    if (!p) {
+      p = withTimeout(this.api.core.readNamespace({ name }), TIMEOUT_MS, `read namespace ${name}`).then((n) => n.metadata?.labels ?? {});
+      this.namespaces.set(name, p);
+    }
+    return p;
   }
 
   private inNamespace(namespace: string): Promise<K8s.V1NetworkPolicy[]> {

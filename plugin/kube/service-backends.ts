@@ -16,6 +16,14 @@ export interface ServiceEndpoint {
   /** The node it runs on, and "namespace/name" of its pod; '' when the slice does not say. */
   node: string;
   pod: string;
+  /** Its slice's ports: a Service port's number on this endpoint is the one of the same name. */
+  ports: ServicePort[];
+}
+
+export interface ServicePort {
+  name: string;
+  port: number;
+  protocol: string;
 }
 
 export interface ServiceBehind {
@@ -23,6 +31,7 @@ export interface ServiceBehind {
   name: string;
   /** "name 80/TCP, 53/UDP"; '' without ports. */
   ports: string;
+  portList: ServicePort[];
   /** "app=web,tier=front"; '' when the Service has no selector (its EndpointSlices are someone else's to write). */
   selector: string;
   /** internalTrafficPolicy Local: kube-proxy sends what a node's pods send it to that node's endpoints only. */
@@ -66,6 +75,7 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
     namespace,
     name,
     ports: (svc.spec?.ports ?? []).map((p) => `${p.name ? `${p.name} ` : ''}${p.port}/${p.protocol ?? 'TCP'}`).join(', '),
+    portList: (svc.spec?.ports ?? []).map((p) => ({ name: p.name ?? '', port: p.port, protocol: p.protocol ?? 'TCP' })),
     selector: Object.entries(svc.spec?.selector ?? {}).map(([k, v]) => `${k}=${v}`).join(','),
     nodeLocal: svc.spec?.internalTrafficPolicy === 'Local',
     endpoints: endpointsOf(slices, family),
@@ -90,6 +100,7 @@ function endpointsOf(slices: K8s.V1EndpointSlice[], family: Family): ServiceEndp
         terminating: c.terminating ?? false,
         node: ep.nodeName ?? '',
         pod: ref?.kind === 'Pod' && ref.name ? `${ref.namespace ?? slice.metadata?.namespace ?? ''}/${ref.name}` : '',
+        ports: (slice.ports ?? []).filter((p) => p.port !== undefined).map((p) => ({ name: p.name ?? '', port: p.port!, protocol: p.protocol ?? 'TCP' })),
       });
     }
   }

@@ -138,7 +138,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       const problems = await rt.check(req.sandbox_id);
       return { ok: problems.length === 0, problems };
     }),
-    Trace: u('Trace', (req: { sandbox_id: string; destination: string; from_node: boolean }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers, cluster?.services, req.from_node)),
+    Trace: u('Trace', (req: { sandbox_id: string; destination: string; from_node: boolean; port: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers, cluster?.services, req.from_node, req.port)),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {

@@ -34,8 +34,8 @@ export const kniWith = (settings: string): void => {
 export const knictl = (w: string, ...args: string[]): any =>
   JSON.parse(execFileSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, ...args, '-o', 'json'], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] }));
 /** knictl trace from node w, as JSON: a trace that finds a problem exits 2, and is an answer too. */
-export function knictlTrace(w: string, pod: string, destination: string): any {
-  const r = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, 'trace', pod, destination, '-o', 'json'], { encoding: 'utf8' });
+export function knictlTrace(w: string, pod: string, destination: string, ...options: string[]): any {
+  const r = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, 'trace', pod, destination, ...options, '-o', 'json'], { encoding: 'utf8' });
   if (r.status !== 0 && r.status !== 2) throw new Error(`knictl trace ${pod} ${destination} on ${w}: exit ${r.status}: ${r.stderr}`);
   const t = JSON.parse(r.stdout);
   assert.equal(r.status, t.ok ? 0 : 2, 'knictl trace exits 2 when a hop has a problem');

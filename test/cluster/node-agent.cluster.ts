@@ -164,29 +164,65 @@ spec: {clusterIP: None, selector: {app: whoami}, ports: [{port: 80}]}
 `);
     assert.match(knictlRaw('trace', 'who-1', 'service/default/headless').stderr, /^knictl: FAILED_PRECONDITION: service default\/headless is headless \(no ClusterIP\): its name resolves to its pods' addresses, trace one of its pods$/m);
     kubectl('delete', 'service', 'headless');
-    // NetworkPolicies selecting the pods on the path are named (kni enforces none, and no policy
-    // agent runs here: the path stays open, and the trace says where to look once one does).
+    // The NetworkPolicies on the path, judged (kni enforces none, and no policy agent runs here:
+    // the path stays open; the trace says what an agent would drop). who-1 may send to pods of
+    // its namespace (a namespaceSelector: the namespace's labels read) on 80 only; whoami pods
+    // take 80 from who-1 only.
     apply(`apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: web-in}
-spec: {podSelector: {matchLabels: {app: whoami}}, policyTypes: [Ingress], ingress: [{ports: [{port: 80}]}]}
+spec: {podSelector: {matchLabels: {app: whoami}}, policyTypes: [Ingress], ingress: [{from: [{podSelector: {matchLabels: {who: one}}}], ports: [{port: 80}]}]}
 ---
 apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
 metadata: {name: one-out}
-spec: {podSelector: {matchExpressions: [{key: who, operator: In, values: [one]}]}, policyTypes: [Egress], egress: [{}]}
+spec:
+  podSelector: {matchExpressions: [{key: who, operator: In, values: [one]}]}
+  policyTypes: [Egress]
+  egress: [{to: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: default}}}], ports: [{port: 80}]}]
 `);
+    const policyHops = (t: any) => t.hops.filter((h: any) => /^NetworkPolic/.test(h.what)).map((h: any) => `${h.at} ${h.what}${h.problem ? ` PROBLEM ${h.problem}` : ''}`).sort();
+    const only = ' on 80/TCP only (knictl trace --port checks one)';
     const policed = knictlTrace('w1', 'who-1', svc[0]);
     assert.equal(policed.ok, true, JSON.stringify(policed));
-    assert.equal(policed.hops[1].at, 'pod');
-    assert.equal(policed.hops[1].what, "NetworkPolicy default/one-out selects pod default/who-1 for egress: kni enforces none; a policy agent, where one runs, drops what it does not allow");
-    const ingress = policed.hops.filter((h: any) => / for ingress: /.test(h.what)).map((h: any) => `${h.at} ${h.what.split(':')[0]}`).sort();
-    assert.deepEqual(ingress, ['kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress', 'node NetworkPolicy default/web-in selects pod default/who-1 for ingress'], JSON.stringify(policed));
-    const toPod = knictlTrace('w2', 'who-2', 'pod/default/who-1');
-    assert.equal(toPod.hops[toPod.hops.length - 1].what, "NetworkPolicy default/web-in selects pod default/who-1 for ingress: kni enforces none; a policy agent, where one runs, drops what it does not allow");
-    assert.equal(toPod.hops[toPod.hops.length - 1].at, 'kc-w1');
+    assert.deepEqual(policyHops(policed), [
+      `kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress; default/web-in allows it from pod default/who-1${only}`,
+      `node NetworkPolicy default/web-in selects pod default/who-1 for ingress; default/web-in allows it from pod default/who-1${only}`,
+      `pod NetworkPolicy default/one-out selects pod default/who-1 for egress; default/one-out allows it to pod default/who-1${only}`,
+      `pod NetworkPolicy default/one-out selects pod default/who-1 for egress; default/one-out allows it to pod default/who-2${only}`,
+    ], JSON.stringify(policed));
+    // Each endpoint's egress hop comes before it, its ingress hop after it.
+    const i = policed.hops.findIndex((h: any) => /^endpoint default\/who-2:/.test(h.what));
+    const around = policed.hops.slice(i - 1, i + 3).map((h: any) => `${h.at} ${h.what}`);
+    [/^pod NetworkPolicy default\/one-out .* to pod default\/who-2 /, /^node endpoint default\/who-2: /, /^kc-w2 delivered by node kc-w2/, /^kc-w2 NetworkPolicy default\/web-in selects pod default\/who-2 for ingress/].forEach((re, k) => assert.match(around[k] ?? '', re, JSON.stringify(policed)));
+    // To the Service's port: each endpoint's port named; to one it lacks: nothing answers.
+    const on80 = knictlTrace('w1', 'who-1', svc[0], '--port', '80');
+    assert.equal(on80.ok, true, JSON.stringify(on80));
+    assert.deepEqual(on80.hops.filter((h: any) => /^endpoint /.test(h.what)).map((h: any) => h.what.split(':')[0]).sort(), ['endpoint default/who-1 (port 80/TCP)', 'endpoint default/who-2 (port 80/TCP)']);
+    assert.ok(policyHops(on80).every((h: string) => h.endsWith(' on 80/TCP')), JSON.stringify(policyHops(on80)));
+    const on81 = knictlTrace('w1', 'who-1', svc[0], '--port', '81');
+    assert.deepEqual([on81.ok, on81.hops.length, on81.hops[1].problem], [false, 2, 'Service default/whoami has no port 81/TCP (it has 80/TCP): kube-proxy rewrites none of it, nothing answers'], JSON.stringify(on81));
+    // who-2 is no who-1: what it sends who-1 is dropped where an agent enforces web-in.
+    const toPod = knictlTrace('w2', 'who-2', 'pod/default/who-1', '--port', '80');
+    assert.equal(toPod.ok, false, JSON.stringify(toPod));
+    assert.deepEqual(toPod.hops[toPod.hops.length - 1], { at: 'kc-w1', what: 'NetworkPolicy default/web-in selects pod default/who-1 for ingress', problem: 'it allows nothing sent from pod default/who-2 on 80/TCP: a policy agent enforcing it drops it (kni enforces none)' });
+    // By address (the pod looked up by it): the same verdicts.
     const byIp = knictlTrace('w1', 'who-1', b6);
-    assert.deepEqual(byIp.hops.slice(-1).map((h: any) => `${h.at} ${h.what.split(':')[0]}`), ['kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress'], JSON.stringify(byIp));
+    assert.deepEqual(policyHops(byIp), [
+      `kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress; default/web-in allows it from pod default/who-1${only}`,
+      `pod NetworkPolicy default/one-out selects pod default/who-1 for egress; default/one-out allows it to pod default/who-2${only}`,
+    ], JSON.stringify(byIp));
+    // Outside the cluster: no pod, so no namespace of its; one-out lets nothing out there.
+    const out = knictlTrace('w1', 'who-1', '10.240.0.1');
+    assert.deepEqual(out.hops[1], { at: 'pod', what: 'NetworkPolicy default/one-out selects pod default/who-1 for egress', problem: 'it allows nothing sent to 10.240.0.1: a policy agent enforcing it drops it (kni enforces none)' }, JSON.stringify(out));
+    // From the nodes: its own node always reaches a pod (the kubelet's probes); another node is
+    // only an address, which web-in does not allow.
+    const ownNode = knictlTrace('w1', '--from-node', 'pod/default/who-1');
+    assert.equal(ownNode.ok, true, JSON.stringify(ownNode));
+    assert.equal(ownNode.hops[ownNode.hops.length - 1].what, "NetworkPolicy default/web-in selects pod default/who-1 for ingress; what passes between a pod and its own node is never a policy's to stop");
+    const otherNode = knictlTrace('w2', '--from-node', 'pod/default/who-1');
+    assert.equal(otherNode.ok, false, JSON.stringify(otherNode));
+    assert.match(otherNode.hops[otherNode.hops.length - 1].problem, /^it allows nothing sent from node \S+: a policy agent enforcing it drops it \(kni enforces none\)$/);
     kubectl('delete', 'networkpolicy', 'web-in', 'one-out');
     // From kc-w2 itself (as its kubelet or a host-network pod sends): the same Service, who-2 here.
     const fromNode = knictlTrace('w2', '--from-node', svc[0]);

@@ -1,0 +1,64 @@
+// The NetworkPolicies on a traced path as hops: the sender's egress policies toward the receiver,
+// the receiver's ingress policies from the sender, each with whether it lets the packet through
+// (plugin/kube/policy-verdict.ts). kni enforces none: a policy denying it is a problem only where a
+// policy agent enforces it, and the hop says so.
+import type { Direction, DirectionVerdict, TracedPort } from '../kube/policy-verdict';
+import { portText } from '../kube/policy-verdict';
+import type { TraceHop } from './path-trace';
+import type { PodName } from './trace-destination';
+
+/** What Trace asks of the cluster about policies (plugin/kube/network-policies.ts), one trace at a time. */
+export interface PolicyVerdicts {
+  /** The verdict of a pod's policies in a direction on what passes between it and a peer; undefined when they cannot be read. */
+  verdict(direction: Direction, pod: PodName, peer: { pod?: PodName; ip?: string }, port?: TracedPort): Promise<DirectionVerdict | undefined>;
+}
+
+/** Who sends what a trace follows, and to which port. */
+export interface PolicyContext {
+  lookup: PolicyVerdicts;
+  /** A pod (by name when it has one) or the node, with the address it sends from (in the destination's family). */
+  sender: { pod?: PodName; ip?: string; node: boolean };
+  port?: TracedPort;
+}
+
+/** The receiving end: a pod by name when known, its address; on this node (a pod here), or this node itself. */
+export interface Receiver {
+  pod?: PodName;
+  ip: string;
+  /** The receiver is the sender's own node, or (from the node) a pod on it: that traffic always passes. */
+  ownNode: boolean;
+}
+
+const podText = (p: PodName): string => `pod ${p.namespace}/${p.name}`;
+
+/** The sender's egress hop (at the pod) and the receiver's ingress hop (at `at`), each only where a policy isolates it. */
+export async function policyHops(ctx: PolicyContext | undefined, receiver: Receiver, at: string): Promise<{ egress: TraceHop[]; ingress: TraceHop[] }> {
+  const out = { egress: [] as TraceHop[], ingress: [] as TraceHop[] };
+  if (!ctx) return out;
+  const { sender, port } = ctx;
+  if (sender.pod) {
+    const v = await ctx.lookup.verdict('egress', sender.pod, { pod: receiver.pod, ip: receiver.ip }, port);
+    const to = receiver.pod ? podText(receiver.pod) : receiver.ip;
+    if (v?.selecting.length) out.egress.push(hopOf('pod', 'egress', sender.pod, v, to, port, receiver.ownNode));
+  }
+  if (receiver.pod) {
+    const v = await ctx.lookup.verdict('ingress', receiver.pod, { pod: sender.pod, ip: sender.ip }, port);
+    const from = sender.pod ? podText(sender.pod) : sender.node ? `node ${sender.ip ?? ''}`.trim() : sender.ip ?? 'the sender';
+    if (v?.selecting.length) out.ingress.push(hopOf(at, 'ingress', receiver.pod, v, from, port, receiver.ownNode));
+  }
+  return out;
+}
+
+function hopOf(at: string, direction: Direction, pod: PodName, v: DirectionVerdict, peer: string, port: TracedPort | undefined, ownNode: boolean): TraceHop {
+  const one = v.selecting.length === 1;
+  const selects = `NetworkPolic${one ? 'y' : 'ies'} ${v.selecting.join(', ')} select${one ? 's' : ''} ${podText(pod)} for ${direction}`;
+  const on = port ? ` on ${portText(port)}` : '';
+  if (ownNode) return { at, what: `${selects}; what passes between a pod and its own node is never a policy's to stop`, problem: '' };
+  if (!v.allowedBy.length) {
+    const none = one ? 'it allows' : 'none of them allows';
+    return { at, what: selects, problem: `${none} nothing sent ${direction === 'ingress' ? 'from' : 'to'} ${peer}${on}: a policy agent enforcing ${one ? 'it' : 'them'} drops it (kni enforces none)` };
+  }
+  const by = `${v.allowedBy.join(', ')} allow${v.allowedBy.length === 1 ? 's' : ''} it ${direction === 'ingress' ? 'from' : 'to'} ${peer}`;
+  const where = port ? on : v.ports === 'all' ? ' on every port' : ` on ${v.ports.join(', ')} only (knictl trace --port checks one)`;
+  return { at, what: `${selects}; ${by}${where}`, problem: '' };
+}
