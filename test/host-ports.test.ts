@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { cni } from './helpers/cni-exec';
+import { knictl } from './helpers/knictl';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -38,8 +39,8 @@ describe('host ports (real kernel, iptables)', () => {
     d?.cleanup();
   });
 
-  function serve(netns: string): void {
-    const s = spawn('nsenter', [`--net=${netns}`, '/bin/busybox', 'httpd', '-f', '-p', '80', '-h', www], { stdio: 'ignore' });
+  function serve(netns: string, port = 80): void {
+    const s = spawn('nsenter', [`--net=${netns}`, '/bin/busybox', 'httpd', '-f', '-p', String(port), '-h', www], { stdio: 'ignore' });
     servers.push(s);
   }
   const fetch = (fromNetns: string, host: string, port: number): string =>
@@ -71,6 +72,45 @@ describe('host ports (real kernel, iptables)', () => {
     assert.deepEqual(chain('KNI-HOSTPORTS-SNAT'), []);
     assert.doesNotMatch(fetch(`/run/netns/${client}`, '192.168.90.1', 8080), /hello/);
     assert.equal(cni('DEL', env('hp-b', other), conf).code, 0);
+  });
+
+  it('knictl trace to the node\'s address and a port: a host port names its pod and kni\'s rule (gone: the problem), then the pod; a socket of the node listening; nothing there (refused)', async () => {
+    const trace = (...args: string[]) => {
+      const r = knictl('--socket', d.socket, 'trace', ...args, '-o', 'json');
+      assert.ok(r.status === 0 || r.status === 2, r.stderr);
+      return JSON.parse(r.stdout);
+    };
+    const netns = d.makePodNetns('hp-t');
+    const r = cni('ADD', env('hp-t', netns), { ...conf, runtimeConfig: { portMappings: [{ hostPort: 8090, containerPort: 80, protocol: 'tcp' }] } });
+    assert.equal(r.code, 0, r.raw);
+    const podIp = r.out.ips[0].address.split('/')[0];
+    try {
+      const t = trace('--from-node', '192.168.90.1', '--port', '8090');
+      assert.deepEqual([t.kind, t.ok], ['host-port', true], JSON.stringify(t));
+      assert.equal(t.hops[0].what, `192.168.90.1 is this node's own address (${RUN}hp0); port 8090/TCP is a host port of pod default/hp-t: kni's KNI-HOSTPORTS sends it to ${podIp} port 80/TCP`);
+      assert.match(t.hops[1].what, /^pod default\/hp-t on this node \(sandbox hp-t, eth0\), through host veth /);
+      // From a pod (hairpin through the node): the same.
+      const other = d.makePodNetns('hp-u');
+      assert.equal(cni('ADD', env('hp-u', other), conf).code, 0);
+      assert.equal(trace('hp-u', '192.168.90.1', '--port', '8090').hops[1].what, t.hops[0].what);
+      // kni's rule deleted behind its back: the problem, and what puts it back.
+      const rule = chain('KNI-HOSTPORTS').find((l) => l.includes('--dport 8090'))!;
+      sh('ip', ['netns', 'exec', d.nodeNetnsName, 'sh', '-c', `iptables -t nat ${rule.replace(/^-A /, '-D ')}`]);
+      const gone = trace('--from-node', '192.168.90.1', '--port', '8090');
+      assert.deepEqual([gone.ok, gone.hops.length, gone.hops[0].problem], [false, 1, "kni's DNAT rule for it is missing from the nat table's KNI-HOSTPORTS chain (knictl reconcile writes it again)"], JSON.stringify(gone));
+      knictl('--socket', d.socket, 'reconcile');
+      assert.equal(trace('--from-node', '192.168.90.1', '--port', '8090').ok, true);
+      // No host port: a socket of the node, or nothing (a connection refused). UDP the same.
+      const none = trace('--from-node', '192.168.90.1', '--port', '8091');
+      assert.deepEqual([none.kind, none.ok, none.hops[0].problem], ['node', false, "nothing on this node takes 8091/TCP: no pod's host port, no socket listening on it (a connection is refused)"], JSON.stringify(none));
+      assert.equal(trace('hp-u', '192.168.90.1', '--port', '8091/udp').hops[1].problem, "nothing on this node takes 8091/UDP: no pod's host port, no socket listening on it");
+      serve(d.nodeNetns, 8091);
+      await waitFor(() => trace('--from-node', '192.168.90.1', '--port', '8091').ok, 10_000, () => 'the node\'s own server never listened');
+      assert.equal(trace('--from-node', '192.168.90.1', '--port', '8091').hops[0].what, `192.168.90.1 is this node's own address (${RUN}hp0); a socket of the node listens on 8091/TCP (ss -lntup names its process)`);
+      assert.equal(cni('DEL', env('hp-u', other), conf).code, 0);
+    } finally {
+      cni('DEL', env('hp-t', netns), conf);
+    }
   });
 
   it('invalid port mappings are refused with a precise error', () => {

@@ -19,7 +19,7 @@ import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { syncHostPorts } from '../node/host-ports';
 
 /** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
-const onBuiltIn = (r: SandboxRecord): boolean => {
+export const onBuiltIn = (r: SandboxRecord): boolean => {
   const itf = r.interfaces.find((i) => !i.network);
   return !!itf && isBuiltIn(itf);
 };

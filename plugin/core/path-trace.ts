@@ -1,15 +1,16 @@
 // The path a pod's packet to an address takes, hop by hop, as kni and the kernel see it now
 // (Trace, `knictl trace`): the pod's own route (none from the node itself), then what the
-// address is — a pod on this node, another node's pod range, this node, a Service's ClusterIP
-// and each of its endpoints, or somewhere outside the pod networks — and the node's route there,
-// each hop with what would stop the packet. Read-only: nothing is changed, nothing is sent.
-import { cidrContains, Family, isSameIp, parseCidr } from '../ipam/ip';
+// address is — a pod on this node, another node's pod range, this node (with a port: a pod's
+// host port or a Service's NodePort, trace-node-port.ts), a Service's ClusterIP and each of its
+// endpoints (trace-service.ts), or somewhere outside the pod networks — and the node's route
+// there, each hop with what would stop the packet; the NetworkPolicies on the way judged
+// (policy-hops.ts). Read-only: nothing is changed, nothing is sent.
+import { cidrContains, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
-import type { ServiceBehind, ServiceEndpoint, ServicePort } from '../kube/service-backends';
 import type { PeerRouteStatus } from '../node/peer-routes';
-import { IPVS_LINK, serviceProxyRule } from '../node/service-proxy-rules';
+import { IPVS_LINK } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';
@@ -18,20 +19,17 @@ import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
 import { sandboxProblems } from './sandbox-check';
 import { parseTracedPort, portText, TracedPort } from '../kube/policy-verdict';
-import { PolicyContext, policyHops, PolicyVerdicts, Receiver } from './policy-hops';
-import { AddressesOf, Destination, destinationOf, PodName, resolveDestination } from './trace-destination';
+import { PolicyContext, policyHops } from './policy-hops';
+import { Destination, PodName, resolveDestination } from './trace-destination';
+import { ClusterLookups, Found, hopOf, lastAt, Onward, receiverOf, TraceHop } from './trace-hop';
+import { ownAddressPort } from './trace-node-port';
+import { clusterIpHops } from './trace-service';
 
-export interface TraceHop {
-  /** "pod", "node", or the peer node's name. */
-  at: string;
-  what: string;
-  /** What stops the packet here, and what to look at; '' when this hop works. */
-  problem: string;
-}
+export type { ClusterLookups, TraceHop } from './trace-hop';
 
 export interface PathTrace {
   destination: string;
-  /** "self", "pod", "peer-pod", "node", "pod-range" (a pod address no pod has), "peer-node" (another node's InternalIP), "service" (a ServiceCIDR holds it), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
+  /** "self", "pod", "peer-pod", "node", "host-port" and "node-port" (a port of this node's address: a pod's host port, a Service's NodePort), "pod-range" (a pod address no pod has), "peer-node" (another node's InternalIP), "service" (a ServiceCIDR holds it), "outside", "cni-network" (its plugins route it), or "" when the pod's own route ends it. */
   kind: string;
   hops: TraceHop[];
   ok: boolean;
@@ -45,30 +43,7 @@ export interface PeerRoutes {
   routes: PeerRouteStatus[];
 }
 
-/**
- * What the destination is, from the node's side, and the hops from there; the first that applies.
- * pod: the pod the destination is, when known by name (its NetworkPolicies are then named).
- */
-type Found = { kind: string; hops: TraceHop[]; pod?: PodName };
-const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at, what, problem });
-
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
-
-/** What Trace asks of the cluster (plugin/kube/service-cidrs.ts, service-backends.ts, named-destinations.ts). */
-export interface ClusterLookups {
-  /** The ServiceCIDR holding an address, as "name cidr"; undefined when none does; null when they are not known. */
-  holding(family: Family, value: bigint): Promise<string | undefined | null>;
-  /** The Service whose ClusterIP it is, and its endpoints; undefined when no Service has it. Throws when it cannot be read. */
-  behind(family: Family, ip: string): Promise<ServiceBehind | undefined>;
-  addressesOf: AddressesOf;
-  /** The pod of the pod network holding an address now on that node; undefined when none does, or it cannot be known. */
-  podAt(ip: string, node: string): Promise<PodName | undefined>;
-  /** One trace's reader of the NetworkPolicies on its path (plugin/kube/network-policies.ts). */
-  policyLookup(): PolicyVerdicts;
-}
-
-/** Endpoints of a Service traced one by one; the rest are counted. */
-const TRACED_ENDPOINTS = 8;
 
 /** A port as the Trace RPC takes it ("80", "53/udp"); undefined when none is given. */
 function tracedPort(port: unknown): TracedPort | undefined {
@@ -81,9 +56,6 @@ function tracedPort(port: unknown): TracedPort | undefined {
   }
 }
 
-/** The end a trace reaches, for its NetworkPolicies: what it found there, or the pod named as the destination. */
-const receiverOf = (found: Found, dst: Destination, fromNode: boolean): Receiver => ({ pod: found.pod ?? dst.pod, ip: dst.text, ownNode: found.kind === (fromNode ? 'pod' : 'node') });
-const lastAt = (hops: TraceHop[]): string => hops[hops.length - 1]?.at ?? 'node';
 const NO_POLICY_HOPS = { egress: [] as TraceHop[], ingress: [] as TraceHop[] };
 
 /**
@@ -97,8 +69,8 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
     if (sandboxId) throw invalid('from_node traces from the node itself: leave sandbox_id empty');
     const dst = await resolveDestination(destination, services?.addressesOf, [4, 6]);
     const policy: PolicyContext | undefined = services && { lookup: services.policyLookup(), sender: { node: true, ip: routeGet(rt.host, dst.family, dst.value, dst.text)?.source || undefined }, port };
-    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode, policy });
-    const around = found.kind === 'service' ? NO_POLICY_HOPS : await policyHops(policy, receiverOf(found, dst, true), lastAt(found.hops));
+    const found = await beyondPod(rt, dst, peers ?? [], { services, fromNode, policy, port });
+    const around = found.judged ? NO_POLICY_HOPS : await policyHops(policy, receiverOf(found, dst, true), lastAt(found.hops));
     const hops = [...found.hops, ...around.ingress];
     return { destination: dst.text, kind: found.kind, hops, ok: hops.every((h) => !h.problem) };
   }
@@ -112,19 +84,16 @@ export async function tracePath(rt: NetworkRuntime, sandboxId: string, destinati
   // NetworkPolicies are of the default network (a secondary network's are MultiNetworkPolicies, not read).
   const sender = { pod: rec.pod.name ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined, ip: itf?.addresses.find((a) => a.family === dst.family)?.address, node: false };
   const policy: PolicyContext | undefined = services && !itf?.network ? { lookup: services.policyLookup(), sender, port } : undefined;
-  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services, policy }) : cniNetwork(rt, leaving.interface, itf?.network);
+  const onward = leaving.problem || leaving.local ? undefined : kniRoutes ? await beyondPod(rt, dst, peers ?? [], { services, policy, port }) : cniNetwork(rt, leaving.interface, itf?.network);
   // The interface it leaves through, compared with kni's record (an address gone, a route changed: it may still leave).
   const mismatch = onward && kniRoutes ? await sandboxProblems(rt, rec, itf).catch((e) => [(e as Error).message]) : [];
   const problem = leaving.problem || (mismatch.length ? `the pod's ${leaving.interface} does not match kni's record: ${mismatch.join('; ')} (knictl reconcile repairs it)` : '');
   const rest: Found = onward ?? { kind: leaving.local ? 'self' : '', hops: [] };
-  // A Service's endpoints have their policies judged one by one (service()).
-  const around = onward && rest.kind !== 'service' ? await policyHops(policy, receiverOf(rest, dst, false), lastAt(rest.hops)) : NO_POLICY_HOPS;
+  // A Service's endpoints have their policies judged one by one (trace-service.ts).
+  const around = onward && !rest.judged ? await policyHops(policy, receiverOf(rest, dst, false), lastAt(rest.hops)) : NO_POLICY_HOPS;
   const hops = [hopOf('pod', leaving.what, problem), ...around.egress, ...rest.hops, ...around.ingress];
   return { destination: dst.text, kind: rest.kind, hops, ok: hops.every((h) => !h.problem) };
 }
-
-/** How the rest of a trace is followed: services known (a ClusterIP is named); an endpoint of a Service (no Service itself); from the node (nothing masqueraded); the policies judged on the way. */
-type Onward = { services?: ClusterLookups; endpoint?: boolean; fromNode?: boolean; policy?: PolicyContext };
 
 /** What the destination is, from the node's side; an endpoint of a Service is no Service itself. */
 async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], how: Onward): Promise<Found> {
@@ -134,98 +103,17 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
   // A pod of another node: named as given, or looked up by its address (an endpoint is named already).
   const podOf = async (node: string): Promise<PodName | undefined> => dst.pod ?? (how.endpoint ? undefined : await how.services?.podAt(dst.text, node).catch(() => undefined));
-  const found = ownAddress(rt, dst) ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf));
+  const follow = (next: Destination, onward: Onward): Promise<Found> => beyondPod(rt, next, peers, onward);
+  const own = ownAddress(rt, dst);
+  if (own && how.port && !how.endpoint) return ownAddressPort(rt, dst, own.link, how.port, how, follow);
+  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf));
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
   // The node's own packets are routed before kube-proxy's output hook rewrites them: with no route to the ClusterIP the kernel refuses them first (ENETUNREACH).
-  if (range && services) return service(rt, dst, range, peers, services, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policy: how.policy });
+  if (range && services) return clusterIpHops(rt, dst, range, services, follow, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policy: how.policy, port: how.port });
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
-  return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint });
-}
-
-/**
- * A ClusterIP: the node's service proxy rewrites it to one of its Service's endpoints before any
- * route is looked at. Its Service, whether it has an endpoint to go to, whether this node's
- * kube-proxy has taken it up, and each endpoint's path from this node.
- */
-async function service(rt: NetworkRuntime, dst: Destination, range: string, peers: PeerRoutes[], services: ClusterLookups, { fromNode, unrouted, policy }: { fromNode: boolean; unrouted: boolean; policy?: PolicyContext }): Promise<Found> {
-  const inRange = `${dst.text} is in the cluster's Service range (ServiceCIDR ${range})`;
-  let svc: ServiceBehind | undefined;
-  try {
-    svc = await services.behind(dst.family, dst.text);
-  } catch (e) {
-    const what = `${inRange}: the node's service proxy (kube-proxy) rewrites a ClusterIP to one of its Service's endpoints before routing it; which Service cannot be read (${(e as Error).message}): trace an endpoint's address (kubectl get endpointslices -A -o wide lists them)`;
-    return { kind: 'service', hops: [hopOf('node', what)] };
-  }
-  if (!svc) return { kind: 'service', hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
-  const what = `${dst.text} is Service ${svc.namespace}/${svc.name}'s ClusterIP (ServiceCIDR ${range}${svc.ports ? `; ${svc.ports}` : ''})`;
-  // A port traced is the Service's: each endpoint takes it on the port of the same name in its slice.
-  const servicePort = policy?.port && svc.portList.find((p) => p.port === policy.port!.port && p.protocol.toUpperCase() === policy.port!.protocol);
-  if (policy?.port && !servicePort) {
-    return { kind: 'service', hops: [hopOf('node', what, `Service ${svc.namespace}/${svc.name} has no port ${portText(policy.port)}${svc.ports ? ` (it has ${svc.ports})` : ''}: kube-proxy rewrites none of it, nothing answers`)] };
-  }
-  // internalTrafficPolicy Local: only this node's endpoints take what is sent from here.
-  const node = rt.cfg.kubernetes.nodeName;
-  const eligible = svc.nodeLocal ? svc.endpoints.filter((e) => e.node === node) : svc.endpoints;
-  const ready = eligible.filter((e) => e.ready);
-  // As kube-proxy does: with no endpoint ready, those still serving while they terminate take the traffic.
-  const used = ready.length ? ready : eligible.filter((e) => e.serving && e.terminating);
-  if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc, node))] };
-  const proxy = await serviceProxyRule(rt.host, dst.family, dst.value, dst.text);
-  const taken = !proxy.mode
-    ? 'no kube-proxy rules (iptables, nftables or IPVS mode) on this node: whatever proxies Services here is not checked'
-    : `kube-proxy (${proxy.mode} mode) ${proxy.programmed ? 'has taken it up on this node' : 'has not'}`;
-  const missing = { ipvs: 'no address on kube-ipvs0', nftables: 'no element in its service-ips map', iptables: "no rule in the nat table's KUBE-SERVICES chain", '': '' }[proxy.mode];
-  const problem = [
-    proxy.mode && !proxy.programmed ? `kube-proxy (${proxy.mode} mode) has ${missing} for ${dst.text} on this node: it has not synced this Service (is kube-proxy running here? its log says why)` : '',
-    unrouted ? `the node has no route to ${dst.text}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)` : '',
-  ].filter(Boolean).join('; ');
-  const state = ready.length ? 'ready' : 'terminating but still serving';
-  const to = `${used.length === 1 ? `its only ${state} endpoint` : `one of its ${used.length} ${state} endpoints`}${svc.nodeLocal ? ' on this node (internalTrafficPolicy Local)' : ''}`;
-  const hops = [hopOf('node', `${what}: the node's service proxy rewrites it to ${to}; ${taken}`, problem)];
-  for (const ep of used.slice(0, TRACED_ENDPOINTS)) hops.push(...(await endpointHops(rt, ep, dst.family, peers, fromNode, policy && { ...policy, port: servicePort ? targetPort(ep, servicePort) : undefined })));
-  if (used.length > TRACED_ENDPOINTS) hops.push(hopOf('node', `${used.length - TRACED_ENDPOINTS} more endpoints not traced (knictl trace <pod> <endpoint address> traces one)`));
-  return { kind: 'service', hops };
-}
-
-function noEndpoint(svc: ServiceBehind, node: string): string {
-  const name = `Service ${svc.namespace}/${svc.name}`;
-  const elsewhere = svc.endpoints.filter((e) => e.ready).length;
-  if (svc.nodeLocal && elsewhere) {
-    return `${name} has internalTrafficPolicy Local and no ready endpoint on this node (${node}), ${elsewhere} on others: kube-proxy drops what is sent to it from this node`;
-  }
-  const why = svc.selector
-    ? `no ready pod matches its selector ${svc.selector} (kubectl get pods -n ${svc.namespace} -l ${svc.selector})`
-    : 'it has no selector, and the EndpointSlices written for it list none ready';
-  return `${name} has no endpoint to send it to: ${why}${svc.endpoints.length ? `; ${svc.endpoints.length} not ready` : ''}`;
-}
-
-/** The port a Service's port reaches an endpoint on: its slice's port of the same name and protocol. */
-function targetPort(ep: ServiceEndpoint, sp: ServicePort): TracedPort | undefined {
-  const p = ep.ports.find((x) => x.name === sp.name && x.protocol === sp.protocol);
-  return p ? { port: p.port, protocol: sp.protocol.toUpperCase() as TracedPort['protocol'] } : undefined;
-}
-
-/**
- * One endpoint of a Service, traced from the node as any other address (its first hop named as
- * the endpoint, with the port it is sent to), between the sender's egress policies and the
- * endpoint's ingress ones.
- */
-async function endpointHops(rt: NetworkRuntime, ep: ServiceEndpoint, family: Family, peers: PeerRoutes[], fromNode: boolean, policy?: PolicyContext): Promise<TraceHop[]> {
-  const label = `endpoint${ep.pod ? ` ${ep.pod}` : ''}${policy?.port ? ` (port ${portText(policy.port)})` : ''}`;
-  let dst: Destination;
-  try {
-    dst = destinationOf(ep.address);
-  } catch {
-    return [hopOf('node', `${label}: ${JSON.stringify(ep.address)}`, `its EndpointSlice's address is not an IPv${family} address`)];
-  }
-  const found = await beyondPod(rt, dst, peers, { endpoint: true, fromNode });
-  const [first, ...rest] = found.hops;
-  const hops = [{ ...first, what: `${label}: ${first.what}` }, ...rest];
-  const [namespace, name] = ep.pod.split('/');
-  const around = await policyHops(policy, { ...receiverOf(found, dst, fromNode), pod: name ? { namespace, name } : found.pod }, lastAt(hops));
-  return [...around.egress, ...hops, ...around.ingress];
+  return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint, nodePort: await peerNodePort(dst, peers, how) });
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
@@ -249,14 +137,14 @@ async function localPod(rt: NetworkRuntime, dst: Destination): Promise<Found | u
   return undefined;
 }
 
-/** This node itself (the gateway address of its pod range too). */
-function ownAddress(rt: NetworkRuntime, dst: Destination): Found | undefined {
+/** This node itself (the gateway address of its pod range too), and the link holding the address. */
+function ownAddress(rt: NetworkRuntime, dst: Destination): { found: Found; link: string } | undefined {
   const own = addrList(rt.host).find((a) => a.family === dst.family && a.address === dst.text);
   if (!own) return undefined;
   const link = linkByIndex(rt.host, own.index)?.name ?? `link ${own.index}`;
   // kube-proxy's IPVS mode holds every ClusterIP on this dummy link: a Service's, not the node's.
   if (link === IPVS_LINK) return undefined;
-  return { kind: 'node', hops: [hopOf('node', `${dst.text} is this node's own address (${link})`)] };
+  return { found: { kind: 'node', hops: [hopOf('node', `${dst.text} is this node's own address (${link})`)] }, link };
 }
 
 function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
@@ -293,7 +181,15 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
 }
 
 /** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
-function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean }): Found {
+/** Another node's InternalIP to a port a Service takes on every node: what that node's kube-proxy does with it. */
+async function peerNodePort(dst: Destination, peers: PeerRoutes[], how: Onward): Promise<string> {
+  const peer = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
+  if (!peer || !how.port || !how.services || how.endpoint) return '';
+  const svc = await how.services.withNodePort(dst.family, how.port).catch(() => undefined);
+  return svc ? `; port ${portText(how.port)} is Service ${svc.namespace}/${svc.name}'s NodePort: node ${peer.name}'s service proxy sends it to one of its endpoints (knictl trace --from-node ${dst.text} --port ${how.port.port}/${how.port.protocol.toLowerCase()} on ${peer.name} traces it there)` : '';
+}
+
+function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean; nodePort: string }): Found {
   const peerNode = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
   const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
@@ -303,7 +199,7 @@ function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], node
   // Masquerading is of a pod's packets: the node's own leave with the node's address.
   const masq = how.fromNode ? '' : !rt.cfg.masquerade ? '; not masqueraded (masquerade is off)' : masqueraded ? "; masqueraded to the node's address (KNI-MASQ)" : "; not masqueraded (nonMasqueradeCIDRs, or the cluster's pod CIDRs, hold it)";
   const hint = how.servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
-  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}${masq}${hint}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
+  return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}${masq}${hint}${how.nodePort}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
 }
 
 /** The pod's own route to the destination, read in its netns. */

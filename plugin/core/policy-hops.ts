@@ -4,7 +4,7 @@
 // policy agent enforces it, and the hop says so.
 import type { Direction, DirectionVerdict, TracedPort } from '../kube/policy-verdict';
 import { portText } from '../kube/policy-verdict';
-import type { TraceHop } from './path-trace';
+import type { TraceHop } from './trace-hop';
 import type { PodName } from './trace-destination';
 
 /** What Trace asks of the cluster about policies (plugin/kube/network-policies.ts), one trace at a time. */
@@ -27,6 +27,8 @@ export interface Receiver {
   ip: string;
   /** The receiver is the sender's own node, or (from the node) a pod on it: that traffic always passes. */
   ownNode: boolean;
+  /** The port it receives on, when not the one traced (a host port's pod: its container port). */
+  port?: TracedPort;
 }
 
 const podText = (p: PodName): string => `pod ${p.namespace}/${p.name}`;
@@ -35,7 +37,8 @@ const podText = (p: PodName): string => `pod ${p.namespace}/${p.name}`;
 export async function policyHops(ctx: PolicyContext | undefined, receiver: Receiver, at: string): Promise<{ egress: TraceHop[]; ingress: TraceHop[] }> {
   const out = { egress: [] as TraceHop[], ingress: [] as TraceHop[] };
   if (!ctx) return out;
-  const { sender, port } = ctx;
+  const { sender } = ctx;
+  const port = receiver.port ?? ctx.port;
   if (sender.pod) {
     const v = await ctx.lookup.verdict('egress', sender.pod, { pod: receiver.pod, ip: receiver.ip }, port);
     const to = receiver.pod ? podText(receiver.pod) : receiver.ip;

@@ -19,7 +19,7 @@ import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
 import { addressesOfNamed, podAtAddress } from './named-destinations';
 import { PolicyLookup } from './network-policies';
-import { serviceBehind } from './service-backends';
+import { serviceBehind, serviceWithNodePort } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
@@ -100,6 +100,7 @@ export class NodeAgent {
     this.services = {
       holding: (family, value) => ranges.holding(family, value),
       behind: (family, ip) => serviceBehind(api, family, ip),
+      withNodePort: (family, port) => serviceWithNodePort(api, family, port.port, port.protocol),
       addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
       podAt: (ip, node) => podAtAddress(api, ip, node),
       policyLookup: () => new PolicyLookup(api),

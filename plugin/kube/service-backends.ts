@@ -1,7 +1,8 @@
-// The Service behind a ClusterIP and the endpoints the node's service proxy rewrites it to, read
-// when a trace needs them: the IPAddress object named by the ClusterIP (networking.k8s.io/v1,
-// Kubernetes 1.33 and later, as are ServiceCIDRs) names its Service, and the EndpointSlices
-// labelled with that Service's name hold its endpoints. Three reads a trace, nothing watched: a
+// The Service behind a ClusterIP or a NodePort and the endpoints the node's service proxy
+// rewrites it to, read when a trace needs them: the IPAddress object named by the ClusterIP
+// (networking.k8s.io/v1, Kubernetes 1.33 and later, as are ServiceCIDRs) names its Service; a
+// NodePort is found in the list of Services (from the API server's cache); the EndpointSlices
+// labelled with the Service's name hold its endpoints. A few reads a trace, nothing watched: a
 // trace is asked by a person, and every other moment kni needs no Service at all.
 import type * as K8s from '@kubernetes/client-node';
 import type { Family } from '../ipam/ip';
@@ -17,13 +18,18 @@ export interface ServiceEndpoint {
   node: string;
   pod: string;
   /** Its slice's ports: a Service port's number on this endpoint is the one of the same name. */
-  ports: ServicePort[];
+  ports: EndpointPort[];
 }
 
-export interface ServicePort {
+export interface EndpointPort {
   name: string;
   port: number;
   protocol: string;
+}
+
+export interface ServicePort extends EndpointPort {
+  /** The port every node takes it on (type NodePort or LoadBalancer); 0 without. */
+  nodePort: number;
 }
 
 export interface ServiceBehind {
@@ -36,6 +42,8 @@ export interface ServiceBehind {
   selector: string;
   /** internalTrafficPolicy Local: kube-proxy sends what a node's pods send it to that node's endpoints only. */
   nodeLocal: boolean;
+  /** externalTrafficPolicy Local: what reaches a node's NodePort from outside goes to that node's endpoints only. */
+  externalLocal: boolean;
   endpoints: ServiceEndpoint[];
 }
 
@@ -64,6 +72,29 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
     if (isNotFound(e)) return undefined;
     throw new Error(`Service ${namespace}/${name}: ${apiError(e)}`);
   }
+  return described(api, family, svc);
+}
+
+/**
+ * The Service taking `port` on every node (a NodePort, of type NodePort or LoadBalancer), with
+ * its endpoints of that family; undefined when none does. Throws, with the API's reason, when the
+ * Services cannot be listed.
+ */
+export async function serviceWithNodePort(api: KubeApi, family: Family, port: number, protocol: string): Promise<ServiceBehind | undefined> {
+  let services: K8s.V1Service[];
+  try {
+    services = (await withTimeout(api.core.listServiceForAllNamespaces({ resourceVersion: '0' }), TIMEOUT_MS, 'list Services')).items;
+  } catch (e) {
+    throw new Error(`Services: ${apiError(e)}`);
+  }
+  const svc = services.find((s) => (s.spec?.ports ?? []).some((p) => p.nodePort === port && (p.protocol ?? 'TCP') === protocol));
+  return svc ? described(api, family, svc) : undefined;
+}
+
+async function described(api: KubeApi, family: Family, svc: K8s.V1Service): Promise<ServiceBehind> {
+  const { k8s, kc } = api;
+  const namespace = svc.metadata?.namespace ?? '';
+  const name = svc.metadata?.name ?? '';
   let slices: K8s.V1EndpointSlice[];
   try {
     const list = kc.makeApiClient(k8s.DiscoveryV1Api).listNamespacedEndpointSlice({ namespace, labelSelector: `kubernetes.io/service-name=${name}`, resourceVersion: '0' });
@@ -75,9 +106,10 @@ export async function serviceBehind(api: KubeApi, family: Family, ip: string): P
     namespace,
     name,
     ports: (svc.spec?.ports ?? []).map((p) => `${p.name ? `${p.name} ` : ''}${p.port}/${p.protocol ?? 'TCP'}`).join(', '),
-    portList: (svc.spec?.ports ?? []).map((p) => ({ name: p.name ?? '', port: p.port, protocol: p.protocol ?? 'TCP' })),
+    portList: (svc.spec?.ports ?? []).map((p) => ({ name: p.name ?? '', port: p.port, protocol: p.protocol ?? 'TCP', nodePort: p.nodePort ?? 0 })),
     selector: Object.entries(svc.spec?.selector ?? {}).map(([k, v]) => `${k}=${v}`).join(','),
     nodeLocal: svc.spec?.internalTrafficPolicy === 'Local',
+    externalLocal: svc.spec?.externalTrafficPolicy === 'Local',
     endpoints: endpointsOf(slices, family),
   };
 }

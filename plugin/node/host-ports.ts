@@ -41,12 +41,17 @@ export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: s
     if (!pod) continue;
     for (const m of t.mappings) {
       if (m.hostIp && familyOf(m.hostIp) !== f) continue;
-      const to = f === 4 ? `${pod}:${m.containerPort}` : `[${pod}]:${m.containerPort}`;
-      dnat.push([...(m.hostIp ? ['-d', m.hostIp] : []), '-p', m.protocol, '--dport', String(m.hostPort), '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'DNAT', '--to-destination', to]);
+      dnat.push(hostPortDnat(f, t.sandbox, pod, m));
       for (const range of podRanges) snat.push(['-s', range, '-d', pod, '-p', m.protocol, '--dport', String(m.containerPort), '-m', 'conntrack', '--ctstate', 'DNAT', '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'MASQUERADE']);
     }
   }
   return { dnat, snat };
+}
+
+/** The DNAT rule of one mapping of a sandbox's pod (at `pod`, of family f) in KNI-HOSTPORTS. */
+export function hostPortDnat(f: Family, sandbox: string, pod: string, m: PortMapping): string[] {
+  const to = f === 4 ? `${pod}:${m.containerPort}` : `[${pod}]:${m.containerPort}`;
+  return [...(m.hostIp ? ['-d', m.hostIp] : []), '-p', m.protocol, '--dport', String(m.hostPort), '-m', 'comment', '--comment', `kni:${sandbox}`, '-j', 'DNAT', '--to-destination', to];
 }
 
 /** Makes the node's host-port rules exactly those of `targets`, for each family of `ranges`. */

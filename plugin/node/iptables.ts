@@ -135,12 +135,13 @@ export async function restoreChains(f: Family, table: Table, chains: Record<stri
 }
 
 /**
- * A map's elements as `nft -j list map` prints them (JSON), read only (knictl trace looks for a
- * ClusterIP in kube-proxy's nftables mode); undefined when there is no such map, or no nft.
+ * A map's (or a set's) elements as `nft -j list map` prints them (JSON), read only (knictl trace
+ * looks for a ClusterIP or a NodePort in kube-proxy's nftables mode); undefined when there is no
+ * such map, or no nft.
  */
-export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: string): Promise<unknown> {
+export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: string, kind: 'map' | 'set' = 'map'): Promise<unknown> {
   try {
-    return JSON.parse((await run('nft', ['-j', 'list', 'map', family, table, map], { maxBuffer: 256 << 20 })).stdout);
+    return JSON.parse((await run('nft', ['-j', 'list', kind, family, table, map], { maxBuffer: 256 << 20 })).stdout);
   } catch {
     return undefined;
   }
