@@ -20,7 +20,8 @@ export const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at
  * What the destination is, from the node's side, and the hops from there. pod: the pod the
  * destination is, when known by name (its NetworkPolicies are then judged). receiver: the pod a
  * host port sends it on to (its address and port, not the destination's, are what policies see).
- * judged: the policies on the way were judged already (each endpoint of a Service).
+ * judged: the policies on the way were judged already, or are not of this hop (a Service's
+ * ClusterIP or NodePort: each endpoint's are judged, after kube-proxy's rewrite).
  */
 export interface Found {
   kind: string;

@@ -29,19 +29,19 @@ export async function clusterIpHops(rt: NetworkRuntime, dst: Destination, range:
     svc = await services.behind(dst.family, dst.text);
   } catch (e) {
     const what = `${inRange}: the node's service proxy (kube-proxy) rewrites a ClusterIP to one of its Service's endpoints before routing it; which Service cannot be read (${(e as Error).message}): trace an endpoint's address (kubectl get endpointslices -A -o wide lists them)`;
-    return { kind: 'service', hops: [hopOf('node', what)] };
+    return { kind: 'service', judged: true, hops: [hopOf('node', what)] };
   }
-  if (!svc) return { kind: 'service', hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
+  if (!svc) return { kind: 'service', judged: true, hops: [hopOf('node', inRange, `no Service has ClusterIP ${dst.text}: nothing rewrites it, nothing answers (kubectl get services -A lists the ClusterIPs)`)] };
   const what = `${dst.text} is Service ${svc.namespace}/${svc.name}'s ClusterIP (ServiceCIDR ${range}${svc.ports ? `; ${svc.ports}` : ''})`;
   // A port traced is the Service's: each endpoint takes it on the port of the same name in its slice.
   const servicePort = how.port && svc.portList.find((p) => p.port === how.port!.port && p.protocol.toUpperCase() === how.port!.protocol);
   if (how.port && !servicePort) {
-    return { kind: 'service', hops: [hopOf('node', what, `Service ${svc.namespace}/${svc.name} has no port ${portText(how.port)}${svc.ports ? ` (it has ${svc.ports})` : ''}: kube-proxy rewrites none of it, nothing answers`)] };
+    return { kind: 'service', judged: true, hops: [hopOf('node', what, `Service ${svc.namespace}/${svc.name} has no port ${portText(how.port)}${svc.ports ? ` (it has ${svc.ports})` : ''}: kube-proxy rewrites none of it, nothing answers`)] };
   }
   // internalTrafficPolicy Local: only this node's endpoints take what is sent from here.
   const node = rt.cfg.kubernetes.nodeName;
   const used = usable(svc.nodeLocal ? svc.endpoints.filter((e) => e.node === node) : svc.endpoints);
-  if (!used.length) return { kind: 'service', hops: [hopOf('node', what, noEndpoint(svc, node))] };
+  if (!used.length) return { kind: 'service', judged: true, hops: [hopOf('node', what, noEndpoint(svc, node))] };
   const proxy = await serviceProxyRule(rt.host, dst.family, dst.value, dst.text);
   const unrouted = how.unrouted ? `the node has no route to ${dst.text}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)` : '';
   return rewritten(rt, svc, `${what}: the node's service proxy rewrites it to ${endpointsText(used, svc.nodeLocal ? ' on this node (internalTrafficPolicy Local)' : '')}`, proxy, dst.text, unrouted, used, dst.family, follow, how, servicePort || undefined, 'service');
@@ -55,7 +55,7 @@ export async function nodePortHops(rt: NetworkRuntime, dst: Destination, svc: Se
   const sp = svc.portList.find((p) => p.nodePort === port.port && p.protocol.toUpperCase() === port.protocol)!;
   const what = `${dst.text} port ${portText(port)} is Service ${svc.namespace}/${svc.name}'s NodePort (its port ${sp.name ? `${sp.name} ` : ''}${sp.port}/${sp.protocol})`;
   const used = usable(svc.endpoints);
-  if (!used.length) return { kind: 'node-port', hops: [hopOf('node', what, noEndpoint(svc, ''))] };
+  if (!used.length) return { kind: 'node-port', judged: true, hops: [hopOf('node', what, noEndpoint(svc, ''))] };
   const node = rt.cfg.kubernetes.nodeName;
   const here = used.filter((e) => e.node === node).length;
   const outside = svc.externalLocal ? `; from outside the cluster only this node's endpoints take it (externalTrafficPolicy Local): ${here ? `${here} here` : 'none here, so kube-proxy drops what comes from outside'}` : '';

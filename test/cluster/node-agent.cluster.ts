@@ -11,7 +11,7 @@ import { execFileSync } from 'node:child_process';
 import { criClient } from '../helpers/containerd-env';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, knictl, kubectl, kubectlJson, WORKERS } from './cluster-helpers';
-import { traceFromNode, traceNetworkPolicies, traceServiceProblems, traceToService } from './trace-checks';
+import { traceFromNode, traceNetworkPolicies, traceNodePort, traceServiceProblems, traceToService } from './trace-checks';
 import { fetchFrom, podIps, running, WHOAMI } from './whoami';
 
 const condition = (node: any, type: string) => node.status.conditions?.find((c: any) => c.type === type);
@@ -101,6 +101,7 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     await traceToService(svc, b4);
     traceNetworkPolicies(svc, b6);
     traceFromNode(svc);
+    await traceNodePort();
     for (const from of ['who-1', 'who-2']) {
       for (const ip of svc) {
         const seen = new Set<string>();
@@ -285,21 +286,32 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.51}]}
       cri.close();
     }
     // A pod that may only run on kc-w1 stays Pending on a taint (kni's: the node's only one). This also
-    // waits out the scheduler's own view of the Node, which may trail the API by a moment (a
-    // Deployment made at once had a pod bound to kc-w1 before its cache had the taint).
-    apply(`apiVersion: v1
+    // waits out the scheduler's own view of the Node, which may trail the API by a moment: a pod
+    // it binds to kc-w1 before it has the taint waits in ContainerCreating for an address (as any
+    // such pod would: Kubernetes' taints are seen late by design), and is made again until one
+    // stays Pending. (A Deployment made at once had a pod bound to kc-w1 that way.)
+    await waitFor(async () => {
+      const pinned = `pinned-${Date.now().toString(36)}`;
+      apply(`apiVersion: v1
 kind: Pod
-metadata: {name: pinned, labels: {app: fill}}
+metadata: {name: ${pinned}, labels: {app: fill}}
 spec:
   nodeSelector: {kubernetes.io/hostname: kc-w1}
   automountServiceAccountToken: false
   terminationGracePeriodSeconds: 1
   containers: [{name: c, image: kni.local/e2e:1, imagePullPolicy: Never, command: ["/pause"]}]
 `);
-    const unschedulable = () => kubectlJson('get', 'pod', 'pinned').status.conditions?.find((c: any) => c.type === 'PodScheduled' && c.status === 'False');
-    await waitFor(() => /1 node\(s\) had untolerated taint/.test(unschedulable()?.message ?? ''), 60_000, () => JSON.stringify(kubectlJson('get', 'pod', 'pinned').status));
+      try {
+        let scheduled: any;
+        await waitFor(() => !!(scheduled = kubectlJson('get', 'pod', pinned).status.conditions?.find((c: any) => c.type === 'PodScheduled')), 30_000, () => `${pinned} never considered by the scheduler`);
+        if (scheduled.status === 'True') return false;
+        assert.match(scheduled.message, /1 node\(s\) had untolerated taint/);
+        return true;
+      } finally {
+        kubectl('delete', 'pod', pinned, '--wait=false');
+      }
+    }, 120_000, () => kubectl('get', 'pods', '-o', 'wide'), 1000);
     assert.deepEqual(node('kc-w1').spec.taints.map((t: any) => `${t.key}:${t.effect}`), ['kni.dev/ipam-exhausted:NoSchedule']);
-    kubectl('delete', 'pod', 'pinned', '--wait=false');
     // The scheduler now places new pods on the other node.
     apply(`apiVersion: apps/v1
 kind: Deployment

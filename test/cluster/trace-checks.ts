@@ -1,6 +1,6 @@
 // What knictl trace says in the node-agent cluster (node-agent.cluster.ts sets up the pods and
 // Services and calls these): a ClusterIP followed to its Service and endpoints, by name too; the
-// NetworkPolicies on the path judged; from a node itself; what stops a packet to a Service
+// NetworkPolicies on the path judged; from a node itself; a NodePort; what stops a packet to a Service
 // (kube-proxy's rule gone in iptables and IPVS mode, internalTrafficPolicy Local, no endpoint, no
 // Service).
 import assert from 'node:assert/strict';
@@ -8,7 +8,7 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, knictl, knictlTrace, kubectl, kubectlJson } from './cluster-helpers';
+import { apply, CL, getFromNode, knictl, knictlTrace, kubectl, kubectlJson } from './cluster-helpers';
 import { fetchFrom } from './whoami';
 
 /** From who-1 (kc-w1) to Service whoami's ClusterIPs (`svc`; endpoints who-1 and who-2) and by name; who-2's IPv4 address `b4`. */
@@ -119,6 +119,35 @@ export function traceFromNode(svc: string[]): void {
   const host = knictl('w1', 'trace', 'who-1', '10.240.0.1');
   assert.equal(host.kind, 'outside', JSON.stringify(host));
   assert.doesNotMatch(host.hops[1].what, /Service/);
+}
+
+/**
+ * A NodePort (kube-proxy's iptables mode here): on a node's own address it is the Service, each
+ * endpoint traced; to another node's address that node's kube-proxy takes it; a port nothing
+ * takes is refused.
+ */
+export async function traceNodePort(): Promise<void> {
+  apply(`apiVersion: v1
+kind: Service
+metadata: {name: who-np}
+spec: {type: NodePort, selector: {app: whoami}, ports: [{name: web, port: 8080, targetPort: 80, nodePort: 30081}]}
+`);
+  const internal = (w: string) => kubectlJson('get', 'node', `kc-${w}`).status.addresses.find((a: any) => a.type === 'InternalIP' && !a.address.includes(':')).address as string;
+  const [w1, w2] = [internal('w1'), internal('w2')];
+  // An answer (busybox httpd's 404 for /): the NodePort takes it to a pod.
+  await waitFor(() => /^HTTP\/1\.[01] /.test(getFromNode('w1', w1, 30081)), 30_000, () => `kc-w1 → its NodePort: ${getFromNode('w1', w1, 30081)}`);
+  const t = knictlTrace('w1', '--from-node', w1, '--port', '30081');
+  assert.deepEqual([t.kind, t.ok], ['node-port', true], JSON.stringify(t));
+  assert.equal(t.hops[0].what, `${w1} port 30081/TCP is Service default/who-np's NodePort (its port web 8080/TCP): the node's service proxy rewrites it to one of its 2 ready endpoints; kube-proxy (iptables mode) has taken it up on this node`);
+  assert.deepEqual(t.hops.filter((h: any) => /^endpoint /.test(h.what)).map((h: any) => h.what.split(':')[0]).sort(), ['endpoint default/who-1 (port 80/TCP)', 'endpoint default/who-2 (port 80/TCP)'], 'the Service port web 8080 is the pods\' 80');
+  // From who-1 to kc-w2's address: kc-w2's kube-proxy takes it there.
+  const there = knictlTrace('w1', 'who-1', w2, '--port', '30081');
+  assert.deepEqual([there.kind, there.ok], ['peer-node', true], JSON.stringify(there));
+  assert.match(there.hops[1].what, new RegExp(`; port 30081/TCP is Service default/who-np's NodePort: node kc-w2's service proxy sends it to one of its endpoints \\(knictl trace --from-node ${w2.replace(/\./g, '\\.')} --port 30081/tcp on kc-w2 traces it there\\)$`));
+  kubectl('delete', 'service', 'who-np');
+  // Nothing takes it now: a connection is refused, and the trace says why.
+  const gone = knictlTrace('w1', '--from-node', w1, '--port', '30081');
+  assert.deepEqual([gone.kind, gone.ok, gone.hops[0].problem], ['node', false, "nothing on this node takes 30081/TCP: no pod's host port, no Service's NodePort, no socket listening on it (a connection is refused)"], JSON.stringify(gone));
 }
 
 /** What stops a packet to Service who-one (`whoOne`, its only endpoint who-1 on kc-w1), and to Services without endpoints or none at all. */
