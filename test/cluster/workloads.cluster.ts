@@ -95,11 +95,11 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
     }
   });
 
-  it('a ClusterIP Service, kube-proxy in its nftables mode: answers from a pod over IPv4 and IPv6 and from each node (over IPv6 the node has no route: the trace says so); knictl trace names its Service, its endpoints and kube-proxy\'s map element, and says when that element is gone', async () => {
+  it('a NodePort Service, kube-proxy in its nftables mode: its ClusterIP answers from a pod over IPv4 and IPv6 and from each node (over IPv6 the node has no route: the trace says so), its NodePort from the node; knictl trace names its Service, its endpoints and kube-proxy\'s map elements, and says when one is gone', async () => {
     apply(`apiVersion: v1
 kind: Service
 metadata: {name: web}
-spec: {selector: {app: web}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}]}
+spec: {type: NodePort, selector: {app: web}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80, nodePort: 30080}]}
 `);
     const ips = kubectlJson('get', 'service', 'web').spec.clusterIPs as string[];
     assert.equal(ips.length, 2);
@@ -127,6 +127,13 @@ spec: {selector: {app: web}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
     const unrouted = knictlTrace('w1', '--from-node', ips[1]);
     assert.deepEqual([unrouted.kind, unrouted.ok], ['service', false], JSON.stringify(unrouted));
     assert.equal(unrouted.hops[0].problem, `the node has no route to ${ips[1]}: its own packets need one before kube-proxy rewrites them (a default route, or one to the Service range)`);
+    // Its NodePort on kc-w1's address: kube-proxy's element in service-nodeports (and the address
+    // in nodeport-ips), then the endpoints.
+    const w1 = kubectlJson('get', 'node', 'kc-w1').status.addresses.find((a: any) => a.type === 'InternalIP' && !a.address.includes(':')).address;
+    assert.match(getFromNode('w1', w1, 30080), /hello from kni e2e/, `kc-w1 → its NodePort ${w1}:30080`);
+    const np = knictlTrace('w1', '--from-node', w1, '--port', '30080');
+    assert.deepEqual([np.kind, np.ok, np.hops.filter((h: any) => h.what.startsWith('endpoint ')).length], ['node-port', true, 8], JSON.stringify(np));
+    assert.match(np.hops[0].what, new RegExp(`^${w1.replace(/\./g, '\\.')} port 30080/TCP is Service default/web's NodePort \\(its port 80/TCP\\): the node's service proxy rewrites it to one of its 8 ready endpoints; kube-proxy \\(nftables mode\\) has taken it up on this node$`));
     // The IPv4 element taken out of kube-proxy's map on kc-w2 behind its back: a trace from there
     // says so (kube-proxy puts it back at its next sync: taken out again if that came first).
     const there = runningPods().find((p: any) => p.spec.nodeName === 'kc-w2');
