@@ -39,27 +39,29 @@ export async function policyHops(ctx: PolicyContext | undefined, receiver: Recei
   if (!ctx) return out;
   const { sender } = ctx;
   const port = receiver.port ?? ctx.port;
+  const always = receiver.ownNode ? 'between a pod and its own node' : sender.pod && receiver.pod && podText(sender.pod) === podText(receiver.pod) ? 'from a pod to itself' : '';
   if (sender.pod) {
     const v = await ctx.lookup.verdict('egress', sender.pod, { pod: receiver.pod, ip: receiver.ip }, port);
     const to = receiver.pod ? podText(receiver.pod) : receiver.ip;
-    if (v?.selecting.length) out.egress.push(hopOf('pod', 'egress', sender.pod, v, to, port, receiver.ownNode));
+    if (v?.selecting.length) out.egress.push(verdictHop('pod', 'egress', sender.pod, v, to, port, always));
   }
   if (receiver.pod) {
     const v = await ctx.lookup.verdict('ingress', receiver.pod, { pod: sender.pod, ip: sender.ip }, port);
     const from = sender.pod ? podText(sender.pod) : sender.node ? `node ${sender.ip ?? ''}`.trim() : sender.ip ?? 'the sender';
-    if (v?.selecting.length) out.ingress.push(hopOf(at, 'ingress', receiver.pod, v, from, port, receiver.ownNode));
+    if (v?.selecting.length) out.ingress.push(verdictHop(at, 'ingress', receiver.pod, v, from, port, always));
   }
   return out;
 }
 
-function hopOf(at: string, direction: Direction, pod: PodName, v: DirectionVerdict, peer: string, port: TracedPort | undefined, ownNode: boolean): TraceHop {
+/** `always`: what always passes, as the API says ("between a pod and its own node", "from a pod to itself"); '' for the rest. */
+function verdictHop(at: string, direction: Direction, pod: PodName, v: DirectionVerdict, peer: string, port: TracedPort | undefined, always: string): TraceHop {
   const one = v.selecting.length === 1;
   const selects = `NetworkPolic${one ? 'y' : 'ies'} ${v.selecting.join(', ')} select${one ? 's' : ''} ${podText(pod)} for ${direction}`;
   const on = port ? ` on ${portText(port)}` : '';
-  if (ownNode) return { at, what: `${selects}; what passes between a pod and its own node is never a policy's to stop`, problem: '' };
+  if (always) return { at, what: `${selects}; what passes ${always} is never a policy's to stop`, problem: '' };
   if (!v.allowedBy.length) {
-    const none = one ? 'it allows' : 'none of them allows';
-    return { at, what: selects, problem: `${none} nothing sent ${direction === 'ingress' ? 'from' : 'to'} ${peer}${on}: a policy agent enforcing ${one ? 'it' : 'them'} drops it (kni enforces none)` };
+    const none = one ? 'it allows nothing' : 'none of them allows what is';
+    return { at, what: selects, problem: `${none} sent ${direction === 'ingress' ? 'from' : 'to'} ${peer}${on}: a policy agent enforcing ${one ? 'it' : 'them'} drops it (kni enforces none)` };
   }
   const by = `${v.allowedBy.join(', ')} allow${v.allowedBy.length === 1 ? 's' : ''} it ${direction === 'ingress' ? 'from' : 'to'} ${peer}`;
   const where = port ? on : v.ports === 'all' ? ' on every port' : ` on ${v.ports.join(', ')} only (knictl trace --port checks one)`;
