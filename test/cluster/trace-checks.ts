@@ -72,8 +72,8 @@ spec:
     `kc-w2 NetworkPolicy default/web-in selects pod default/who-2 for ingress; default/web-in allows it from pod default/who-1${only}`,
     // who-1 is one of the endpoints: what a pod sends itself always passes.
     "node NetworkPolicy default/web-in selects pod default/who-1 for ingress; what passes from a pod to itself is never a policy's to stop",
-    "pod NetworkPolicy default/one-out selects pod default/who-1 for egress; what passes from a pod to itself is never a policy's to stop",
     `pod NetworkPolicy default/one-out selects pod default/who-1 for egress; default/one-out allows it to pod default/who-2${only}`,
+    "pod NetworkPolicy default/one-out selects pod default/who-1 for egress; what passes from a pod to itself is never a policy's to stop",
   ], JSON.stringify(policed));
   // Each endpoint's egress hop comes before it, its ingress hop after it.
   const i = policed.hops.findIndex((h: any) => /^endpoint default\/who-2:/.test(h.what));
