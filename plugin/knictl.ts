@@ -113,12 +113,17 @@ function clusterText(c: any, allPeers: boolean): string {
   const routesOf = (p: any): any[] => (p.routes.length ? p.routes : [{ destination: p.pod_cidrs.join(',') || '-', backend: '', via: '', state: 'none', error: p.pod_cidrs.length ? '' : 'no podCIDRs' }]);
   const states = new Map<string, number>();
   for (const p of c.peers) for (const r of routesOf(p)) states.set(r.state, (states.get(r.state) ?? 0) + 1);
-  const summary = `peers: ${c.peers.length} node(s); routes: ${[...states].map(([st, n]) => `${n} ${st}`).join(', ') || 'none'}`;
+  const probes = new Map<string, number>();
+  for (const p of c.peers) for (const r of p.routes) if (r.probe) probes.set(r.probe, (probes.get(r.probe) ?? 0) + 1);
+  const summary = `peers: ${c.peers.length} node(s); routes: ${[...states].map(([st, n]) => `${n} ${st}`).join(', ') || 'none'}${probes.size ? `; probes: ${[...probes].map(([st, n]) => `${n} ${st}`).join(', ')}` : ''}`;
+  // A probe that does not get through is a problem as much as a route not installed.
+  const probeBad = (r: any): boolean => r.probe === 'silent' || r.probe === 'unreachable';
   // In a large cluster the routes that are in place would bury the ones that are not.
-  const shown = allPeers || c.peers.length <= PEERS_LISTED ? c.peers : c.peers.filter((p: any) => routesOf(p).some((r) => r.state !== 'installed'));
+  const shown = allPeers || c.peers.length <= PEERS_LISTED ? c.peers : c.peers.filter((p: any) => routesOf(p).some((r) => r.state !== 'installed' || probeBad(r)));
   const hidden = c.peers.length - shown.length;
-  const rows = shown.flatMap((p: any) => routesOf(p).map((r: any) => [p.name, p.internal_ips.join(','), r.destination, r.backend || '-', r.via || '-', r.state, r.error || '-']));
-  return `${lines}${summary}\n${rows.length ? table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBLEM'], ...rows]) : ''}${hidden ? `(${hidden} peer(s) with every route installed not listed: --all-peers lists them)\n` : ''}`;
+  const probeText = (r: any): string => (!r.probe ? '-' : probeBad(r) ? `${r.probe.toUpperCase()} since ${r.probe_since.slice(11, 19)}` : `${r.probe} ${Number(r.probe_ms).toFixed(1)} ms`);
+  const rows = shown.flatMap((p: any) => routesOf(p).map((r: any) => [p.name, p.internal_ips.join(','), r.destination, r.backend || '-', r.via || '-', r.state, probeText(r), r.error || (probeBad(r) ? r.probe_detail : '') || '-']));
+  return `${lines}${summary}\n${rows.length ? table([['PEER', 'INTERNAL IPS', 'DESTINATION', 'BACKEND', 'VIA', 'STATE', 'PROBE', 'PROBLEM'], ...rows]) : ''}${hidden ? `(${hidden} peer(s) with every route installed and answering not listed: --all-peers lists them)\n` : ''}`;
 }
 
 program.command('networks').description('network definitions kni knows (NetworkAttachmentDefinitions, networks.dir), where each came from, and the pods using it').addOption(output()).action(async (o) => {

@@ -76,6 +76,7 @@ export function parseClusterSettings(r: Record<string, unknown>, cfg: Config, pr
       }
     }
   }
+  if (r.peerProbe !== undefined) parsePeerProbe(r.peerProbe, cfg, problems);
   if (r.logLevel !== undefined) {
     if (typeof r.logLevel !== 'string' || !LOG_LEVELS.includes(r.logLevel)) problems.push(`logLevel must be one of ${LOG_LEVELS.join(', ')}`);
     else cfg.logLevel = r.logLevel;
@@ -222,4 +223,23 @@ function parseNodeIpam(v: unknown, cfg: Config, problems: string[]): void {
     cidrs.push(c);
   }
   cfg.nodeIpam.clusterCIDRs = cidrs;
+}
+
+function parsePeerProbe(v: unknown, cfg: Config, problems: string[]): void {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+    problems.push('peerProbe must be a map of settings');
+    return;
+  }
+  const p = v as Record<string, unknown>;
+  for (const key of Object.keys(p)) if (!['port', 'intervalSeconds', 'timeoutSeconds'].includes(key)) problems.push(`unknown setting "peerProbe.${key}"`);
+  if (p.port !== undefined) {
+    if (!Number.isInteger(p.port) || (p.port as number) < 0 || (p.port as number) > 65535) problems.push('peerProbe.port must be a port number, or 0 for no probe');
+    else cfg.peerProbe.port = p.port as number;
+  }
+  for (const [key, max] of [['intervalSeconds', 3600], ['timeoutSeconds', 60]] as const) {
+    if (p[key] === undefined) continue;
+    if (typeof p[key] !== 'number' || !((p[key] as number) >= 1 && (p[key] as number) <= max)) problems.push(`peerProbe.${key} must be a number from 1 to ${max}`);
+    else cfg.peerProbe[key] = p[key] as number;
+  }
+  if (cfg.peerProbe.timeoutSeconds >= cfg.peerProbe.intervalSeconds) problems.push(`peerProbe.timeoutSeconds (${cfg.peerProbe.timeoutSeconds}) must be below peerProbe.intervalSeconds (${cfg.peerProbe.intervalSeconds})`);
 }

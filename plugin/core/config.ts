@@ -119,6 +119,13 @@ export interface VxlanConfig {
   txChecksumOffload: boolean | 'auto';
 }
 
+/** kni's probe of each peer's pod network (plugin/node/peer-probe.ts); port 0 turns it off. */
+export interface PeerProbeConfig {
+  port: number;
+  intervalSeconds: number;
+  timeoutSeconds: number;
+}
+
 export type PodLink = 'auto' | 'bridge' | 'routed';
 /** How a pod is wired: podLink with "auto" resolved. */
 export type PodWiring = Exclude<PodLink, 'auto'>;
@@ -147,6 +154,7 @@ export interface Config {
   nodeIpam: NodeIpamConfig;
   backend: Backend;
   vxlan: VxlanConfig;
+  peerProbe: PeerProbeConfig;
   defaultNetwork: DefaultNetworkConfig;
   /** Secondary networks (several per pod; plugins from defaultNetwork.binDirs). */
   networks: NetworksConfig;
@@ -210,6 +218,7 @@ export const defaultConfig = (): Config => ({
   backend: 'auto',
   // 8472: the Linux kernel's and flannel's vxlan port, so firewall rules written for flannel fit.
   vxlan: { vni: 4096, port: 8472, device: 'kni.vxlan', txChecksumOffload: 'auto' },
+  peerProbe: { port: 9275, intervalSeconds: 30, timeoutSeconds: 3 },
   // kni's image ships Debian's plugins in /usr/lib/cni; /opt/cni/bin is where nodes keep theirs.
   defaultNetwork: { cni: '', binDirs: ['/opt/cni/bin', '/usr/lib/cni'], chrootDir: '', readinessIndicatorFile: '' },
   networks: { dir: '', attachmentDefinitions: true, podStatus: true, namespaceIsolation: false, globalNamespaces: [], podResourcesSocket: '/var/lib/kubelet/pod-resources/kubelet.sock', deviceInfoDir: '/var/run/k8s.cni.cncf.io/devinfo', everyPod: [], systemNamespaces: ['kube-system'] },
@@ -229,7 +238,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 
 export class ConfigError extends Error {}
 

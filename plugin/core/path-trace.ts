@@ -9,6 +9,7 @@ import { cidrContains, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
+import { ProbeResult, probeWorks } from '../node/peer-probe';
 import type { PeerRouteStatus } from '../node/peer-routes';
 import { IPVS_LINK } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
@@ -40,7 +41,8 @@ export interface PeerRoutes {
   name: string;
   internalIPs: string[];
   podCidrs: string[];
-  routes: PeerRouteStatus[];
+  /** With kni's last probe through each (plugin/node/peer-probe.ts), when probing is on. */
+  routes: (PeerRouteStatus & { probe?: ProbeResult })[];
 }
 
 const via = (r: RouteLookup, dev: string): string => `${r.gateway ? `via ${r.gateway} ` : ''}dev ${dev}${r.source ? ` src ${r.source}` : ''}`;
@@ -106,7 +108,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const follow = (next: Destination, onward: Onward): Promise<Found> => beyondPod(rt, next, peers, onward);
   const own = ownAddress(rt, dst);
   if (own && how.port && !how.endpoint) return ownAddressPort(rt, dst, own.link, how.port, how, follow);
-  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf));
+  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf, rt.cfg.vxlan.port));
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
@@ -153,7 +155,17 @@ function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
 }
 
 /** Another node's pods: kni's route to them, and whether the node's routing takes it. */
-async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>): Promise<Found | undefined> {
+/** kni's probe through the route gets no answer: what is between the nodes drops pods' packets. */
+function silent(route: PeerRoutes['routes'][number], peer: string, vxlanPort: number): string {
+  const p = route.probe;
+  if (!p || probeWorks(p.state)) return '';
+  const between = route.backend === 'vxlan'
+    ? `vxlan's UDP port ${vxlanPort} must pass between this node and node ${peer}, both ways (a firewall, or a cloud security group?)`
+    : `packets with pod addresses must pass between this node and node ${peer} (a router without routes to pod CIDRs, or a cloud network's source/destination check?)`;
+  return `kni's probe of node ${peer}'s pod network through this route has had no answer since ${p.since} (${p.detail}): ${between}`;
+}
+
+async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number): Promise<Found | undefined> {
   for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => {
       try {
@@ -171,7 +183,7 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
     }
     const expected = route.backend === 'vxlan' ? `dev ${route.device}` : `via ${route.via}`;
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
-    const problem = matches ? '' : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
+    const problem = matches ? silent(route, peer.name, vxlanPort) : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
     const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, problem)];
     const pod = await podOf(peer.name);
     if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (trace there with knictl on ${peer.name})`));

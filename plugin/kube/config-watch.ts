@@ -11,7 +11,7 @@ import { KubeApi, recordEvent } from './kube-api';
 import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */
-export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'backend', 'vxlan', 'extensions'] as const;
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'backend', 'vxlan', 'peerProbe', 'extensions'] as const;
 
 // CIDRs compared as their text; ranges taken from the Node are not the file's.
 const comparable = (c: Config): ConfigText => ({ ...configText(c), ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });
@@ -28,7 +28,7 @@ export function diffConfig(current: Config, next: Config): { live: string[]; fix
 export interface LiveHooks {
   /** The log level of the command line, used when the file sets none. */
   flagLogLevel: string;
-  /** The backend changed: routes again. */
+  /** The backend, vxlan or peerProbe changed: routes again, and the probe with its new settings. */
   resyncRoutes(): void;
 }
 
@@ -110,8 +110,10 @@ export class ConfigWatch {
           break;
         case 'backend':
         case 'vxlan':
+        case 'peerProbe':
           c.backend = next.backend;
           c.vxlan = next.vxlan;
+          c.peerProbe = next.peerProbe;
           this.hooks.resyncRoutes();
           break;
         default:

@@ -9,7 +9,8 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
-import { NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
@@ -25,7 +26,8 @@ import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
 import { WatchRestart } from './watch-restart';
 
 export interface PeerView extends NodeView {
-  routes: PeerRouteStatus[];
+  /** With the last probe through each (peer-probe.ts), when probing is on. */
+  routes: (PeerRouteStatus & { probe?: ProbeResult })[];
 }
 
 export interface AgentStatus {
@@ -69,6 +71,7 @@ const ROUTE_CHECK_MS = 10_000;
 export class NodeAgent {
   private informer?: K8s.Informer<K8s.V1Node> & K8s.ObjectCache<K8s.V1Node>;
   private readonly peers: PeerNetwork;
+  private readonly probe: PeerProbe;
   readonly writer: NodeStatusWriter;
   private readonly owners: ExtensionOwners;
   /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod, NetworkPolicies. */
@@ -94,6 +97,7 @@ export class NodeAgent {
 
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
+    this.probe = new PeerProbe(() => cfg.peerProbe, `kni ${cfg.kubernetes.nodeName}\n`);
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
     const ranges = new ServiceCidrs(api);
@@ -155,6 +159,8 @@ export class NodeAgent {
     // an admin or another agent may delete them. Checked as often as flannel checks its own.
     this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
+    // Listening on this node's gateways once its network is up; probing through kni's installed routes.
+    this.probe.start(() => (this.rt.node.status().ready ? this.cfg.ranges.map(gatewayOf) : []), () => probeTargets(this.peers.status(), this.cfg.ranges));
   }
 
   stop(): void {
@@ -163,12 +169,14 @@ export class NodeAgent {
     if (this.syncTimer) clearTimeout(this.syncTimer);
     this.owners.stop();
     if (this.routeTimer) clearInterval(this.routeTimer);
+    this.probe.stop();
     this.writer.stop();
   }
 
-  /** Routes again from the cache (the backend changed live). */
+  /** Routes again from the cache (the backend changed live); the probe with its settings now. */
   resync(): void {
     this.schedule();
+    this.probe.restart();
   }
 
   private markConnected(): void {
@@ -371,8 +379,9 @@ export class NodeAgent {
 
   status(): AgentStatus {
     const routes = this.peers.status();
-    const byNode = new Map<string, PeerRouteStatus[]>();
-    for (const r of routes) {
+    const byNode = new Map<string, PeerView['routes']>();
+    for (const route of routes) {
+      const r = { ...route, probe: this.probe.result(route.destination) };
       const of = byNode.get(r.node);
       if (of) of.push(r);
       else byNode.set(r.node, [r]);

@@ -58,7 +58,7 @@ const notIps = (v: NodeView): string => {
 };
 
 /** The first address of a pod CIDR: the peer's gateway (kni's IPAM gives it to the bridge). */
-const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
+export const gatewayOf = (c: Cidr): string => formatIp(c.family, c.base + 1n);
 
 /**
  * An address as the kernel's dumps spell it (RFC 5952): what kni plans is compared with what it

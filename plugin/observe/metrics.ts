@@ -149,6 +149,13 @@ export const peerNodes = new prom.Gauge({
   registers: [registry],
 });
 
+export const peerProbes = new prom.Gauge({
+  name: 'kni_peer_probes',
+  help: "kni's probes of other nodes' pod networks through its routes, by their last outcome (answers, refused, silent, unreachable)",
+  labelNames: ['state'] as const,
+  registers: [registry],
+});
+
 export const peerRoutes = new prom.Gauge({
   name: 'kni_peer_routes',
   help: "Routes to other nodes' pod CIDRs, by backend and state (installed, failed, unreachable)",

@@ -105,7 +105,12 @@ function clusterStatus(s: AgentStatus): Record<string, unknown> {
     ranges_problem: s.rangesProblem,
     backend: s.backend,
     api: { source: s.api.source, connected: s.api.connected, error: s.api.error, watch_restarts: s.api.watchRestarts },
-    peers: s.peers.map((p) => ({ name: p.name, internal_ips: p.internalIPs, pod_cidrs: p.podCidrs, routes: p.routes })),
+    peers: s.peers.map((p) => ({
+      name: p.name,
+      internal_ips: p.internalIPs,
+      pod_cidrs: p.podCidrs,
+      routes: p.routes.map(({ probe, ...r }) => ({ ...r, probe: probe?.state ?? '', probe_detail: probe?.detail ?? '', probe_since: probe?.since ?? '', probe_ms: probe?.ms ?? 0 })),
+    })),
   };
 }
 
