@@ -19,7 +19,7 @@ import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { labelSelectorMatches } from '../plugin/kube/label-selectors';
 import { parseTracedPort, policyVerdict } from '../plugin/kube/policy-verdict';
 import { convertResult } from '../plugin/cni/cni-network';
-import { unroutedPeersWarning } from '../plugin/kube/node-agent';
+import { unroutedPeersWarning } from '../plugin/kube/unrouted-peers';
 import { slimNode } from '../plugin/kube/node-cache';
 import { podCidrsOfNode } from '../plugin/kube/node-ranges';
 import { nodePodCidrSource } from '../plugin/kube/node-cidr-pool';

@@ -23,6 +23,7 @@ import { PolicyLookup } from './network-policies';
 import { serviceBehind, serviceWithNodePort } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
+import { unroutedPeersWarning } from './unrouted-peers';
 import { WatchRestart } from './watch-restart';
 
 export interface PeerView extends NodeView {
@@ -48,22 +49,6 @@ const nodeView = (n: K8s.V1Node): NodeView => ({
   internalIPs: (n.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address),
   podCidrs: nodePodCidrTexts(n),
 });
-
-/**
- * The warning for other Nodes with no podCIDRs (undefined: none): kni routes to a node's pods by
- * its Node's podCIDRs, so those nodes' pods cannot be reached from here. Every other Node
- * without them, while this kni's ranges come from its config, is a cluster without node IPAM.
- */
-export function unroutedPeersWarning(views: NodeView[], self: string, rangesFromConfig: boolean): string | undefined {
-  const names = views.filter((v) => v.name !== self && !v.podCidrs.length).map((v) => v.name).sort();
-  if (!names.length) return undefined;
-  const shown = names.length > 5 ? `${names.slice(0, 5).join(', ')} and ${names.length - 5} more` : names.join(', ');
-  const all = names.length === views.filter((v) => v.name !== self).length;
-  const hint = rangesFromConfig && all
-    ? ": kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off? Pods reach across nodes only with it (kube-controller-manager --allocate-node-cidrs, which kind and kubeadm with --pod-network-cidr turn on), or kni's own: nodeIpam in its config"
-    : ': their pods are unreachable from this node until node IPAM gives them podCIDRs';
-  return `Node${names.length === 1 ? '' : 's'} ${shown} ha${names.length === 1 ? 's' : 've'} no spec.podCIDRs, and kni routes to other nodes' pods by them${hint}`;
-}
 
 /** How often the peer routes are compared with the kernel (a sync that finds them all writes nothing). */
 const ROUTE_CHECK_MS = 10_000;
@@ -159,8 +144,9 @@ export class NodeAgent {
     // an admin or another agent may delete them. Checked as often as flannel checks its own.
     this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
-    // Listening on this node's gateways once its network is up; probing through kni's installed routes.
-    this.probe.start(() => (this.rt.node.status().ready ? this.cfg.ranges.map(gatewayOf) : []), () => probeTargets(this.peers.status(), this.cfg.ranges));
+    // On kni0's gateways once the node network is up, through kni's installed routes; not for a CNI default network, whose gateways are its plugins'.
+    const probing = (): boolean => !this.rt.cni && this.rt.node.status().ready;
+    this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? probeTargets(this.peers.status(), this.cfg.ranges) : []));
   }
 
   stop(): void {
