@@ -10,7 +10,7 @@ import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
-import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
+import { PeerProbe, ProbeResult, probeTargets, probeWorks } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
@@ -83,6 +83,11 @@ export class NodeAgent {
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
     this.probe = new PeerProbe(() => cfg.peerProbe, `kni ${cfg.kubernetes.nodeName}\n`);
+    this.probe.onChange = (t, now) => {
+      const peer = `node ${this.peers.status().find((r) => r.destination === t.destination)?.node ?? '?'}'s pod network (${t.destination})`;
+      if (probeWorks(now.state)) this.nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
+      else this.nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through kni's route gets no answer (${now.detail}): what is between the nodes drops pods' packets (knictl node; knictl trace to a pod there)`);
+    };
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
     const ranges = new ServiceCidrs(api);
@@ -321,13 +326,13 @@ export class NodeAgent {
    * undoing kni's work would otherwise write an Event a minute; kni_drift_findings_total counts
    * every one).
    */
-  private nodeEvent(reason: string, message: string): void {
+  private nodeEvent(reason: string, message: string, type: 'Warning' | 'Normal' = 'Warning'): void {
     const now = Date.now();
     if (now - (this.eventSent.get(message) ?? -Infinity) < 10 * 60_000) return;
     this.eventSent.set(message, now);
     for (const [m, at] of this.eventSent) if (now - at >= 10 * 60_000) this.eventSent.delete(m);
     const self = this.informer?.get(this.nodeName);
-    void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: self?.metadata?.uid }, 'Warning', reason, message);
+    void recordEvent(this.api, { kind: 'Node', name: this.nodeName, uid: self?.metadata?.uid }, type, reason, message);
   }
 
   /** NetworkUnavailable False once every peer route is in place; metrics. */

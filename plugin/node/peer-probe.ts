@@ -60,6 +60,8 @@ export class PeerProbe {
   private timer?: NodeJS.Timeout;
   private running = false;
   private sources?: { own: () => string[]; targets: () => ProbeTarget[] };
+  /** Told when a target stops answering, or answers again (the node agent's Node Events). */
+  onChange?: (target: ProbeTarget, now: ProbeResult) => void;
 
   /** settings: read at each start (peerProbe changes live). */
   constructor(private readonly settings: () => PeerProbeConfig, private readonly greeting: string) {}
@@ -168,5 +170,6 @@ export class PeerProbe {
     const works = probeWorks(outcome.state);
     if (!works) log('warn', "a peer's pod network does not answer kni's probe through kni's route", { destination: t.destination, address: t.address, state: outcome.state, detail: outcome.detail });
     else if (before && !probeWorks(before.state)) log('info', "a peer's pod network answers kni's probe again", { destination: t.destination, address: t.address });
+    if (!works || (before && !probeWorks(before.state))) this.onChange?.(t, this.results.get(t.destination)!);
   }
 }

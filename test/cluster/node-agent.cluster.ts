@@ -149,12 +149,16 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
         assert.match(text, /^kc-w2 .* installed +SILENT since \d\d:\d\d:\d\d +no answer from 10\.244\.\d+\.\d+ port 9275 within 1 s$/m);
         const t = knictlTrace('w1', 'who-1', b4);
         assert.equal(t.ok, false, JSON.stringify(t));
+        const events = (reason: string) => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=kc-w1,reason=${reason}`).items.map((e: any) => `${e.type} ${e.message}`).join('\n');
+        await waitFor(() => /^Warning kni's probe of node kc-w2's pod network \(10\.244\.\S+\) through kni's route gets no answer \(no answer from \S+ port 9275 within 1 s\): what is between the nodes drops pods' packets/m.test(events('PeerPodNetworkSilent')), 30_000, () => events('PeerPodNetworkSilent'));
         assert.match(t.hops[1].problem, /^kni's probe of node kc-w2's pod network through this route has had no answer since \S+ \(no answer from \S+ port 9275 within 1 s\): vxlan's UDP port 8472 must pass between this node and node kc-w2, both ways \(a firewall, or a cloud security group\?\)$/);
       } finally {
         for (const tool of ['iptables', 'ip6tables']) wire(tool, '-D');
       }
       await waitFor(() => all('answers'), 30_000, () => JSON.stringify([peerRoutes('w1'), peerRoutes('w2')]));
       assert.equal(fetchFrom('who-1', b4), a4);
+      const back = () => kubectlJson('get', 'events', '--field-selector', 'involvedObject.name=kc-w2,reason=PeerPodNetworkAnswers').items.map((e: any) => `${e.type} ${e.message}`).join('\n');
+      await waitFor(() => /^Normal kni's probe of node kc-w1's pod network \(\S+\) answers again$/m.test(back()), 30_000, back);
       assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /"msg":"a peer's pod network answers kni's probe again"/);
     } finally {
       edit(original);
