@@ -16,10 +16,10 @@ import { removeForwardRules, syncForwardRules } from '../node/forward-rules';
 import { removeMasquerade, syncMasquerade, unmasqueraded } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
-import { syncHostPorts } from '../node/host-ports';
+import { HostPortTarget, syncHostPorts } from '../node/host-ports';
 
 /** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
-export const onBuiltIn = (r: SandboxRecord): boolean => {
+const onBuiltIn = (r: SandboxRecord): boolean => {
   const itf = r.interfaces.find((i) => !i.network);
   return !!itf && isBuiltIn(itf);
 };
@@ -54,17 +54,22 @@ export class NodeLifecycle {
    */
   syncHostPorts(): Promise<void> {
     const next = this.hostPortWrites.then(async () => {
-      const targets = [...this.rt.sandboxes.values()].filter((r) => r.portMappings?.length && r.phase !== 'detaching' && onBuiltIn(r)).map((r) => ({
-        sandbox: r.id,
-        addresses: r.interfaces[0]?.addresses ?? [],
-        mappings: r.portMappings!,
-      }));
+      const targets = this.hostPortTargets();
       if (!targets.length && !this.hostPortRules) return;
       await syncHostPorts(this.rt.cfg.ranges, targets);
       this.hostPortRules = targets.length > 0;
     });
     this.hostPortWrites = next.catch(() => undefined);
     return next;
+  }
+
+  /** The pods whose host ports are kni's to DNAT (KNI-HOSTPORTS), from the records now. */
+  hostPortTargets(): HostPortTarget[] {
+    return [...this.rt.sandboxes.values()].filter((r) => r.portMappings?.length && r.phase !== 'detaching' && onBuiltIn(r)).map((r) => ({
+      sandbox: r.id,
+      addresses: r.interfaces[0]?.addresses ?? [],
+      mappings: r.portMappings!,
+    }));
   }
 
   /** The MTU of the built-in network's pods: the config's, or the one found at setup. */

@@ -5,7 +5,7 @@
 // endpoints (trace-service.ts), or somewhere outside the pod networks — and the node's route
 // there, each hop with what would stop the packet; the NetworkPolicies on the way judged
 // (policy-hops.ts). Read-only: nothing is changed, nothing is sent.
-import { cidrContains, isSameIp, parseCidr } from '../ipam/ip';
+import { cidrContains, cidrTextHolds, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
@@ -115,7 +115,8 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   // The node's own packets are routed before kube-proxy's output hook rewrites them: with no route to the ClusterIP the kernel refuses them first (ENETUNREACH).
   if (range && services) return clusterIpHops(rt, dst, range, services, follow, { fromNode: !!how.fromNode, unrouted: !!how.fromNode && !nodeRoute, policy: how.policy, port: how.port });
   // Without the cluster's Service ranges, a ClusterIP looks like any address outside.
-  return outside(rt, dst, peers, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint, nodePort: await peerNodePort(dst, peers, how) });
+  const peerNode = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
+  return outside(rt, dst, peerNode, nodeRoute, dev, { ...how, servicesUnknown: range === null && !how.endpoint, nodePort: await peerNodePort(dst, peerNode, how) });
 }
 
 /** A CNI network's interface (a pod's extra network, or the default network run by CNI): its plugins route it. */
@@ -167,14 +168,7 @@ function silent(route: PeerRoutes['routes'][number], peer: string, vxlanPort: nu
 
 async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number): Promise<Found | undefined> {
   for (const peer of peers) {
-    const claim = peer.podCidrs.find((t) => {
-      try {
-        const c = parseCidr(t);
-        return c.family === dst.family && cidrContains(c, dst.family, dst.value);
-      } catch {
-        return false;
-      }
-    });
+    const claim = peer.podCidrs.find((t) => cidrTextHolds(t, dst));
     if (!claim) continue;
     const route = peer.routes.find((r) => r.destination === parseCidr(claim).text);
     const what = `${dst.text} is in node ${peer.name}'s podCIDR ${claim}`;
@@ -192,17 +186,15 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
   return undefined;
 }
 
-/** Another node itself (its InternalIP), or somewhere outside the cluster's networks: the node's route, and masquerading. */
 /** Another node's InternalIP to a port a Service takes on every node: what that node's kube-proxy does with it. */
-async function peerNodePort(dst: Destination, peers: PeerRoutes[], how: Onward): Promise<string> {
-  const peer = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
+async function peerNodePort(dst: Destination, peer: PeerRoutes | undefined, how: Onward): Promise<string> {
   if (!peer || !how.port || !how.services || how.endpoint) return '';
   const svc = await how.services.withNodePort(dst.family, how.port).catch(() => undefined);
   return svc ? `; port ${portText(how.port)} is Service ${svc.namespace}/${svc.name}'s NodePort: node ${peer.name}'s service proxy sends it to one of its endpoints (knictl trace --from-node ${dst.text} --port ${how.port.port}/${how.port.protocol.toLowerCase()} on ${peer.name} traces it there)` : '';
 }
 
-function outside(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean; nodePort: string }): Found {
-  const peerNode = peers.find((p) => p.internalIPs.some((ip) => isSameIp(ip, dst)));
+/** Another node itself (its InternalIP: `peerNode`), or somewhere outside the cluster's networks: the node's route, and masquerading. */
+function outside(rt: NetworkRuntime, dst: Destination, peerNode: PeerRoutes | undefined, nodeRoute: RouteLookup | undefined, dev: string, how: { fromNode?: boolean; servicesUnknown: boolean; nodePort: string }): Found {
   const kind = peerNode ? 'peer-node' : 'outside';
   const what = peerNode ? `${dst.text} is node ${peerNode.name}'s InternalIP` : `${dst.text} is outside the pod networks`;
   if (!nodeRoute) return { kind, hops: [hopOf('node', what, `the node has no route to ${dst.text}`)] };

@@ -7,7 +7,6 @@ import { HOSTPORT_CHAIN, hostPortDnat } from '../node/host-ports';
 import { ruleExists } from '../node/iptables';
 import { nodeListens } from '../node/node-listeners';
 import type { NetworkRuntime } from './network-runtime';
-import { onBuiltIn } from './node-lifecycle';
 import { Destination, destinationOf } from './trace-destination';
 import { Follow, Found, hopOf, Onward } from './trace-hop';
 import { nodePortHops } from './trace-service';
@@ -35,17 +34,18 @@ export async function ownAddressPort(rt: NetworkRuntime, dst: Destination, link:
 
 /** A host port of a pod on this node, given by its runtime's port mappings: kni's DNAT rule, then the pod. */
 async function hostPortOf(rt: NetworkRuntime, dst: Destination, own: string, port: TracedPort, how: Onward, follow: Follow): Promise<Found | undefined> {
-  for (const rec of rt.list()) {
-    const m = rec.portMappings?.find((x) => x.hostPort === port.port && x.protocol.toUpperCase() === port.protocol && (!x.hostIp || isSameIp(x.hostIp, dst)));
-    if (!m || !onBuiltIn(rec) || rec.phase === 'detaching') continue;
-    const name = rec.pod.name ? `pod ${rec.pod.namespace}/${rec.pod.name}` : `sandbox ${rec.id}`;
-    const podAddress = rec.interfaces.find((i) => !i.network)?.addresses.find((a) => a.family === dst.family)?.address;
+  for (const target of rt.node.hostPortTargets()) {
+    const m = target.mappings.find((x) => x.hostPort === port.port && x.protocol.toUpperCase() === port.protocol && (!x.hostIp || isSameIp(x.hostIp, dst)));
+    if (!m) continue;
+    const rec = rt.sandboxes.get(target.sandbox);
+    const name = rec?.pod.name ? `pod ${rec.pod.namespace}/${rec.pod.name}` : `sandbox ${target.sandbox}`;
+    const podAddress = target.addresses.find((a) => a.family === dst.family)?.address;
     if (!podAddress) return { kind: 'host-port', hops: [hopOf('node', `${own}; port ${portText(port)} is a host port of ${name}`, `the pod has no IPv${dst.family} address: nothing sends it on`)] };
-    const present = await ruleExists(dst.family, 'nat', HOSTPORT_CHAIN, hostPortDnat(dst.family, rec.id, podAddress, m)).catch(() => false);
+    const present = await ruleExists(dst.family, 'nat', HOSTPORT_CHAIN, hostPortDnat(dst.family, target.sandbox, podAddress, m)).catch(() => false);
     const to: TracedPort = { port: m.containerPort, protocol: port.protocol };
     const what = `${own}; port ${portText(port)} is a host port of ${name}: kni's ${HOSTPORT_CHAIN} sends it to ${podAddress} port ${portText(to)}`;
     const problem = present ? '' : `kni's DNAT rule for it is missing from the nat table's ${HOSTPORT_CHAIN} chain (knictl reconcile writes it again)`;
-    const pod = rec.pod.name ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined;
+    const pod = rec?.pod.name ? { namespace: rec.pod.namespace, name: rec.pod.name } : undefined;
     const onward = present ? (await follow(destinationOf(podAddress), { endpoint: true, fromNode: how.fromNode })).hops : [];
     return { kind: 'host-port', hops: [hopOf('node', what, problem), ...onward], receiver: { pod, ip: podAddress, port: to, ownNode: !!how.fromNode } };
   }

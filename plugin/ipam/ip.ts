@@ -147,6 +147,16 @@ export function isSameIp(text: string, ip: { family: Family; value: bigint }): b
   }
 }
 
+/** Whether CIDR text holds an address; false for text that is no CIDR (objects read from the API are input). */
+export function cidrTextHolds(text: string, ip: { family: Family; value: bigint }): boolean {
+  try {
+    const c = parseCidr(text);
+    return c.family === ip.family && cidrContains(c, ip.family, ip.value);
+  } catch {
+    return false;
+  }
+}
+
 export function parseCidr(s: string): Cidr {
   if (typeof s !== 'string') throw new Error(`not a CIDR: ${JSON.stringify(s)}`);
   const m = /^([^/]+)\/(\d{1,3})$/.exec(s.trim());

@@ -7,7 +7,7 @@
 // none) on a port (any, when it lists none). Left to the caller, as the API leaves them to every
 // implementation: traffic between a pod and its own node, and a pod to itself, always passes.
 import type * as K8s from '@kubernetes/client-node';
-import { cidrContains, Family, parseCidr, parseIp } from '../ipam/ip';
+import { cidrTextHolds, Family, parseIp } from '../ipam/ip';
 import { labelSelectorMatches } from './label-selectors';
 
 export type Protocol = 'TCP' | 'UDP' | 'SCTP';
@@ -108,17 +108,7 @@ function peerMatches(x: K8s.V1NetworkPolicyPeer, policyNamespace: string, peer: 
   return namespaceOk && labelSelectorMatches(x.podSelector, peer.pod.labels);
 }
 
-function inBlock(block: K8s.V1IPBlock, ip: { family: Family; value: bigint }): boolean {
-  const holds = (text: string): boolean => {
-    try {
-      const c = parseCidr(text);
-      return c.family === ip.family && cidrContains(c, ip.family, ip.value);
-    } catch {
-      return false;
-    }
-  };
-  return holds(block.cidr) && !(block.except ?? []).some(holds);
-}
+const inBlock = (block: K8s.V1IPBlock, ip: { family: Family; value: bigint }): boolean => cidrTextHolds(block.cidr, ip) && !(block.except ?? []).some((t) => cidrTextHolds(t, ip));
 
 const protocolOf = (x: K8s.V1NetworkPolicyPort): string => (x.protocol ?? 'TCP').toUpperCase();
 
