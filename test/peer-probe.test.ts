@@ -1,9 +1,13 @@
 // kni's probe of other nodes' pod networks (plugin/node/peer-probe.ts), on loopback: a kni
 // listening answers, an address nobody listens on resets (the path works), the results kept per
-// destination, dropped with it, and the log says when one stops answering. Through real routes,
-// and a vxlan port blocked between two nodes: cluster/node-agent.cluster.ts.
+// destination, dropped with it, and the log says when one stops answering. In a netns whose
+// loopback loses large packets: small-only, and the listener's segments cut to its pods' MTU.
+// Through real routes, and a vxlan port blocked between two nodes: cluster/node-agent.cluster.ts.
 import assert from 'node:assert/strict';
-import { PeerProbe } from '../plugin/node/peer-probe';
+import { ChildProcess, spawn } from 'node:child_process';
+import net from 'node:net';
+import { PeerProbe, PROBE_BYTES, probeAnswer } from '../plugin/node/peer-probe';
+import { RUN, sh, trySh } from './helpers/sh';
 
 describe('peer probe (loopback)', () => {
   const port = 20000 + (process.pid % 20000);
@@ -37,5 +41,79 @@ describe('peer probe (loopback)', () => {
     probe.listen(['192.0.2.77']);
     await new Promise((r) => setTimeout(r, 100));
     probe.listen(['192.0.2.77']);
+  });
+
+  it('a kni before the byte count (its greeting alone) answers; the answer is the greeting line with the count, padded to it', async () => {
+    const old = net.createServer((s) => s.end('kni old\n')).listen({ host: '127.0.0.1', port: port + 1 });
+    try {
+      await new Promise((r) => old.once('listening', r));
+      probe = new PeerProbe(() => ({ port: port + 1, intervalSeconds: 30, timeoutSeconds: 2 }), 'kni test');
+      await probe.probeAll([{ destination: '10.0.1.0/24', address: '127.0.0.1', source: '127.0.0.1' }]);
+      assert.equal(probe.result('10.0.1.0/24')!.state, 'answers');
+    } finally {
+      old.close();
+    }
+    const answer = probeAnswer('kni node-a');
+    assert.equal(answer.length, PROBE_BYTES);
+    assert.match(answer.toString('latin1', 0, 40), /^kni node-a bytes=9216\n\.\.\./);
+  });
+});
+
+describe('peer probe over a path that loses large packets (two netns, a veth whose far end drops them)', () => {
+  const [l, p] = [`${RUN}-probel`, `${RUN}-probep`];
+  const port = 20000 + ((process.pid + 7) % 20000);
+  const inNs = (ns: string, cmd: string, args: string[]): string => sh('nsenter', [`--net=/run/netns/${ns}`, cmd, ...args]);
+  let listener: ChildProcess | undefined;
+  before(() => {
+    for (const ns of [l, p]) {
+      trySh('ip', ['netns', 'del', ns]);
+      sh('ip', ['netns', 'add', ns]);
+    }
+    sh('ip', ['-n', l, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0', 'netns', p]);
+    for (const [ns, addr] of [[l, '10.99.0.1/24'], [p, '10.99.0.2/24']]) {
+      sh('ip', ['-n', ns, 'addr', 'add', addr, 'dev', 'eth0']);
+      sh('ip', ['-n', ns, 'link', 'set', 'eth0', 'up']);
+    }
+    // Segments as a NIC sends them, counted one by one where they arrive: the stack otherwise
+    // hands TCP's 64 kB GSO packets whole to the veth, and GRO joins them again.
+    inNs(l, 'ethtool', ['-K', 'eth0', 'tso', 'off', 'gso', 'off']);
+    inNs(p, 'ethtool', ['-K', 'eth0', 'gro', 'off']);
+  });
+  afterEach(() => listener?.stdin?.end());
+  after(() => [l, p].forEach((ns) => trySh('ip', ['netns', 'del', ns])));
+
+  async function listen(mtu: number): Promise<void> {
+    listener?.stdin?.end();
+    const child = spawn('nsenter', [`--net=/run/netns/${l}`, process.execPath, 'dist/test/helpers/probe-in-netns.js', 'listen', '10.99.0.1', String(port), String(mtu)], { stdio: ['pipe', 'pipe', 'inherit'] });
+    listener = child;
+    let out = '';
+    await new Promise<void>((resolve, reject) => {
+      child.stdout!.on('data', (c: Buffer) => {
+        out += c.toString();
+        if (/^listening$/m.test(out)) resolve();
+      });
+      child.once('exit', (code) => reject(new Error(`the listener exited (${code}): ${out}`)));
+    });
+  }
+  const probe = (): { state: string; detail: string } => JSON.parse(inNs(p, process.execPath, ['dist/test/helpers/probe-in-netns.js', 'probe', '10.99.0.1', '10.99.0.2', String(port), '1']).trim().split('\n').at(-1)!);
+  // A path of MTU 1400 whose "too big" never comes back: what arrives larger is lost.
+  const drop = (op: '-A' | '-D'): string => inNs(p, 'iptables', [op, 'INPUT', '-i', 'eth0', '-p', 'tcp', '--sport', String(port), '-m', 'length', '--length', '1401:65535', '-j', 'DROP']);
+
+  it('small-only when the handshake passes and the full-sized answer does not; a listener whose pods\' MTU the path takes answers', async () => {
+    await listen(0);
+    assert.equal(probe().state, 'answers', 'the path as it is');
+    drop('-A');
+    try {
+      const lost = probe();
+      assert.equal(lost.state, 'small-only', JSON.stringify(lost));
+      assert.match(lost.detail, /^connected to 10\.99\.0\.1 port \d+, but 0 of the 9216 bytes its kni sends back in full-sized packets arrived within 1 s$/);
+      // The node's pods have MTU 1400 there: the answer's segments are cut to it, and pass.
+      await listen(1400);
+      assert.equal(probe().state, 'answers');
+      await listen(1500);
+      assert.equal(probe().state, 'small-only');
+    } finally {
+      drop('-D');
+    }
   });
 });

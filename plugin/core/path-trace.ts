@@ -9,7 +9,7 @@ import { cidrContains, cidrTextHolds, isSameIp, parseCidr } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
-import { ProbeResult, probeWorks } from '../node/peer-probe';
+import { LARGE_PACKETS_LOST, ProbeResult, probeWorks } from '../node/peer-probe';
 import type { PeerRouteStatus } from '../node/peer-routes';
 import { IPVS_LINK } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
@@ -156,10 +156,11 @@ function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
 }
 
 /** Another node's pods: kni's route to them, and whether the node's routing takes it. */
-/** kni's probe through the route gets no answer: what is between the nodes drops pods' packets. */
+/** kni's probe through the route gets no answer, or not its large packets: what is between the nodes drops pods' packets. */
 function silent(route: PeerRoutes['routes'][number], peer: string, vxlanPort: number): string {
   const p = route.probe;
   if (!p || probeWorks(p.state)) return '';
+  if (p.state === 'small-only') return `kni's probe of node ${peer}'s pod network through this route has connected, but not got its full-sized packets, since ${p.since} (${p.detail}): ${LARGE_PACKETS_LOST}`;
   const between = route.backend === 'vxlan'
     ? `vxlan's UDP port ${vxlanPort} must pass between this node and node ${peer}, both ways (a firewall, or a cloud security group?)`
     : `packets with pod addresses must pass between this node and node ${peer} (a router without routes to pod CIDRs, or a cloud network's source/destination check?)`;

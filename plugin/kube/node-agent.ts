@@ -10,7 +10,7 @@ import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
-import { PeerProbe, ProbeResult, probeTargets, probeWorks } from '../node/peer-probe';
+import { LARGE_PACKETS_LOST, PeerProbe, ProbeResult, probeTargets, probeWorks } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
@@ -82,10 +82,11 @@ export class NodeAgent {
 
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
-    this.probe = new PeerProbe(() => cfg.peerProbe, `kni ${cfg.kubernetes.nodeName}\n`);
+    this.probe = new PeerProbe(() => cfg.peerProbe, `kni ${cfg.kubernetes.nodeName}`, () => rt.node.mtu);
     this.probe.onChange = (t, now) => {
       const peer = `node ${this.peers.status().find((r) => r.destination === t.destination)?.node ?? '?'}'s pod network (${t.destination})`;
       if (probeWorks(now.state)) this.nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
+      else if (now.state === 'small-only') this.nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through kni's route connects, but its full-sized packets are lost (${now.detail}): ${LARGE_PACKETS_LOST} (knictl node; knictl trace to a pod there)`);
       else this.nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through kni's route gets no answer (${now.detail}): what is between the nodes drops pods' packets (knictl node; knictl trace to a pod there)`);
     };
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);

@@ -5,19 +5,42 @@
 // but silent is what a firewall dropping vxlan's UDP, or a router dropping pod addresses, looks
 // like — when everything else on kni's side says fine. A TCP connection, not ICMP: Node has no
 // ICMP socket, and a ping socket needs net.ipv4.ping_group_range opened.
+//
+// The listener answers with more than a full-sized packet, each segment as large as its pods'
+// MTU allows (TCP_MAXSEG): a path that passes the handshake but loses large packets (an MTU
+// black hole: a link between the nodes narrower than theirs, and the ICMP "too big" lost or
+// never sent, or fragments dropped) is then told apart from one that works. Pods there connect,
+// and hang on their first large answer: the hardest of these to see from inside a pod.
 import net from 'node:net';
 import { log } from '../core/log';
+import { IPPROTO_TCP, setsockoptInt, TCP_MAXSEG } from '../sys/libc';
 import type { PeerProbeConfig } from '../core/config';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { peerProbes } from '../observe/metrics';
 import { gatewayOf, PeerRouteStatus } from './peer-routes';
 
 /**
- * answers: the peer's kni took the connection; refused: a reset came back (the path works, no
- * kni listens there: probing off, an older kni, or one restarting); silent: no answer in time; unreachable: the
- * kernel here has no way there (an ICMP error, or no route).
+ * answers: the peer's kni took the connection and its answer arrived; refused: a reset came back
+ * (the path works, no kni listens there: probing off, an older kni, or one restarting);
+ * small-only: connected, but the answer's full-sized packets did not arrive in time; silent: no
+ * answer in time; unreachable: the kernel here has no way there (an ICMP error, or no route).
  */
-export type ProbeState = 'answers' | 'refused' | 'silent' | 'unreachable';
+export type ProbeState = 'answers' | 'refused' | 'small-only' | 'silent' | 'unreachable';
+export const PROBE_STATES: ProbeState[] = ['answers', 'refused', 'small-only', 'silent', 'unreachable'];
+
+/**
+ * What a listening kni sends in all: its greeting line says so ("bytes=N"), padding makes up the
+ * rest. More than one segment at any MTU up to 9000 (jumbo frames), and within the initial
+ * congestion window (10 segments) at any MTU from 1280: all of it leaves at once.
+ */
+export const PROBE_BYTES = 9216;
+
+/** The answer a listener sends: the greeting line with the byte count, then padding to PROBE_BYTES. */
+export function probeAnswer(greeting: string): Buffer {
+  const head = Buffer.from(`${greeting.trimEnd()} bytes=${PROBE_BYTES}\n`);
+  if (head.length > PROBE_BYTES) throw new Error(`probe greeting over ${PROBE_BYTES} bytes`);
+  return Buffer.concat([head, Buffer.alloc(PROBE_BYTES - head.length, '.')]);
+}
 
 export interface ProbeResult {
   state: ProbeState;
@@ -37,6 +60,9 @@ export interface ProbeTarget {
 }
 
 export const probeWorks = (s: ProbeState): boolean => s === 'answers' || s === 'refused';
+
+/** What small-only means, and what to do about it (the node Event's and the trace's words). */
+export const LARGE_PACKETS_LOST = "small packets pass between the nodes and full-sized ones are lost, an MTU black hole: a link between them takes less than this node's pods' MTU (plus the overlay's header), and the ICMP saying so does not come back, or fragments are dropped; pods connect and then hang on large transfers. Set mtu in kni's config to what the path takes (less 50 bytes with vxlan), or let that ICMP through";
 
 /** The peers' gateways through kni's installed routes, each from this node's own gateway of that family. */
 export function probeTargets(routes: PeerRouteStatus[], ranges: Cidr[]): ProbeTarget[] {
@@ -63,8 +89,15 @@ export class PeerProbe {
   /** Told when a target stops answering, or answers again (the node agent's Node Events). */
   onChange?: (target: ProbeTarget, now: ProbeResult) => void;
 
-  /** settings: read at each start (peerProbe changes live). */
-  constructor(private readonly settings: () => PeerProbeConfig, private readonly greeting: string) {}
+  private readonly answer: Buffer;
+
+  /**
+   * settings: read at each start (peerProbe changes live). podMtu: this node's pods' MTU, which
+   * the listener's segments are cut to (0: the route's, as for any connection).
+   */
+  constructor(private readonly settings: () => PeerProbeConfig, greeting: string, private readonly podMtu: () => number = () => 0) {
+    this.answer = probeAnswer(greeting);
+  }
 
   /** Every interval: listens on this node's gateways (`own`, when its network is up) and probes the targets; nothing with port 0. */
   start(own: () => string[], targets: () => ProbeTarget[]): void {
@@ -107,7 +140,7 @@ export class PeerProbe {
       if (this.servers.has(address)) continue;
       const server = net.createServer((s) => {
         s.on('error', () => undefined);
-        s.end(this.greeting);
+        s.end(this.answer);
       });
       this.servers.set(address, server);
       server.on('error', (e: NodeJS.ErrnoException) => {
@@ -117,7 +150,26 @@ export class PeerProbe {
         if (!this.failedListens.has(address)) log('warn', 'peer probe cannot listen; retried each round', { address, port: this.port, error: e.code ?? e.message });
         this.failedListens.add(address);
       });
-      server.listen({ host: address, port: this.port }, () => this.failedListens.delete(address));
+      server.listen({ host: address, port: this.port }, () => {
+        this.failedListens.delete(address);
+        this.clampSegments(server, address);
+      });
+    }
+  }
+
+  /**
+   * The listener's segments no larger than a pod's here (accepted connections inherit the
+   * clamp): the answer's packets are then as large as the pods' own, whatever the route's MTU.
+   */
+  private clampSegments(server: net.Server, address: string): void {
+    const mtu = this.podMtu();
+    const fd = (server as unknown as { _handle?: { fd?: number } })._handle?.fd;
+    if (!mtu || fd === undefined || fd < 0) return;
+    const headers = net.isIPv6(address) ? 60 : 40;
+    try {
+      setsockoptInt(fd, IPPROTO_TCP, TCP_MAXSEG, mtu - headers);
+    } catch (e) {
+      log('warn', "peer probe: the listener's segment size not set; its answer goes in the route's", { address, mtu, error: (e as Error).message });
     }
   }
 
@@ -130,7 +182,7 @@ export class PeerProbe {
       while (next < targets.length) await this.probe(targets[next++]);
     };
     await Promise.all(Array.from({ length: Math.min(AT_ONCE, targets.length) }, worker));
-    const counts = new Map<ProbeState, number>([['answers', 0], ['refused', 0], ['silent', 0], ['unreachable', 0]]);
+    const counts = new Map<ProbeState, number>(PROBE_STATES.map((st) => [st, 0]));
     for (const r of this.results.values()) counts.set(r.state, counts.get(r.state)! + 1);
     for (const [state, n] of counts) peerProbes.set({ state }, n);
   }
@@ -148,14 +200,33 @@ export class PeerProbe {
 
   private async probe(t: ProbeTarget): Promise<void> {
     const started = performance.now();
+    let ms = -1;
     const outcome = await new Promise<{ state: ProbeState; detail: string }>((resolve) => {
-      const sock = net.connect({ host: t.address, port: this.port, localAddress: t.source, timeout: this.timeoutMs });
+      const sock = net.connect({ host: t.address, port: this.port, localAddress: t.source });
+      let got = 0;
+      let head = '';
+      let expected: number | undefined;
       const done = (state: ProbeState, detail = ''): void => {
+        clearTimeout(timer);
         sock.destroy();
         resolve({ state, detail });
       };
-      sock.once('connect', () => done('answers'));
-      sock.once('timeout', () => done('silent', `no answer from ${t.address} port ${this.port} within ${this.timeoutMs / 1000} s`));
+      const timer = setTimeout(() => {
+        if (ms < 0) done('silent', `no answer from ${t.address} port ${this.port} within ${this.timeoutMs / 1000} s`);
+        else done('small-only', `connected to ${t.address} port ${this.port}, but ${got} of the ${expected ?? PROBE_BYTES} bytes its kni sends back in full-sized packets arrived within ${this.timeoutMs / 1000} s`);
+      }, this.timeoutMs);
+      sock.once('connect', () => {
+        ms = performance.now() - started;
+      });
+      sock.on('data', (c: Buffer) => {
+        got += c.length;
+        if (expected !== undefined || head.length > 512) return;
+        head += c.toString('latin1', 0, Math.min(c.length, 512));
+        const m = /^[^\n]* bytes=(\d+)\n/.exec(head);
+        if (m) expected = Number(m[1]);
+      });
+      // A kni before the byte count sends its greeting alone: it answered.
+      sock.once('end', () => (expected === undefined || got >= expected ? done('answers') : done('small-only', `connected to ${t.address} port ${this.port}, but the answer ended after ${got} of ${expected} bytes`)));
       sock.once('error', (e: NodeJS.ErrnoException) => {
         // A reset, before or after the handshake (a peer's kni restarting closes its listener): the path works.
         if (e.code === 'ECONNREFUSED' || e.code === 'ECONNRESET') done('refused');
@@ -165,7 +236,9 @@ export class PeerProbe {
     });
     const before = this.results.get(t.destination);
     const changed = !before || before.state !== outcome.state;
-    this.results.set(t.destination, { ...outcome, since: changed ? new Date().toISOString() : before.since, ms: Math.round((performance.now() - started) * 100) / 100 });
+    // The connect's time (the answer's too, when it never connected).
+    const took = ms >= 0 ? ms : performance.now() - started;
+    this.results.set(t.destination, { ...outcome, since: changed ? new Date().toISOString() : before.since, ms: Math.round(took * 100) / 100 });
     if (!changed) return;
     const works = probeWorks(outcome.state);
     if (!works) log('warn', "a peer's pod network does not answer kni's probe through kni's route", { destination: t.destination, address: t.address, state: outcome.state, detail: outcome.detail });
