@@ -1,0 +1,214 @@
+// Pure logic of the Kubernetes node agent: whether kni leaves its node, label selectors and
+// NetworkPolicy verdicts, Nodes without podCIDRs, masquerade returns, contested podCIDRs, the
+// Node cache, node IPAM's blocks.
+import assert from 'node:assert/strict';
+import fc from 'fast-check';
+import { cidrsOverlap, formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
+import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
+import { labelSelectorMatches } from '../plugin/kube/label-selectors';
+import { parseTracedPort, policyVerdict } from '../plugin/kube/policy-verdict';
+import { unroutedPeersWarning } from '../plugin/kube/unrouted-peers';
+import { slimNode } from '../plugin/kube/node-cache';
+import { podCidrsOfNode } from '../plugin/kube/node-ranges';
+import { freeBlock, nodePodCidrSource } from '../plugin/kube/node-cidr-pool';
+import { unmasqueraded } from '../plugin/node/masquerade';
+import { contestedClaims, rivalKey } from '../plugin/node/contested-cidrs';
+
+describe('whether kni leaves its node as its pod stops (the preStop)', () => {
+  const ds = (uid: string, deleting = false) => ({ metadata: { name: 'kni', uid, ...(deleting ? { deletionTimestamp: new Date() } : {}) } });
+  const pod = (owner?: { kind: string; uid: string }) => ({ metadata: { name: 'kni-abc', ownerReferences: owner ? [{ apiVersion: 'apps/v1', kind: owner.kind, name: 'kni', uid: owner.uid, controller: true }] : [] } });
+  it('stays while its DaemonSet stays (rolling update, restart, a deleted pod); leaves when it is deleted, deleting, replaced, or nothing restarts the pod; a force-deleted pod stays', () => {
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1')).leaving, false);
+    assert.match(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1')).reason, /DaemonSet kni stays/);
+    assert.match(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), undefined).reason, /DaemonSet kni is deleted/);
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u1', true)).leaving, true);
+    assert.equal(leavingFrom(pod({ kind: 'DaemonSet', uid: 'u1' }), ds('u2')).leaving, true);
+    assert.equal(leavingFrom(pod({ kind: 'ReplicaSet', uid: 'u1' }), 'none').leaving, true);
+    assert.equal(leavingFrom(pod(), 'none').leaving, true);
+    // Force-deleted (graceful deletion keeps the object through the preStop): kept, as a new pod follows.
+    assert.equal(leavingFrom(undefined, 'none').leaving, false);
+  });
+
+  it('leaves a node its DaemonSet no longer selects (nodeSelector, required node affinity), as the DaemonSet controller then deletes its pod', () => {
+    const node = { metadata: { name: 'n1', labels: { role: 'net', size: '8' } } };
+    const on = (spec: object) => ({ ...ds('u1'), spec: { selector: {}, template: { spec: { containers: [], ...spec } } } });
+    const owned = pod({ kind: 'DaemonSet', uid: 'u1' });
+    assert.equal(leavingFrom(owned, on({ nodeSelector: { role: 'net' } }), node).leaving, false);
+    assert.match(leavingFrom(owned, on({ nodeSelector: { role: 'edge' } }), node).reason, /no longer selects node n1/);
+    const affinity = (terms: object[]) => ({ affinity: { nodeAffinity: { requiredDuringSchedulingIgnoredDuringExecution: { nodeSelectorTerms: terms } } } });
+    const holds = (terms: object[]) => selectsNode(affinity(terms) as any, node as any);
+    assert.equal(holds([{ matchExpressions: [{ key: 'role', operator: 'In', values: ['net', 'x'] }] }]), true);
+    assert.equal(holds([{ matchExpressions: [{ key: 'role', operator: 'NotIn', values: ['net'] }] }]), false);
+    assert.equal(holds([{ matchExpressions: [{ key: 'gpu', operator: 'DoesNotExist' }, { key: 'size', operator: 'Gt', values: ['4'] }] }]), true);
+    assert.equal(holds([{ matchExpressions: [{ key: 'size', operator: 'Lt', values: ['4'] }] }, { matchFields: [{ key: 'metadata.name', operator: 'In', values: ['n1'] }] }]), true, 'terms are ORed');
+    assert.equal(holds([{}]), false, 'an empty term matches no node');
+    assert.equal(selectsNode(undefined, node as any), true);
+  });
+});
+
+describe('label selectors (which NetworkPolicies select a pod)', () => {
+  it('matchLabels and every expression must hold; an empty selector selects every pod; Gt, Lt and unknown operators select none', () => {
+    const labels = { app: 'web', tier: 'front' };
+    const m = (sel: object | undefined) => labelSelectorMatches(sel as any, labels);
+    assert.equal(m(undefined), true);
+    assert.equal(m({}), true);
+    assert.equal(m({ matchLabels: { app: 'web' } }), true);
+    assert.equal(m({ matchLabels: { app: 'web', tier: 'back' } }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'In', values: ['db', 'web'] }, { key: 'tier', operator: 'Exists' }] }), true);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'NotIn', values: ['web'] }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'zone', operator: 'NotIn', values: ['a'] }, { key: 'zone', operator: 'DoesNotExist' }] }), true, 'a label it lacks is in no set');
+    assert.equal(m({ matchLabels: { app: 'web' }, matchExpressions: [{ key: 'tier', operator: 'DoesNotExist' }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Gt', values: ['1'] }] }), false);
+    assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Like', values: ['web'] }] }), false);
+    assert.equal(labelSelectorMatches({ matchExpressions: [{ key: 'toString', operator: 'Exists' }] }, {}), false, 'no label from the object prototype');
+  });
+});
+
+describe('NetworkPolicy verdicts (knictl trace judges the policies on a path)', () => {
+  const pol = (name: string, spec: object) => ({ metadata: { namespace: 'shop', name }, spec }) as any;
+  const web = { app: 'web' };
+  const client = { ip: parseIp('10.1.0.7'), pod: { namespace: 'shop', labels: { app: 'client' }, namespaceLabels: { 'kubernetes.io/metadata.name': 'shop', team: 'a' } } };
+  const stranger = { ip: parseIp('10.1.0.8'), pod: { namespace: 'other', labels: { app: 'client' }, namespaceLabels: { 'kubernetes.io/metadata.name': 'other' } } };
+  const outside = { ip: parseIp('192.0.2.9') };
+  const httpPort = [{ name: 'http', port: 8080, protocol: 'TCP' as const }];
+  const tcp = (port: number) => ({ port, protocol: 'TCP' as const });
+  it('isolates only in the directions of its types (Ingress by default, Egress too with egress rules); a pod no policy selects is not isolated', () => {
+    const deny = pol('deny', { podSelector: {} });
+    assert.deepEqual(policyVerdict([deny], 'ingress', web, client, []), { selecting: ['shop/deny'], allowedBy: [], ports: [] });
+    assert.deepEqual(policyVerdict([deny], 'egress', web, client, []).selecting, []);
+    assert.deepEqual(policyVerdict([pol('out', { podSelector: {}, egress: [{}] })], 'egress', web, client, []), { selecting: ['shop/out'], allowedBy: ['shop/out'], ports: 'all' });
+    assert.deepEqual(policyVerdict([pol('db', { podSelector: { matchLabels: { app: 'db' } } })], 'ingress', web, client, []).selecting, []);
+  });
+  it('peers: a podSelector alone is of the policy\'s namespace, a namespaceSelector takes namespaces by label, both together both; an ipBlock holds the address minus its excepts', () => {
+    const from = (...peers: object[]) => [pol('p', { podSelector: { matchLabels: web }, ingress: [{ from: peers }] })];
+    // As @kubernetes/client-node reads it, `from` is `_from`: either is taken.
+    const read = (...peers: object[]) => from(...peers).map((p) => ({ ...p, spec: { ...p.spec, ingress: [{ _from: p.spec.ingress[0].from }] } }));
+    const allowed = (peers: object[], peer: any) => {
+      const [asRead, asWritten] = [read(...peers), from(...peers)].map((p) => policyVerdict(p, 'ingress', web, peer, []).allowedBy.length === 1);
+      assert.equal(asRead, asWritten);
+      return asRead;
+    };
+    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], client), true);
+    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], stranger), false, 'another namespace');
+    assert.equal(allowed([{ namespaceSelector: { matchLabels: { team: 'a' } } }], client), true);
+    assert.equal(allowed([{ namespaceSelector: {} }], stranger), true, 'every namespace');
+    assert.equal(allowed([{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }], stranger), false);
+    assert.equal(allowed([{ podSelector: {} }], outside), false, 'an address is no pod');
+    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], client), true);
+    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], stranger), false);
+    assert.equal(allowed([{ ipBlock: { cidr: 'fd00::/8' } }], outside), false, 'another family');
+    assert.equal(allowed([{ ipBlock: { cidr: '0.0.0.0/0' } }], outside), true);
+    assert.equal(allowed([], stranger), true, 'an empty from: every source');
+  });
+  it('ports: a traced port is judged by protocol, number, range and name (the receiving pod\'s container port); without one the allowed ports are described', () => {
+    const ports = (...p: object[]) => [pol('p', { podSelector: {}, ingress: [{ ports: p }] })];
+    const judge = (p: object[], port?: any, named = httpPort) => policyVerdict(ports(...p), 'ingress', web, client, named, port);
+    assert.deepEqual(judge([{ port: 80 }], tcp(80)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 80 }], tcp(81)).allowedBy, []);
+    assert.deepEqual(judge([{ port: 80 }], { port: 80, protocol: 'UDP' }).allowedBy, [], 'TCP unless said');
+    assert.deepEqual(judge([{ protocol: 'UDP' }], { port: 53, protocol: 'UDP' }).allowedBy, ['shop/p'], 'no port: every port of the protocol');
+    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8080)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8101)).allowedBy, []);
+    assert.deepEqual(judge([{ port: 'http' }], tcp(8080)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 'http' }], tcp(8080), []).allowedBy, [], 'a name the pod does not have');
+    assert.deepEqual(judge([{ port: 80 }, { port: 'http' }, { port: 'grpc' }, { protocol: 'UDP' }, { port: 9000, endPort: 9009 }]), { selecting: ['shop/p'], allowedBy: ['shop/p'], ports: ['80/TCP', 'http (8080/TCP)', 'every UDP port', '9000-9009/TCP'] });
+    assert.deepEqual(judge([{ port: 'grpc' }]), { selecting: ['shop/p'], allowedBy: [], ports: [] }, 'only a name the pod lacks: nothing');
+  });
+  it('policies add up: any selecting policy\'s rule lets it through; each rule needs its peer and its port', () => {
+    const a = pol('a', { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 80 }] }] });
+    const b = pol('b', { podSelector: { matchLabels: web }, ingress: [{ from: [{ podSelector: {} }], ports: [{ port: 443 }] }] });
+    const v = (port?: any) => policyVerdict([a, b], 'ingress', web, client, [], port);
+    assert.deepEqual(v(tcp(80)), { selecting: ['shop/a', 'shop/b'], allowedBy: [], ports: [] }, 'a has the port but not the peer');
+    assert.deepEqual(v(tcp(443)).allowedBy, ['shop/b']);
+    assert.deepEqual(v().ports, ['443/TCP']);
+  });
+  it('a traced port is a number 1-65535, TCP unless /UDP or /SCTP is said', () => {
+    assert.deepEqual(parseTracedPort('80'), { port: 80, protocol: 'TCP' });
+    assert.deepEqual(parseTracedPort(' 53/udp'), { port: 53, protocol: 'UDP' });
+    assert.deepEqual(parseTracedPort('9/SCTP'), { port: 9, protocol: 'SCTP' });
+    for (const bad of ['0', '65536', 'http', '80/icmp', '80/', '']) assert.throws(() => parseTracedPort(bad), /want a port 1-65535/, bad);
+  });
+});
+
+describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
+  const view = (name: string, ...podCidrs: string[]) => ({ name, internalIPs: ['10.0.0.1'], podCidrs });
+  it('names them, says why their pods are unreachable, and points at node IPAM when no Node has podCIDRs and kni\'s ranges are its config\'s', () => {
+    assert.equal(unroutedPeersWarning([view('a', '10.1.0.0/24'), view('b', '10.1.1.0/24')], 'a', false), undefined);
+    // Its own Node is not a peer.
+    assert.equal(unroutedPeersWarning([view('a'), view('b', '10.1.1.0/24')], 'a', true), undefined);
+    assert.equal(unroutedPeersWarning([view('a', '10.1.0.0/24'), view('c'), view('b', '10.1.1.0/24')], 'a', false), "Node c has no spec.podCIDRs, and kni routes to other nodes' pods by them: their pods are unreachable from this node until node IPAM gives them podCIDRs");
+    const none = unroutedPeersWarning([view('a'), ...['h', 'g', 'f', 'e', 'd', 'c', 'b'].map((n) => view(n))], 'a', true)!;
+    assert.match(none, /^Nodes b, c, d, e, f and 2 more have no spec\.podCIDRs, .*: kni's ranges come from its config here, and no other Node has podCIDRs: is node IPAM off\? .*--allocate-node-cidrs/);
+    // From the Node (or a CNI default network's), the same Nodes are only waiting for theirs.
+    assert.match(unroutedPeersWarning([view('a'), view('b')], 'a', false)!, /until node IPAM gives them podCIDRs$/);
+  });
+});
+
+describe('where pod traffic keeps its source address (KNI-MASQ\'s returns)', () => {
+  const c = (...t: string[]) => t.map(parseCidr);
+  const texts = (l: ReturnType<typeof parseCidr>[]) => l.map((x) => x.text);
+  it('is every pod CIDR of the cluster and nonMasqueradeCIDRs; with nodeIpam the cluster\'s CIDRs stand for the nodes\' blocks in them', () => {
+    const none = { clusterCIDRs: [], nodeMaskSizeIPv4: 24, nodeMaskSizeIPv6: 64, configMap: 'kube-system/kni-node-cidrs' };
+    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: none }, c('10.1.1.0/24'))), ['10.1.0.0/24', 'fd00:1::/64', '10.1.1.0/24', '192.0.2.0/24']);
+    const pool = { ...none, clusterCIDRs: c('10.1.0.0/16', 'fd00:1::/48') };
+    // A peer's block outside the pool (set by another node IPAM before nodeIpam) still returns.
+    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: pool }, c('10.1.1.0/24', 'fd00:1:0:1::/64', '10.9.0.0/24'))), ['10.1.0.0/16', 'fd00:1::/48', '10.9.0.0/24', '192.0.2.0/24']);
+  });
+});
+
+describe('Nodes\' podCIDRs that contest each other (peer routes refused)', () => {
+  it('finds for each claim the first other node\'s claim overlapping it, as comparing every pair does, without comparing every pair', () => {
+    // Claims of a few nodes, IPv4 and IPv6, nested, equal and disjoint, in one small space.
+    const claim = fc.tuple(fc.constantFrom('a', 'b', 'c', 'd'), fc.boolean(), fc.integer({ min: 0, max: 255 }), fc.integer({ min: 20, max: 28 })).map(([node, v6, i, p]) => {
+      const c = parseCidr(v6 ? `fd00:0:0:${(i << 4).toString(16)}::/${p + 36}` : `10.1.${i}.0/${p}`);
+      return { node, cidr: parseCidr(`${formatIp(c.family, (c.base >> BigInt((c.family === 4 ? 32 : 128) - c.prefixLength)) << BigInt((c.family === 4 ? 32 : 128) - c.prefixLength))}/${c.prefixLength}`) };
+    });
+    fc.assert(fc.property(fc.array(claim, { maxLength: 30 }), (claims) => {
+      const got = contestedClaims(claims);
+      for (const c of claims) {
+        const first = claims.find((o) => o.node !== c.node && cidrsOverlap(o.cidr, c.cidr));
+        assert.equal(got.get(rivalKey(c.node, c.cidr)), first, `${c.node} ${c.cidr.text}`);
+      }
+    }), { seed: 55, numRuns: 2000 });
+  });
+});
+
+describe('what kni keeps of a Node in its cache', () => {
+  it('keeps the name, uid, resourceVersion, kni\'s annotation, podCIDRs and addresses; drops the kubelet\'s status and managedFields', () => {
+    const full = (ipam: boolean): any => ({
+      metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', labels: { a: 'b' }, annotations: { 'node.alpha.kubernetes.io/ttl': '0', ...(ipam ? { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } : {}) }, managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': {} } }] },
+      spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'], providerID: 'x', taints: [{ key: 'k', effect: 'NoSchedule' }] },
+      status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }, { type: 'Hostname', address: 'n1' }], images: [{ names: ['busybox'], sizeBytes: 1 }], conditions: [{ type: 'Ready', status: 'True' }], nodeInfo: { kubeletVersion: 'v1' } },
+    });
+    for (const ipam of [true, false]) {
+      const n = full(ipam);
+      slimNode(n);
+      assert.deepEqual(n, {
+        metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', ...(ipam ? { annotations: { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } } : {}) },
+        spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'] },
+        status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }, { type: 'Hostname', address: 'n1' }] },
+      });
+      assert.deepEqual(podCidrsOfNode(n).map((c) => c.text), podCidrsOfNode(full(ipam)).map((c) => c.text));
+      assert.equal(nodePodCidrSource(n), nodePodCidrSource(full(ipam)));
+    }
+    // A Node with nothing set stays valid.
+    const bare: any = { metadata: { name: 'n2' } };
+    slimNode(bare);
+    assert.deepEqual(bare, { metadata: { name: 'n2' } });
+  });
+});
+
+describe('nodeIpam: a Node\'s block from the cluster\'s pod CIDRs', () => {
+  it('is the lowest block of the pool that no taken CIDR overlaps, whatever is taken; none when all are', () => {
+    const pool = parseCidr('10.8.0.0/20');
+    // Taken: anything from /18 (the whole pool and more) to /28 (part of one block), in and around the pool.
+    const taken = fc.array(fc.tuple(fc.integer({ min: 0, max: 63 }), fc.integer({ min: 18, max: 28 })).map(([i, p]) => parseCidr(`${formatIp(4, (10n << 24n) + (8n << 16n) - (16n << 8n) + (BigInt(i) << 8n))}/${p}`)), { maxLength: 20 });
+    fc.assert(fc.property(taken, (t) => {
+      const blocks = Array.from({ length: 16 }, (_, i) => parseCidr(`10.8.${i}.0/24`));
+      const free = blocks.filter((b) => !t.some((x) => cidrsOverlap(x, b)));
+      const got = freeBlock(pool, 24, t);
+      assert.equal(got?.text, free[0]?.text);
+    }), { seed: 54, numRuns: 2000 });
+    assert.equal(freeBlock(parseCidr('fd00:10:244::/56'), 64, [parseCidr('fd00:10:244::/64'), parseCidr('fd00:10:244:2::/64'), parseCidr('10.8.0.0/24')])?.text, 'fd00:10:244:1::/64');
+  });
+});
