@@ -19,8 +19,7 @@ async function check(p: fc.IAsyncProperty<any> | fc.IProperty<any>, params: fc.P
   }
 }
 import * as protoLoader from '@grpc/proto-loader';
-import path from 'node:path';
-import { kniService, LOADER_OPTIONS, packageRoot, runtimeService } from '../plugin/server/protos';
+import { kniService, protoOptions, runtimeService } from '../plugin/server/protos';
 import { SHIM } from './helpers/cni-exec';
 import { TestDaemon } from './helpers/test-daemon';
 
@@ -37,7 +36,7 @@ type Descriptor = { name: string; field: any[]; nestedType: any[] };
 /** Every message type of our protos by full name, to fuzz nested messages too. */
 const TYPES = new Map<string, Descriptor>();
 for (const file of ['kni/kni.proto', 'kni/runtime/v1/runtime.proto']) {
-  const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', file), LOADER_OPTIONS);
+  const def = protoLoader.loadSync(file, protoOptions());
   for (const [name, t] of Object.entries(def)) if ((t as any).format === 'Protocol Buffer 3 DescriptorProto') TYPES.set(name, (t as any).type);
 }
 

@@ -33,6 +33,9 @@ export async function unaryOnce<T>(Ctor: grpc.ServiceClientConstructor, socket: 
 
 export const LOADER_OPTIONS: protoLoader.Options = { keepCase: true, longs: String, enums: String, defaults: true, oneofs: true };
 
+/** LOADER_OPTIONS with proto/ as the root a file's name and its imports ("kni/runtime/v1/node.proto") are found from. */
+export const protoOptions = (): protoLoader.Options => ({ ...LOADER_OPTIONS, includeDirs: [path.join(packageRoot(), 'proto')] });
+
 /**
  * Loaded once per file: parsing one takes 5–40 ms of the main thread here (the CRI subset), and
  * a new load brings new message types whose codecs protobufjs writes again at their first use.
@@ -43,7 +46,7 @@ const loaded = new Map<string, grpc.GrpcObject>();
 export function loadProto(relative: string): grpc.GrpcObject {
   let pkg = loaded.get(relative);
   if (!pkg) {
-    const def = protoLoader.loadSync(path.join(packageRoot(), 'proto', relative), LOADER_OPTIONS);
+    const def = protoLoader.loadSync(relative, protoOptions());
     indexMessageTypes(def);
     pkg = grpc.loadPackageDefinition(def);
     loaded.set(relative, pkg);
