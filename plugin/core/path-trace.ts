@@ -102,13 +102,14 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const local = await localPod(rt, dst);
   if (local) return local;
   const nodeRoute = routeGet(rt.host, dst.family, dst.value, dst.text);
-  const dev = nodeRoute ? linkByIndex(rt.host, nodeRoute.index)?.name ?? `link ${nodeRoute.index}` : '';
+  const outLink = nodeRoute ? linkByIndex(rt.host, nodeRoute.index) : undefined;
+  const dev = nodeRoute ? outLink?.name ?? `link ${nodeRoute.index}` : '';
   // A pod of another node: named as given, or looked up by its address (an endpoint is named already).
   const podOf = async (node: string): Promise<PodName | undefined> => dst.pod ?? (how.endpoint ? undefined : await how.services?.podAt(dst.text, node).catch(() => undefined));
   const follow = (next: Destination, onward: Onward): Promise<Found> => beyondPod(rt, next, peers, onward);
   const own = ownAddress(rt, dst);
   if (own && how.port && !how.endpoint) return ownAddressPort(rt, dst, own.link, how.port, how, follow);
-  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf, rt.cfg.vxlan.port));
+  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf, rt.cfg.vxlan.port, mtuNote(outLink?.mtu ?? 0, rt.node.mtu)));
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
@@ -167,7 +168,13 @@ function silent(route: PeerRoutes['routes'][number], peer: string, vxlanPort: nu
   return `kni's probe of node ${peer}'s pod network through this route has had no answer since ${p.since} (${p.detail}): ${between}`;
 }
 
-async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number): Promise<Found | undefined> {
+/** A route narrower than the pods' MTU (vxlan's, on the underlay's MTU): how their larger packets fare. */
+function mtuNote(routeMtu: number, podMtu: number): string {
+  if (!routeMtu || routeMtu >= podMtu) return '';
+  return `; MTU ${routeMtu}: a pod's larger packets (its MTU is ${podMtu}) are answered "fragmentation needed" by this node, and path MTU discovery sends them smaller`;
+}
+
+async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number, mtu: string): Promise<Found | undefined> {
   for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => cidrTextHolds(t, dst));
     if (!claim) continue;
@@ -179,7 +186,7 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
     const expected = route.backend === 'vxlan' ? `dev ${route.device}` : `via ${route.via}`;
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
     const problem = matches ? silent(route, peer.name, vxlanPort) : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
-    const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}`, problem)];
+    const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}${matches ? mtu : ''}`, problem)];
     const pod = await podOf(peer.name);
     if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (trace there with knictl on ${peer.name})`));
     return { kind: 'peer-pod', hops, pod };

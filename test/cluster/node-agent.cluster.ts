@@ -83,7 +83,8 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
       assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['peer-pod', true, ['pod', 'node', 'kc-w2']], JSON.stringify(t));
       // The pod holding that address, looked up by it (status.podIP).
       assert.equal(t.hops[2].what, 'delivered by node kc-w2 to pod default/who-2 (trace there with knictl on kc-w2)');
-      assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+$`));
+      // The vxlan device's MTU is the underlay's less the encapsulation; the pods keep the underlay's.
+      assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+; MTU 14[35]0: a pod's larger packets \\(its MTU is 1500\\) are answered "fragmentation needed" by this node, and path MTU discovery sends them smaller$`));
     }
     const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];
     const toNode = knictl('w1', 'trace', 'who-1', w2);
