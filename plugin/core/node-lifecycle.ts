@@ -91,6 +91,11 @@ export class NodeLifecycle {
     this.warnings.set(key, text);
   }
 
+  /** The warning standing under this key, if any. */
+  warning(key: string): string | undefined {
+    return this.warnings.get(key);
+  }
+
   /** Whether setup succeeded last time (status() also looks at the bridge). */
   get isSetUp(): boolean {
     return this.ready;

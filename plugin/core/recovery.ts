@@ -19,6 +19,7 @@ import { unwireSandbox, wireSandbox } from './sandbox-wiring';
 import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
 import { driftFindings } from '../observe/metrics';
+import { conntrackFill, conntrackWarning } from '../node/conntrack-fill';
 
 /** One finding: counted by the object it is about, logged, and answered in the report. */
 type Found = (object: 'node_network' | 'sandbox' | 'leftover' | 'host_ports', msg: string, fields: Record<string, unknown>) => void;
@@ -204,6 +205,8 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
   } catch (e) {
     found('node_network', `node network is not ready and cannot be set up: ${(e as Error).message}`, { bridge: rt.cfg.bridge });
   }
+  const fill = conntrackFill();
+  rt.node.warn('conntrack', conntrackWarning(fill, rt.node.warning('conntrack') !== undefined), { ...fill });
   // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
   try {
     const drift = nodeJustSetUp ? [] : await rt.node.repairDrift();

@@ -5,6 +5,7 @@ import http from 'node:http';
 import * as prom from 'prom-client';
 import { log } from '../core/log';
 import { BUILD } from '../version';
+import { conntrackFill } from '../node/conntrack-fill';
 
 /** Who asked: kni's gRPC APIs, the CNI shim, NRI, containerd's PodNetworkLifecycle, GC. */
 export type EntryPoint = 'kni' | 'cni' | 'nri' | 'containerd' | 'gc';
@@ -149,9 +150,22 @@ export const peerNodes = new prom.Gauge({
   registers: [registry],
 });
 
+new prom.Gauge({
+  name: 'kni_conntrack_entries',
+  help: "The kernel's connection tracking table in kni's network namespace (the node's): state in_use (nf_conntrack_count) or max (nf_conntrack_max); no series without conntrack",
+  labelNames: ['state'] as const,
+  registers: [registry],
+  collect() {
+    const fill = conntrackFill();
+    if (!fill) return;
+    this.set({ state: 'in_use' }, fill.entries);
+    this.set({ state: 'max' }, fill.max);
+  },
+});
+
 export const peerProbes = new prom.Gauge({
   name: 'kni_peer_probes',
-  help: "kni's probes of other nodes' pod networks through its routes, by their last outcome (answers, refused, silent, unreachable)",
+  help: "kni's probes of other nodes' pod networks through its routes, by their last outcome (answers, refused, small-only, silent, unreachable)",
   labelNames: ['state'] as const,
   registers: [registry],
 });
