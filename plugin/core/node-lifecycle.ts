@@ -43,6 +43,7 @@ export class NodeLifecycle {
   /** The conflist kni last wrote (main.ts, when the node became ready), for GetNode. */
   cniConfig?: CniConfigStatus;
   private readonly repairListeners: ((what: string) => void)[] = [];
+  private readonly warningListeners: ((key: string, text: string) => void)[] = [];
   private readonly recent: { time: string; what: string }[] = [];
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
@@ -79,16 +80,25 @@ export class NodeLifecycle {
 
   /**
    * Something on the node that works against the pods' networking and is not kni's to change:
-   * logged once when it appears or changes, and shown by GetNode (knictl node) until cleared
-   * (no text) by the check that found it.
+   * logged once when it appears or changes (and told to the onWarning listeners: in a cluster,
+   * an Event on the Node), and shown by GetNode (knictl node) until cleared (no text) by the
+   * check that found it.
    */
   warn(key: string, text?: string, fields: Record<string, unknown> = {}): void {
     if (!text) {
       this.warnings.delete(key);
       return;
     }
-    if (this.warnings.get(key) !== text) log('warn', text, fields);
+    if (this.warnings.get(key) === text) return;
+    log('warn', text, fields);
     this.warnings.set(key, text);
+    for (const cb of this.warningListeners) cb(key, text);
+  }
+
+  /** Told of each warning as it appears or changes (the Node's Events); those standing now at once. */
+  onWarning(cb: (key: string, text: string) => void): void {
+    this.warningListeners.push(cb);
+    for (const [key, text] of this.warnings) cb(key, text);
   }
 
   /** The warning standing under this key, if any. */

@@ -143,6 +143,8 @@ export class NodeAgent {
     informer.on('connect', () => this.schedule());
     this.rt.onIpamChange(() => this.checkIpam());
     this.rt.node.onRepaired((what) => this.nodeEvent('NodeNetworkRepaired', `the node network was changed behind kni's back (${what}); kni set it up again`));
+    // What works against the pods' networking on this node (knictl node's warnings), where an operator without a shell there looks.
+    this.rt.node.onWarning((_key, text) => this.nodeEvent('NodeNetworkWarning', text));
     this.checkIpam();
     restart.begin();
     this.owners.start();

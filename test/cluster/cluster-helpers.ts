@@ -33,9 +33,9 @@ export const kniWith = (settings: string): void => {
 };
 export const knictl = (w: string, ...args: string[]): any =>
   JSON.parse(execFileSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, ...args, '-o', 'json'], { encoding: 'utf8', stdio: ['pipe', 'pipe', 'pipe'] }));
-/** knictl trace from node w, as JSON: a trace that finds a problem exits 2, and is an answer too. */
 /** kni's peer routes on a worker as `knictl node` reports them, each with its node's name. */
 export const peerRoutes = (w: string): any[] => knictl(w, 'node').cluster.peers.flatMap((p: any) => p.routes.map((r: any) => ({ node: p.name, ...r })));
+/** knictl trace from node w, as JSON: a trace that finds a problem exits 2, and is an answer too. */
 export function knictlTrace(w: string, pod: string, destination: string, ...options: string[]): any {
   const r = spawnSync(process.execPath, [path.join(packageRoot(), 'dist/plugin/knictl.js'), '--socket', `${CL}/${w}/root/run/kni/kni.sock`, 'trace', pod, destination, ...options, '-o', 'json'], { encoding: 'utf8' });
   if (r.status !== 0 && r.status !== 2) throw new Error(`knictl trace ${pod} ${destination} on ${w}: exit ${r.status}: ${r.stderr}`);
