@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
 import net from 'node:net';
+import { askDelivery, parseDeliveryAnswer } from '../plugin/node/peer-delivery';
 import { PeerProbe, PROBE_BYTES, probeAnswer } from '../plugin/node/peer-probe';
 import { RUN, sh, trySh } from './helpers/sh';
 
@@ -56,6 +57,52 @@ describe('peer probe (loopback)', () => {
     const answer = probeAnswer('kni node-a');
     assert.equal(answer.length, PROBE_BYTES);
     assert.match(answer.toString('latin1', 0, 40), /^kni node-a bytes=9216\n\.\.\./);
+  });
+});
+
+describe('another node\'s kni asking how this one delivers (a trace\'s last hops, on the probe\'s port)', () => {
+  const port = 20000 + ((process.pid + 3) % 20000);
+  let probe: PeerProbe | undefined;
+  afterEach(() => probe?.stop());
+
+  it('answers with the hops its handler gives, the handler\'s refusal as an error; a kni before the request line still gets its probe answer', async () => {
+    probe = new PeerProbe(() => ({ port, intervalSeconds: 30, timeoutSeconds: 2 }), 'kni test');
+    const asked: string[] = [];
+    probe.onDeliver = async (destination, from) => {
+      asked.push(`${destination} from ${from}`);
+      if (destination === '10.0.9.9') throw new Error('no such pod here');
+      return { hops: [{ what: 'pod ns/a on this node', problem: '' }], pod: { namespace: 'ns', name: 'a' } };
+    };
+    probe.listen(['127.0.0.1']);
+    await new Promise((r) => setTimeout(r, 100));
+    const peer = { address: '127.0.0.1', source: '127.0.0.1' };
+    assert.deepEqual(await askDelivery(peer, port, '10.0.1.5', 2000), { hops: [{ what: 'pod ns/a on this node', problem: '' }], pod: { namespace: 'ns', name: 'a' } });
+    await assert.rejects(askDelivery(peer, port, '10.0.9.9', 2000), /^Error: its kni: no such pod here$/);
+    assert.deepEqual(asked, ['10.0.1.5 from 127.0.0.1', '10.0.9.9 from 127.0.0.1']);
+    // An asker before the request line sends nothing and reads: the probe's answer, a moment later.
+    const got = await new Promise<string>((resolve, reject) => {
+      const chunks: Buffer[] = [];
+      net.connect({ host: '127.0.0.1', port }).on('data', (c: Buffer) => chunks.push(c)).on('end', () => resolve(Buffer.concat(chunks).toString('latin1'))).on('error', reject);
+    });
+    assert.equal(got.length, PROBE_BYTES);
+    assert.match(got, /^kni test bytes=9216\n/);
+    // Nobody listening, and a kni that only greets (before this): said as such.
+    await assert.rejects(askDelivery(peer, port + 2, '10.0.1.5', 2000), /port \d+: ECONNREFUSED$/);
+    const old = net.createServer((s) => s.end('kni old\n')).listen({ host: '127.0.0.1', port: port + 1 });
+    try {
+      await new Promise((r) => old.once('listening', r));
+      await assert.rejects(askDelivery(peer, port + 1, '10.0.1.5', 2000), /its kni is older and does not say how it delivers/);
+    } finally {
+      old.close();
+    }
+  });
+
+  it('an answer is checked as any input: JSON, one to 16 hops of two strings', () => {
+    assert.throws(() => parseDeliveryAnswer('{"hops": []}'), /no hops/);
+    assert.throws(() => parseDeliveryAnswer('{"hops": [{"what": 5, "problem": ""}]}'), /not \{what, problem\}/);
+    assert.throws(() => parseDeliveryAnswer(JSON.stringify({ hops: Array(17).fill({ what: 'x', problem: '' }) })), /no hops/);
+    assert.throws(() => parseDeliveryAnswer('<html>'), /not JSON/);
+    assert.deepEqual(parseDeliveryAnswer(JSON.stringify({ hops: [{ what: 'x'.repeat(5000), problem: '' }], pod: { namespace: 1 } })), { hops: [{ what: 'x'.repeat(4096), problem: '' }] });
   });
 });
 

@@ -10,7 +10,8 @@ import { addrList } from '../netlink/addr';
 import { IFF_UP, linkByIndex, linkByName } from '../netlink/link';
 import { routeGet, RouteLookup } from '../netlink/route';
 import { LARGE_PACKETS_LOST, ProbeResult, probeWorks } from '../node/peer-probe';
-import type { PeerRouteStatus } from '../node/peer-routes';
+import { askDelivery, DeliveryAnswer } from '../node/peer-delivery';
+import { gatewayOf, PeerRouteStatus } from '../node/peer-routes';
 import { IPVS_LINK } from '../node/service-proxy-rules';
 import { socketInNetns } from '../netns/netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
@@ -59,6 +60,8 @@ function tracedPort(port: unknown): TracedPort | undefined {
 }
 
 const NO_POLICY_HOPS = { egress: [] as TraceHop[], ingress: [] as TraceHop[] };
+/** How long a trace waits for another node's kni to say how it delivers. */
+const ASK_PEER_MS = 2000;
 
 /**
  * From a pod (sandboxId), or from the node's own network namespace (fromNode: what the kubelet's
@@ -109,7 +112,7 @@ async function beyondPod(rt: NetworkRuntime, dst: Destination, peers: PeerRoutes
   const follow = (next: Destination, onward: Onward): Promise<Found> => beyondPod(rt, next, peers, onward);
   const own = ownAddress(rt, dst);
   if (own && how.port && !how.endpoint) return ownAddressPort(rt, dst, own.link, how.port, how, follow);
-  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf, rt.cfg.vxlan.port, mtuNote(outLink?.mtu ?? 0, rt.node.mtu)));
+  const found = own?.found ?? podRange(rt, dst) ?? (await peerPod(dst, peers, nodeRoute, dev, podOf, rt.cfg.vxlan.port, mtuNote(outLink?.mtu ?? 0, rt.node.mtu), (route) => askPeer(rt, route, dst)));
   if (found) return found;
   const { services } = how;
   const range = services && !how.endpoint ? await services.holding(dst.family, dst.value).catch(() => null) : null;
@@ -156,7 +159,6 @@ function podRange(rt: NetworkRuntime, dst: Destination): Found | undefined {
   return { kind: 'pod-range', hops: [hopOf('node', `${dst.text} is in this node's pod range`, `no pod on this node has ${dst.text} (a pod gone or not yet started: knictl pods lists them)`)] };
 }
 
-/** Another node's pods: kni's route to them, and whether the node's routing takes it. */
 /** kni's probe through the route gets no answer, or not its large packets: what is between the nodes drops pods' packets. */
 function silent(route: PeerRoutes['routes'][number], peer: string, vxlanPort: number): string {
   const p = route.probe;
@@ -174,7 +176,24 @@ function mtuNote(routeMtu: number, podMtu: number): string {
   return `; MTU ${routeMtu}: a pod's larger packets (its MTU is ${podMtu}) are answered "fragmentation needed" by this node, and path MTU discovery sends them smaller`;
 }
 
-async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number, mtu: string): Promise<Found | undefined> {
+/** How another node's kni delivers to dst: asked through kni's route to its pods, from this node's gateway (peer-delivery.ts). */
+function askPeer(rt: NetworkRuntime, route: PeerRouteStatus, dst: Destination): Promise<DeliveryAnswer> {
+  const { port } = rt.cfg.peerProbe;
+  const theirs = parseCidr(route.destination);
+  const ours = rt.cfg.ranges.find((r) => r.family === theirs.family);
+  if (!port || !ours) return Promise.reject(new Error('not asked: the peer probe is off here (peerProbe.port 0)'));
+  return askDelivery({ address: gatewayOf(theirs), source: gatewayOf(ours) }, port, dst.text, ASK_PEER_MS);
+}
+
+/** How this node delivers to one of its pods, for another node's kni tracing a path here. */
+export async function deliveryHere(rt: NetworkRuntime, dst: Destination): Promise<DeliveryAnswer> {
+  const found = (await localPod(rt, dst)) ?? podRange(rt, dst);
+  if (!found) return { hops: [{ what: `${dst.text} is not in this node's pod ranges (${rt.cfg.ranges.map((r) => r.text).join(', ') || 'none'})`, problem: "this node does not take it: the other node's route and this node's pod ranges disagree (a podCIDR changed?)" }] };
+  return { hops: found.hops.map(({ what, problem }) => ({ what, problem })), ...(found.pod ? { pod: found.pod } : {}) };
+}
+
+/** Another node's pods: kni's route to them, whether the node's routing takes it, and how that node's kni delivers it. */
+async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLookup | undefined, dev: string, podOf: (node: string) => Promise<PodName | undefined>, vxlanPort: number, mtu: string, ask: (route: PeerRouteStatus) => Promise<DeliveryAnswer>): Promise<Found | undefined> {
   for (const peer of peers) {
     const claim = peer.podCidrs.find((t) => cidrTextHolds(t, dst));
     if (!claim) continue;
@@ -187,8 +206,15 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
     const problem = matches ? silent(route, peer.name, vxlanPort) : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
     const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}${matches ? mtu : ''}`, problem)];
-    const pod = await podOf(peer.name);
-    if (!problem) hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (trace there with knictl on ${peer.name})`));
+    let pod = await podOf(peer.name);
+    if (problem) return { kind: 'peer-pod', hops, pod };
+    const there = await ask(route).catch((e: Error) => e);
+    if (there instanceof Error) {
+      hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (its kni did not say how: ${there.message}; trace there with knictl on ${peer.name})`));
+    } else {
+      hops.push(...there.hops.map((h) => hopOf(peer.name, h.what, h.problem)));
+      pod ??= there.pod;
+    }
     return { kind: 'peer-pod', hops, pod };
   }
   return undefined;

@@ -10,7 +10,7 @@ import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
-import { LARGE_PACKETS_LOST, PeerProbe, ProbeResult, probeTargets, probeWorks } from '../node/peer-probe';
+import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
 import { apiError, KubeApi, recordEvent } from './kube-api';
@@ -20,6 +20,7 @@ import { slimNode } from './node-cache';
 import { listNodes } from './node-list';
 import { addressesOfNamed, podAtAddress } from './named-destinations';
 import { PolicyLookup } from './network-policies';
+import { answerPeerProbe } from './peer-probe-answers';
 import { serviceBehind, serviceWithNodePort } from './service-backends';
 import { ServiceCidrs } from './service-cidrs';
 import { IPAM_EXHAUSTED_CONDITION, NodeStatusWriter } from './node-status';
@@ -83,12 +84,7 @@ export class NodeAgent {
   constructor(private readonly rt: NetworkRuntime, private readonly cfg: Config, private readonly stateDir: string, private readonly api: KubeApi) {
     this.peers = new PeerNetwork(rt.host, cfg);
     this.probe = new PeerProbe(() => cfg.peerProbe, `kni ${cfg.kubernetes.nodeName}`, () => rt.node.mtu);
-    this.probe.onChange = (t, now) => {
-      const peer = `node ${this.peers.status().find((r) => r.destination === t.destination)?.node ?? '?'}'s pod network (${t.destination})`;
-      if (probeWorks(now.state)) this.nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
-      else if (now.state === 'small-only') this.nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through kni's route connects, but its full-sized packets are lost (${now.detail}): ${LARGE_PACKETS_LOST} (knictl node; knictl trace to a pod there)`);
-      else this.nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through kni's route gets no answer (${now.detail}): what is between the nodes drops pods' packets (knictl node; knictl trace to a pod there)`);
-    };
+    answerPeerProbe(this.probe, rt, () => this.peers.status(), (reason, message, type) => this.nodeEvent(reason, message, type));
     this.writer = new NodeStatusWriter(api, cfg.kubernetes.nodeName);
     this.owners = new ExtensionOwners(api, rt.extensions, cfg);
     const ranges = new ServiceCidrs(api);
@@ -155,6 +151,7 @@ export class NodeAgent {
     // On kni0's gateways once the node network is up, through kni's installed routes; not for a CNI default network, whose gateways are its plugins'.
     const probing = (): boolean => !this.rt.cni && this.rt.node.status().ready;
     this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? probeTargets(this.peers.status(), this.cfg.ranges) : []));
+    this.rt.node.onReady(() => this.probe.nodeReady());
   }
 
   stop(): void {

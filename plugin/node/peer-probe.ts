@@ -17,6 +17,7 @@ import { IPPROTO_TCP, setsockoptInt, TCP_MAXSEG } from '../sys/libc';
 import type { PeerProbeConfig } from '../core/config';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { peerProbes } from '../observe/metrics';
+import { DeliveryAnswer, DELIVER_REQUEST } from './peer-delivery';
 import { gatewayOf, PeerRouteStatus } from './peer-routes';
 
 /**
@@ -76,6 +77,10 @@ export function probeTargets(routes: PeerRouteStatus[], ranges: Cidr[]): ProbeTa
   return out;
 }
 
+/** How long a listener waits for a request line before taking the connection for a probe (a kni before the line sends none). */
+const REQUEST_WAIT_MS = 200;
+const MAX_REQUEST = 512;
+
 /** Connections open at once in a round: a node with a thousand peers spreads them. */
 const AT_ONCE = 32;
 
@@ -88,6 +93,8 @@ export class PeerProbe {
   private sources?: { own: () => string[]; targets: () => ProbeTarget[] };
   /** Told when a target stops answering, or answers again (the node agent's Node Events). */
   onChange?: (target: ProbeTarget, now: ProbeResult) => void;
+  /** Answers another node's kni asking how this node delivers to an address (peer-delivery.ts); `from`: its address. */
+  onDeliver?: (destination: string, from: string) => Promise<DeliveryAnswer>;
 
   private readonly answer: Buffer;
 
@@ -134,14 +141,16 @@ export class PeerProbe {
     if (this.sources) this.start(this.sources.own, this.sources.targets);
   }
 
+  /** The node network is up: listen on its gateways now, not at the next round (peers and their traces ask from then on). */
+  nodeReady(): void {
+    if (this.sources && this.port) this.listen(this.sources.own());
+  }
+
   /** Listens on each of these addresses not yet listened on (the gateways come with the node network). */
   listen(addresses: string[]): void {
     for (const address of addresses) {
       if (this.servers.has(address)) continue;
-      const server = net.createServer((s) => {
-        s.on('error', () => undefined);
-        s.end(this.answer);
-      });
+      const server = net.createServer((s) => this.serve(s));
       this.servers.set(address, server);
       server.on('error', (e: NodeJS.ErrnoException) => {
         this.servers.delete(address);
@@ -155,6 +164,38 @@ export class PeerProbe {
         this.clampSegments(server, address);
       });
     }
+  }
+
+  /**
+   * One connection: a request line (`probe`, or `deliver <address>` from another node's kni
+   * tracing: peer-delivery.ts), answered; none within REQUEST_WAIT_MS (a kni before the request
+   * line) is a probe. Anything else closes it.
+   */
+  private serve(s: net.Socket): void {
+    s.on('error', () => undefined);
+    let buffered = '';
+    let asked = false;
+    const idle = setTimeout(() => {
+      asked = true;
+      s.end(this.answer);
+    }, REQUEST_WAIT_MS);
+    s.on('data', (c: Buffer) => {
+      if (asked) return;
+      buffered += c.toString('latin1');
+      const nl = buffered.indexOf('\n');
+      if (nl < 0) {
+        if (buffered.length > MAX_REQUEST) s.destroy();
+        return;
+      }
+      asked = true;
+      clearTimeout(idle);
+      const line = buffered.slice(0, nl);
+      if (line === 'probe') return void s.end(this.answer);
+      if (!line.startsWith(DELIVER_REQUEST) || !this.onDeliver) return void s.destroy();
+      const reply = (o: object): void => void s.end(`${JSON.stringify(o)}\n`);
+      this.onDeliver(line.slice(DELIVER_REQUEST.length), s.remoteAddress ?? '').then(reply, (e: Error) => reply({ error: e.message }));
+    });
+    s.once('close', () => clearTimeout(idle));
   }
 
   /**
@@ -217,6 +258,7 @@ export class PeerProbe {
       }, this.timeoutMs);
       sock.once('connect', () => {
         ms = performance.now() - started;
+        sock.write('probe\n');
       });
       sock.on('data', (c: Buffer) => {
         got += c.length;

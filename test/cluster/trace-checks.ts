@@ -1,5 +1,6 @@
 // What knictl trace says in the node-agent cluster (node-agent.cluster.ts sets up the pods and
-// Services and calls these): a ClusterIP followed to its Service and endpoints, by name too; the
+// Services and calls these): a pod on the other node, as far as that node's kni delivers it (a
+// host veth deleted there named from here); a ClusterIP followed to its Service and endpoints, by name too; the
 // NetworkPolicies on the path judged; from a node itself; a NodePort; what stops a packet to a Service
 // (kube-proxy's rule gone in iptables and IPVS mode, internalTrafficPolicy Local, no endpoint, no
 // Service).
@@ -10,6 +11,38 @@ import { packageRoot } from '../../plugin/server/protos';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, getFromNode, knictl, knictlTrace, kubectl, kubectlJson } from './cluster-helpers';
 import { fetchFrom } from './whoami';
+
+/**
+ * From who-1 (kc-w1) to who-2 (kc-w2) at its addresses `ips` (IPv4 first): who-1's route, kni's
+ * vxlan route to kc-w2's pods, and how kc-w2 delivers it; then to kc-w2 itself.
+ */
+export function traceToPeerPod(ips: string[]): void {
+  const [b4] = ips;
+  for (const ip of ips) {
+    const t = knictl('w1', 'trace', 'who-1', ip);
+    assert.deepEqual([t.kind, t.ok, t.hops.map((h: any) => h.at)], ['peer-pod', true, ['pod', 'node', 'kc-w2']], JSON.stringify(t));
+    // How kc-w2 delivers it, as kc-w2's kni says (asked over the probe's port).
+    assert.match(t.hops[2].what, /^pod default\/who-2 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
+    // The vxlan device's MTU is the underlay's less the encapsulation; the pods keep the underlay's.
+    assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+; MTU 14[35]0: a pod's larger packets \\(its MTU is 1500\\) are answered "fragmentation needed" by this node, and path MTU discovery sends them smaller$`));
+  }
+  // who-2's host veth deleted on kc-w2: a trace from kc-w1 says so at kc-w2; kc-w2's reconcile wires it again.
+  const veth = knictl('w2', 'pods').find((p: any) => p.pod.name === 'who-2').interfaces[0].host_interface;
+  execFileSync('ip', ['-n', 'kc-w2', 'link', 'del', veth]);
+  try {
+    const broken = knictlTrace('w1', 'who-1', b4);
+    assert.equal(broken.ok, false, JSON.stringify(broken));
+    assert.match(broken.hops[2].what, new RegExp(`through host veth ${veth} \\(missing\\)$`));
+    assert.match(broken.hops[2].problem, /^its network does not match kni's record: .*\(knictl reconcile repairs it\)$/);
+  } finally {
+    knictl('w2', 'reconcile');
+  }
+  assert.equal(knictlTrace('w1', 'who-1', b4).ok, true);
+  const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];
+  const toNode = knictl('w1', 'trace', 'who-1', w2);
+  assert.deepEqual([toNode.kind, toNode.ok], ['peer-node', true], JSON.stringify(toNode));
+  assert.match(toNode.hops[1].what, new RegExp(`^${w2.replace(/\\./g, '\\\\.')} is node kc-w2's InternalIP: the node routes it .*; masqueraded to the node's address \\(KNI-MASQ\\)$`));
+}
 
 /** From who-1 (kc-w1) to Service whoami's ClusterIPs (`svc`; endpoints who-1 and who-2) and by name; who-2's IPv4 address `b4`. */
 export async function traceToService(svc: string[], b4: string): Promise<void> {
@@ -23,7 +56,7 @@ export async function traceToService(svc: string[], b4: string): Promise<void> {
     assert.match(t.hops[1].what, new RegExp(`^${ip.replace(/\./g, '\\.')} is Service default/whoami's ClusterIP \\(ServiceCIDR kubernetes \\S+; 80/TCP\\): the node's service proxy rewrites it to one of its 2 ready endpoints; kube-proxy \\(iptables mode\\) has taken it up on this node$`));
     const endpoints = t.hops.slice(2).map((h: any) => `${h.at} ${h.what}`).sort();
     assert.equal(endpoints.length, 3, JSON.stringify(t));
-    assert.match(endpoints[0], /^kc-w2 delivered by node kc-w2 to its pod/);
+    assert.match(endpoints[0], /^kc-w2 pod default\/who-2 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
     assert.match(endpoints[1], /^node endpoint default\/who-1: pod default\/who-1 on this node \(sandbox \S+, eth0\), through host veth \S+$/);
     assert.match(endpoints[2], /^node endpoint default\/who-2: \S+ is in node kc-w2's podCIDR \S+: kni's vxlan route/);
   }
@@ -78,7 +111,7 @@ spec:
   // Each endpoint's egress hop comes before it, its ingress hop after it.
   const i = policed.hops.findIndex((h: any) => /^endpoint default\/who-2:/.test(h.what));
   const around = policed.hops.slice(i - 1, i + 3).map((h: any) => `${h.at} ${h.what}`);
-  [/^pod NetworkPolicy default\/one-out .* to pod default\/who-2 /, /^node endpoint default\/who-2: /, /^kc-w2 delivered by node kc-w2/, /^kc-w2 NetworkPolicy default\/web-in selects pod default\/who-2 for ingress/].forEach((re, k) => assert.match(around[k] ?? '', re, JSON.stringify(policed)));
+  [/^pod NetworkPolicy default\/one-out .* to pod default\/who-2 /, /^node endpoint default\/who-2: /, /^kc-w2 pod default\/who-2 on this node /, /^kc-w2 NetworkPolicy default\/web-in selects pod default\/who-2 for ingress/].forEach((re, k) => assert.match(around[k] ?? '', re, JSON.stringify(policed)));
   // To the Service's port: each endpoint's port named; to one it lacks: nothing answers.
   const on80 = knictlTrace('w1', 'who-1', svc[0], '--port', '80');
   assert.equal(on80.ok, true, JSON.stringify(on80));
