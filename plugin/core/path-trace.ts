@@ -187,7 +187,8 @@ function askPeer(rt: NetworkRuntime, route: PeerRouteStatus, dst: Destination): 
 
 /** How this node delivers to one of its pods, for another node's kni tracing a path here. */
 export async function deliveryHere(rt: NetworkRuntime, dst: Destination): Promise<DeliveryAnswer> {
-  const found = (await localPod(rt, dst)) ?? podRange(rt, dst);
+  // The pods' gateway there is that node's own address (a trace to it: "is the node there up?").
+  const found = (await localPod(rt, dst)) ?? ownAddress(rt, dst)?.found ?? podRange(rt, dst);
   if (!found) return { hops: [{ what: `${dst.text} is not in this node's pod ranges (${rt.cfg.ranges.map((r) => r.text).join(', ') || 'none'})`, problem: "this node does not take it: the other node's route and this node's pod ranges disagree (a podCIDR changed?)" }] };
   return { hops: found.hops.map(({ what, problem }) => ({ what, problem })), ...(found.pod ? { pod: found.pod } : {}) };
 }

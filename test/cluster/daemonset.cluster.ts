@@ -66,6 +66,8 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     const other = parseCidr(kubectlJson('get', 'node', here === 'kc-w1' ? 'kc-w2' : 'kc-w1').spec.podCIDRs[0]);
     const peer = knictlInPod(here, 'trace', from.metadata.name, formatIp(other.family, other.base + 1n));
     assert.deepEqual([peer.kind, peer.ok], ['peer-pod', true], JSON.stringify(peer));
+    // The other node's kni says what that address is there: its own (its pods' gateway).
+    assert.match(peer.hops.at(-1).what, /^\S+ is this node's own address \(kni0\)$/, JSON.stringify(peer));
     const api = knictlInPod(here, 'trace', from.metadata.name, kubectlJson('get', 'service', 'kubernetes').spec.clusterIP);
     assert.deepEqual([api.kind, api.ok], ['service', true], JSON.stringify(api));
     // Its Service and endpoint read with the pod's rights (IPAddresses, Services, EndpointSlices).
