@@ -116,8 +116,9 @@ function clusterText(c: any, allPeers: boolean): string {
   const probes = new Map<string, number>();
   for (const p of c.peers) for (const r of p.routes) if (r.probe) probes.set(r.probe, (probes.get(r.probe) ?? 0) + 1);
   const summary = `peers: ${c.peers.length} node(s); routes: ${[...states].map(([st, n]) => `${n} ${st}`).join(', ') || 'none'}${probes.size ? `; probes: ${[...probes].map(([st, n]) => `${n} ${st}`).join(', ')}` : ''}`;
-  // A probe that does not get through is a problem as much as a route not installed.
-  const probeBad = (r: any): boolean => r.probe === 'silent' || r.probe === 'unreachable' || r.probe === 'small-only';
+  // A probe that does not get through is a problem as much as a route not installed: any state
+  // but the two probeWorks takes (peer-probe.ts, not imported here: it loads the node's libc).
+  const probeBad = (r: any): boolean => !!r.probe && r.probe !== 'answers' && r.probe !== 'refused';
   // In a large cluster the routes that are in place would bury the ones that are not.
   const shown = allPeers || c.peers.length <= PEERS_LISTED ? c.peers : c.peers.filter((p: any) => routesOf(p).some((r) => r.state !== 'installed' || probeBad(r)));
   const hidden = c.peers.length - shown.length;

@@ -207,15 +207,15 @@ async function peerPod(dst: Destination, peers: PeerRoutes[], nodeRoute: RouteLo
     const matches = !!nodeRoute && (route.backend === 'vxlan' ? dev === route.device : nodeRoute.gateway === route.via);
     const problem = matches ? silent(route, peer.name, vxlanPort) : `the node's routing takes ${nodeRoute ? via(nodeRoute, dev) : 'no route'} instead: a more specific route, or a rule, wins over kni's`;
     const hops = [hopOf('node', `${what}: kni's ${route.backend} route ${route.destination} ${expected}${matches ? mtu : ''}`, problem)];
-    let pod = await podOf(peer.name);
-    if (problem) return { kind: 'peer-pod', hops, pod };
+    if (problem) return { kind: 'peer-pod', hops, pod: await podOf(peer.name) };
     const there = await ask(route).catch((e: Error) => e);
-    if (there instanceof Error) {
-      hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (its kni did not say how: ${there.message}; trace there with knictl on ${peer.name})`));
-    } else {
+    if (!(there instanceof Error)) {
       hops.push(...there.hops.map((h) => hopOf(peer.name, h.what, h.problem)));
-      pod ??= there.pod;
+      // That node named its pod: no need to look it up by address in the API.
+      return { kind: 'peer-pod', hops, pod: dst.pod ?? there.pod ?? (await podOf(peer.name)) };
     }
+    const pod = await podOf(peer.name);
+    hops.push(hopOf(peer.name, `delivered by node ${peer.name} to ${pod ? `pod ${pod.namespace}/${pod.name}` : 'its pod'} (its kni did not say how: ${there.message}; trace there with knictl on ${peer.name})`));
     return { kind: 'peer-pod', hops, pod };
   }
   return undefined;

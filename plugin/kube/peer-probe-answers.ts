@@ -4,7 +4,7 @@
 import type { NetworkRuntime } from '../core/network-runtime';
 import { deliveryHere } from '../core/path-trace';
 import { destinationOf } from '../core/trace-destination';
-import { parseCidr, parseIp } from '../ipam/ip';
+import { isSameIp, parseCidr } from '../ipam/ip';
 import { LARGE_PACKETS_LOST, PeerProbe, probeWorks } from '../node/peer-probe';
 import { gatewayOf, PeerRouteStatus } from '../node/peer-routes';
 import { peerIp } from './policy-verdict';
@@ -21,8 +21,7 @@ export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: ()
   // Only from a peer's pods' gateway: an address no pod can open a connection from.
   probe.onDeliver = async (destination, from) => {
     const asker = peerIp(from);
-    const gateways = routes().map((r) => parseIp(gatewayOf(parseCidr(r.destination))));
-    if (!asker || !gateways.some((g) => g.family === asker.family && g.value === asker.value)) throw new Error(`${from} is no other node's pods' gateway`);
+    if (!asker || !routes().some((r) => isSameIp(gatewayOf(parseCidr(r.destination)), asker))) throw new Error(`${from} is no other node's pods' gateway`);
     return deliveryHere(rt, destinationOf(destination));
   };
 }
