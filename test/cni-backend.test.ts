@@ -7,6 +7,7 @@ import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { CniConfigError, parseNetworkConfig } from '../plugin/cni/conflist';
+import { CniPluginError, execPlugin, supportedVersionsSync, versionAnswer } from '../plugin/cni/plugin-exec';
 import { packageRoot } from '../plugin/server/protos';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { installTestPlugin } from './helpers/test-plugins';
@@ -212,5 +213,23 @@ describe('CNI runner with the reference plugins (real kernel)', () => {
     const r = run('add', conflist('1.0.0', [{ type: 'nonexistent-plugin' }]), { rt: pod('m').rt });
     assert.equal(r.ok, false);
     assert.match(r.error.msg, /no executable nonexistent-plugin in \/usr\/lib\/cni/);
+  });
+
+  it('a plugin that exits without reading its config: its answer counts, and the broken pipe is nobody\'s crash', async () => {
+    const bin = `${dir}/closer-bin`;
+    fs.mkdirSync(bin, { recursive: true });
+    // Closes its stdin first, so a write of more than a pipe holds meets EPIPE whatever the timing.
+    fs.writeFileSync(`${bin}/closer`, '#!/bin/sh\nexec 0<&-\nsleep 0.1\nif [ "$CNI_COMMAND" = VERSION ]; then echo \'{"cniVersion":"1.0.0","supportedVersions":["0.4.0","1.0.0"]}\'; exit 0; fi\necho \'{"cniVersion":"1.0.0","code":11,"msg":"not today"}\'\nexit 1\n', { mode: 0o755 });
+    const big = { cniVersion: '1.0.0', name: 'big', type: 'closer', padding: 'x'.repeat(256 << 10) };
+    await assert.rejects(execPlugin({ binDirs: [bin] }, 'closer', { command: 'ADD', containerId: 'c', netns: '/proc/self/ns/net', ifName: 'eth0' }, big), (e: unknown) => e instanceof CniPluginError && e.code === 11 && e.msg === 'not today');
+    assert.deepEqual(supportedVersionsSync([bin], 'closer'), { versions: ['0.4.0', '1.0.0'] });
+    // Its input not written at all (the plugin gone first): the answer still counts; why a plugin
+    // could not be asked is said.
+    const epipe = Object.assign(new Error('spawnSync closer EPIPE'), { code: 'EPIPE' });
+    assert.deepEqual(versionAnswer({ error: epipe, status: 0, signal: null, stdout: '{"supportedVersions":["1.0.0"]}' }), { versions: ['1.0.0'] });
+    assert.deepEqual(versionAnswer({ error: Object.assign(new Error('spawnSync closer ETIMEDOUT'), { code: 'ETIMEDOUT' }), status: null, signal: 'SIGTERM', stdout: '' }), { why: 'no VERSION answer within 10 s' });
+    assert.deepEqual(versionAnswer({ status: 2, signal: null, stdout: '' }), { why: 'VERSION exited 2' });
+    assert.deepEqual(versionAnswer({ status: 0, signal: null, stdout: 'hello' }), { why: 'its VERSION answer is not JSON: "hello"' });
+    assert.deepEqual(supportedVersionsSync([bin], 'missing'), { why: `no executable missing in ${bin}` });
   });
 });

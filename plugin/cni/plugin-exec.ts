@@ -1,6 +1,6 @@
 // Executing one CNI plugin binary as the spec says: the CNI_* environment, the config on stdin,
 // a result or an error object on stdout. Found on the configured plugin directories.
-import { execFile, execFileSync } from 'node:child_process';
+import { execFile, spawnSync, SpawnSyncReturns } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { cniPluginSeconds } from '../observe/metrics';
@@ -106,21 +106,44 @@ export function execPlugin(where: PluginDirs, type: string, inv: CniInvocation, 
       const killed = (err as { killed?: boolean }).killed;
       reject(new CniPluginError(type, 999, killed ? `did not answer ${inv.command} within ${TIMEOUT_MS / 1000} s` : `${inv.command} failed: ${(stderr || stdout || err.message).trim().slice(0, 500)}`));
     });
+    // A plugin that exits without reading all of its config (one that fails at once) closes
+    // the pipe: the write fails with EPIPE, which with no listener would be thrown from the
+    // event loop and end the daemon. Its exit status and output say what happened.
+    child.stdin?.on('error', () => undefined);
     child.stdin?.end(JSON.stringify(stdin));
   });
 }
 
 /**
- * The versions a plugin answers VERSION with (supportedVersions); undefined when it is not in
- * binDirs or gives no such answer. Synchronous, for when kni writes its conflist (at start,
- * never on a pod's path).
+ * The versions a plugin answers VERSION with (supportedVersions), or why it could not be asked
+ * (not in binDirs, no answer, an answer without them). Synchronous, for when kni writes its
+ * conflist (at start, never on a pod's path).
  */
-export function supportedVersionsSync(binDirs: string[], type: string): string[] | undefined {
+export function supportedVersionsSync(binDirs: string[], type: string): VersionAnswer {
+  let file: string;
   try {
-    const out = execFileSync(findPlugin({ binDirs }, type).file, [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] });
-    const v = JSON.parse(out).supportedVersions;
-    return Array.isArray(v) && v.every((x) => typeof x === 'string') ? v : undefined;
-  } catch {
-    return undefined;
+    file = findPlugin({ binDirs }, type).file;
+  } catch (e) {
+    return { why: e instanceof CniPluginError ? e.msg : String(e) };
   }
+  return versionAnswer(spawnSync(file, [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] }));
+}
+
+export type VersionAnswer = { versions: string[] } | { why: string };
+
+/** What one VERSION run said. */
+export function versionAnswer(r: Pick<SpawnSyncReturns<string>, 'error' | 'status' | 'signal' | 'stdout'>): VersionAnswer {
+  const err = r.error as NodeJS.ErrnoException | undefined;
+  // A plugin that answers without reading its stdin may be gone before its input is written
+  // (EPIPE, seen on a busy node): its exit status and answer are what count.
+  if (err && err.code !== 'EPIPE') return { why: err.code === 'ETIMEDOUT' ? 'no VERSION answer within 10 s' : `${err.code ?? ''} ${err.message}`.trim() };
+  if (r.signal) return { why: `killed by ${r.signal}` };
+  if (r.status !== 0) return { why: `VERSION exited ${r.status}` };
+  let v: unknown;
+  try {
+    v = (JSON.parse(r.stdout) as { supportedVersions?: unknown }).supportedVersions;
+  } catch {
+    return { why: `its VERSION answer is not JSON: ${JSON.stringify(r.stdout.slice(0, 200))}` };
+  }
+  return Array.isArray(v) && v.every((x) => typeof x === 'string') ? { versions: v } : { why: 'its VERSION answer has no supportedVersions' };
 }

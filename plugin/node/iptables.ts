@@ -127,6 +127,7 @@ export async function restoreChains(f: Family, table: Table, chains: Record<stri
   try {
     await new Promise<void>((resolve, reject) => {
       const child = execFile(restore, ['-w', '5', '--noflush'], (err, _out, stderr) => (err ? reject(Object.assign(err, { stderr })) : resolve()));
+      child.stdin?.on('error', () => undefined); // EPIPE when it exits before reading all (its status says why): not thrown from the event loop
       child.stdin?.end(lines.join('\n'));
     });
   } catch (e) {

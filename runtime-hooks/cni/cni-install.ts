@@ -91,9 +91,11 @@ const KNI_CNI_VERSIONS = [...SUPPORTED_VERSIONS].reverse();
  */
 function versionsForChain(mine: Record<string, unknown>, chained: { type: string }[], binDirs: string[], file: string, named: string[]): Record<string, unknown> {
   // Asked once per write of the conflist (at start), never on a pod's path.
-  const answers = chained.map((p) => supportedVersionsSync(binDirs, p.type));
+  const asked = chained.map((p) => supportedVersionsSync(binDirs, p.type));
+  const answers = asked.map((a) => ('versions' in a ? a.versions : undefined));
   const unknown = chained.filter((_, i) => !answers[i]).map((p) => p.type);
-  if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer): taken to take what the file names now', { file, plugins: unknown, binDirs, named });
+  const why = asked.flatMap((a, i) => ('why' in a ? [`${chained[i].type}: ${a.why}`] : []));
+  if (unknown.length) log('warn', 'cannot ask plugins chained into kni\'s CNI config which CNI versions they take (not found in the CNI bin dirs, or no VERSION answer): taken to take what the file names now', { file, plugins: unknown, why, binDirs, named });
   const takes = answers.map((a) => a ?? (named.length ? named : undefined));
   const common = KNI_CNI_VERSIONS.filter((v) => takes.every((t) => !t || t.includes(v)));
   if (common.includes('1.1.0') && common.includes('1.0.0')) return mine;
