@@ -95,6 +95,26 @@ describe('guarantees', () => {
     assert.ok(line!.length < 2500, `a ${line!.length}-character log line`);
   });
 
+  it('the log\'s reader gone (its pipe closed): kni goes on serving, says so once on stderr, and drops its lines', async () => {
+    const ld = await TestDaemon.start({ ranges: ['10.66.0.0/24'] });
+    try {
+      const stdout = ld.proc!.stdout!;
+      stdout.destroy(); // the read end closed: the daemon's next line meets EPIPE
+      const lrt = ld.rt();
+      for (let i = 0; i < 3; i++) {
+        await lrt.Attach({ sandbox_id: `nolog${i}`, netns_path: ld.makePodNetns(`nolog${i}`) });
+        await lrt.Detach({ sandbox_id: `nolog${i}` });
+      }
+      await waitFor(() => ld.output.includes('the log on stdout cannot be written'), 10_000, () => ld.output.slice(-2000));
+      assert.equal(ld.output.split('\n').filter((l) => l.includes('the log on stdout cannot be written')).length, 1);
+      assert.match(ld.output, /"level":"error".*"error":"EPIPE"/);
+      assert.equal(ld.proc!.exitCode, null, 'the daemon ended');
+      assert.equal((await lrt.GetNode({})).ready, true);
+    } finally {
+      await ld.cleanup();
+    }
+  });
+
   // Its own daemon: the one above reconciles every second and would repair the bridge first.
   describe('with the default reconcile interval', () => {
     let bd: TestDaemon;

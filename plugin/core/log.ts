@@ -50,8 +50,19 @@ export function isoTime(time: number = Date.now()): string {
 /** Whether lines of this level are written: a caller whose fields take work can ask first. */
 export const logEnabled = (level: Level): boolean => order[level] >= threshold;
 
+// The log's reader gone (the pipe to it closed) must not end the daemon, and pod networking
+// with it: Node throws an unhandled stream error from the event loop. Lines are dropped from then
+// on, and that is said once on stderr, which may still be read (a reader of stderr gone alike).
+let stdoutGone = false;
+process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+  if (stdoutGone) return;
+  stdoutGone = true;
+  process.stderr.write(`${JSON.stringify({ time: isoTime(), level: 'error', msg: 'the log on stdout cannot be written (its reader is gone): its lines are dropped from now on; kni goes on serving', error: e.code ?? e.message })}\n`);
+});
+process.stderr.on('error', () => undefined);
+
 export function log(level: Level, msg: string, fields: Record<string, unknown> = {}): void {
-  if (!logEnabled(level)) return;
+  if (!logEnabled(level) || stdoutGone) return;
   const entry = { time: isoTime(), level, msg, ...fields };
   // A replacer takes V8 off its fast JSON path: an attach's line took ≈ 20 µs more with it,
   // between requests (docs/performance-rounds.md, tenth round).
