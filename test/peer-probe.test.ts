@@ -102,6 +102,8 @@ describe('another node\'s kni asking how this one delivers (a trace\'s last hops
     assert.throws(() => parseDeliveryAnswer('{"hops": [{"what": 5, "problem": ""}]}'), /not \{what, problem\}/);
     assert.throws(() => parseDeliveryAnswer(JSON.stringify({ hops: Array(17).fill({ what: 'x', problem: '' }) })), /no hops/);
     assert.throws(() => parseDeliveryAnswer('<html>'), /not JSON/);
+    // A kni that knows the question but took it for a probe (it came late) is not called older.
+    assert.throws(() => parseDeliveryAnswer(`kni peer bytes=9216\n${'.'.repeat(100)}`), /took the question for a probe: it did not arrive in time/);
     assert.deepEqual(parseDeliveryAnswer(JSON.stringify({ hops: [{ what: 'x'.repeat(5000), problem: '' }], pod: { namespace: 1 } })), { hops: [{ what: 'x'.repeat(4096), problem: '' }] });
   });
 });

@@ -60,8 +60,11 @@ export function parseDeliveryAnswer(text: string): DeliveryAnswer {
   try {
     v = JSON.parse(text);
   } catch {
-    // A kni before this answers a probe's greeting instead.
-    throw new Error(/^kni \S+/.test(text) ? "its kni is older and does not say how it delivers" : 'its answer is not JSON');
+    // A kni before this answers a probe's greeting instead; one that knows the question (its
+    // greeting says how many bytes follow, as every kni that answers it does) greets only when
+    // the question came after the moment it waits for one: a busy node.
+    if (/^kni \S+ bytes=/.test(text)) throw new Error('its kni took the question for a probe: it did not arrive in time (a busy node?); ask again');
+    throw new Error(/^kni \S+/.test(text) ? 'its kni is older and does not say how it delivers' : 'its answer is not JSON');
   }
   const o = v as { error?: unknown; hops?: unknown; pod?: { namespace?: unknown; name?: unknown } };
   if (typeof o?.error === 'string') throw new Error(`its kni: ${o.error.slice(0, MAX_TEXT)}`);
