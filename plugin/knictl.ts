@@ -255,7 +255,7 @@ program
   .command('events')
   .description('pod network changes as they happen (attached, detached, repaired, released, extension_failed), each with a resume token')
   .option('-f, --follow', 'keep watching (default when no --since is given)')
-  .option('--since <token>', 'start right after the event with this resume token')
+  .option('--since <token>', 'the events after the one with this resume token, then end (with --follow: then keep watching)')
   .option('--sandbox <sandbox>', `only this sandbox's events (${SANDBOX_REF_HELP}; a sandbox already gone by its whole id)`)
   .addOption(output())
   .action(async (o: { follow?: boolean; since?: string; sandbox?: string; output: string }) => {
@@ -264,21 +264,19 @@ program
     // A sandbox already released is in the event log but no longer listed: its id is taken as given.
     const sandbox = o.sandbox ? await withClient((c) => sandboxOf(c, o.sandbox!, true)) : '';
     await new Promise<void>((resolve) => {
-      let quiet: NodeJS.Timeout | undefined;
-      const again = () => {
-        if (follow) return;
-        if (quiet) clearTimeout(quiet);
-        quiet = setTimeout(() => { w.close(); resolve(); }, 300);
-      };
-      const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: sandbox }, (e) => {
+      // Without --follow: what is past, up to kni's mark that the rest would be new (however
+      // long a busy node takes to send it; a pause is no sign of the end).
+      const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: sandbox, mark_backlog_end: !follow }, (e) => {
+        if (e.type === 'backlog_end') {
+          w.close();
+          return resolve();
+        }
         const ips = e.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
         process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : `${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]\n`);
-        again();
       }, (err) => {
         if (err && err.code !== grpc.status.CANCELLED) fail(`${grpc.status[err.code]}: ${err.details}`);
         resolve();
       });
-      again();
       process.once('SIGINT', () => { w.close(); resolve(); });
     });
   });

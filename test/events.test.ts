@@ -2,7 +2,7 @@
 // that reconnects with its last token misses nothing; nothing is lost under 16 attaches at
 // once; repairs by reconcile show; stale and foreign tokens are refused precisely.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import { Client, watchEvents } from '../plugin/client/clients';
 import { inParallel } from './helpers/pool';
@@ -27,7 +27,7 @@ describe('Watch: pod network events', () => {
   });
   after(() => d?.cleanup());
 
-  function watch(req: { resume_token?: string; sandbox_id?: string } = {}): Seen {
+  function watch(req: { resume_token?: string; sandbox_id?: string; mark_backlog_end?: boolean } = {}): Seen {
     const seen: Seen = { events: [], close: () => undefined };
     const w = watchEvents(d.socket, req, (e) => seen.events.push(e), (err) => (seen.ended = err ?? null));
     seen.close = () => w.close();
@@ -116,7 +116,45 @@ describe('Watch: pod network events', () => {
     }
   });
 
-  it('knictl events --since prints what came after the token, one line per event', async () => {
+  it('asked, the end of what is past is marked (backlog_end, the newest token then); live events follow it, and resuming from the mark gives only those', async () => {
+    const w = watch();
+    await w.opened;
+    await attach('ev-m1');
+    await waitFor(() => w.events.length === 2, 10_000, () => JSON.stringify(w.events));
+    w.close();
+    await attach('ev-m2');
+    const marked = watch({ resume_token: w.events[1].resume_token, mark_backlog_end: true });
+    const unmarked = watch({ resume_token: w.events[1].resume_token });
+    try {
+      await waitFor(() => marked.events.length === 3 && unmarked.events.length === 2, 10_000, () => JSON.stringify(marked.events));
+      assert.deepEqual(marked.events.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-m2'], ['interface_added', 'ev-m2'], ['backlog_end', '']]);
+      assert.equal(marked.events[2].resume_token, marked.events[1].resume_token, "the mark carries the newest event's token");
+      assert.deepEqual(unmarked.events.map((e) => e.type), ['attached', 'interface_added'], 'only those who ask get the mark');
+      await rt.Detach({ sandbox_id: 'ev-m2' });
+      await waitFor(() => marked.events.length === 5, 10_000, () => JSON.stringify(marked.events));
+      assert.deepEqual(marked.events.slice(3).map((e) => e.type), ['interface_removed', 'detached']);
+      // From now on (no token): nothing past, so the mark comes first, with the newest token.
+      const fresh = watch({ mark_backlog_end: true });
+      try {
+        await waitFor(() => fresh.events.length === 1, 10_000, () => JSON.stringify(fresh.events));
+        assert.deepEqual([fresh.events[0].type, fresh.events[0].resume_token], ['backlog_end', marked.events[4].resume_token]);
+      } finally {
+        fresh.close();
+      }
+      const resumed = watch({ resume_token: marked.events[2].resume_token });
+      try {
+        await waitFor(() => resumed.events.length === 2, 10_000, () => JSON.stringify(resumed.events));
+        assert.deepEqual(resumed.events.map((e) => e.type), ['interface_removed', 'detached']);
+      } finally {
+        resumed.close();
+      }
+    } finally {
+      marked.close();
+      unmarked.close();
+    }
+  });
+
+  it('knictl events --since prints what came after the token, one line per event, and ends at kni\'s mark (not after a pause)', async () => {
     const w = watch();
     await w.opened;
     await attach('ev-k1');
@@ -132,6 +170,9 @@ describe('Watch: pod network events', () => {
     });
     const lines = out.trim().split('\n').map((l) => JSON.parse(l));
     assert.deepEqual(lines.map((e) => [e.type, e.sandbox_id]), [['attached', 'ev-k2'], ['interface_added', 'ev-k2']]);
+    // Nothing after the token: it ends at once, printing nothing.
+    const none = spawnSync(process.execPath, [KNICTL, '--socket', d.socket, 'events', '--since', lines[1].resume_token], { encoding: 'utf8', timeout: 20_000 });
+    assert.deepEqual([none.status, none.stdout], [0, '']);
   });
 
   it('tokens: garbage is INVALID_ARGUMENT; one from before a restart is FAILED_PRECONDITION (list again)', async () => {

@@ -26,7 +26,7 @@ function methodsOf(ctor: grpc.ServiceClientConstructor): string[] {
  * it). `opened` settles once kni has subscribed the watcher (its response headers arrive: kni
  * sends them in the turn it subscribes) or the stream has ended: events after that are seen.
  */
-export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void; opened: Promise<void> } {
+export function watchEvents(socketPath: string, req: { resume_token?: string; sandbox_id?: string; mark_backlog_end?: boolean }, onEvent: (e: any) => void, onEnd: (err?: grpc.ServiceError) => void): grpc.ClientReadableStream<unknown> & { close(): void; opened: Promise<void> } {
   const Ctor = runtimeService();
   const raw = new Ctor(`unix://${socketPath}`, grpc.credentials.createInsecure());
   const stream = (raw as any).Watch(req) as grpc.ClientReadableStream<unknown>;

@@ -65,6 +65,11 @@ export class EventLog {
     return out;
   }
 
+  /** The token of the newest event (of none yet: its 0): resuming from it gives what comes next. */
+  newest(): string {
+    return `${this.boot}-${this.seq}`;
+  }
+
   /** Calls cb for every event from now on; returns the unsubscribe. */
   subscribe(cb: (e: PodEvent) => void): () => void {
     this.listeners.add(cb);

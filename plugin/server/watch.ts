@@ -1,5 +1,5 @@
-// Watch (server streaming): the events after the caller's resume token, then every new one,
-// until the caller goes away. A watcher that cannot keep up (more than MAX_BUFFERED bytes
+// Watch (server streaming): the events after the caller's resume token (then, when asked, a
+// mark that they are all sent), then every new one, until the caller goes away. A watcher that cannot keep up (more than MAX_BUFFERED bytes
 // waiting) is ended with RESOURCE_EXHAUSTED and resumes from its last token.
 import * as grpc from '@grpc/grpc-js';
 import { KniError } from '../core/errors';
@@ -25,7 +25,7 @@ function message(e: PodEvent): Record<string, unknown> {
   };
 }
 
-export function watch(rt: NetworkRuntime, call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>): void {
+export function watch(rt: NetworkRuntime, call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string; mark_backlog_end?: boolean }, unknown>): void {
   const fail = (e: KniError): void => {
     // grpc-js ends a server stream with a status when the call emits an error with a code.
     call.emit('error', { code: grpc.status[e.code], details: e.message, metadata: new grpc.Metadata() });
@@ -61,5 +61,7 @@ export function watch(rt: NetworkRuntime, call: grpc.ServerWritableStream<{ resu
   call.on('cancelled', stop);
   call.on('close', stop);
   call.on('error', stop);
+  const newest = rt.events.newest();
   for (const e of backlog) send(e);
+  if (call.request.mark_backlog_end && !ended) call.write({ resume_token: newest, type: 'backlog_end', time: isoTime() });
 }
