@@ -251,6 +251,9 @@ program.command('extensions').description('registered extensions: order, events,
   );
 });
 
+/** knictl events --since against a kni that does not mark the end of the past: this long without an event ends it. */
+const OLD_KNI_QUIET_MS = 5000;
+
 program
   .command('events')
   .description('pod network changes as they happen (attached, detached, repaired, released, extension_failed), each with a resume token')
@@ -265,19 +268,31 @@ program
     const sandbox = o.sandbox ? await withClient((c) => sandboxOf(c, o.sandbox!, true)) : '';
     await new Promise<void>((resolve) => {
       // Without --follow: what is past, up to kni's mark that the rest would be new (however
-      // long a busy node takes to send it; a pause is no sign of the end).
+      // long a busy node takes to send it; a pause is no sign of the end). A kni from before the
+      // mark sends none: after OLD_KNI_QUIET_MS without an event, that is taken for the end.
+      let quiet: NodeJS.Timeout | undefined;
+      const end = () => {
+        clearTimeout(quiet);
+        w.close();
+        resolve();
+      };
+      const again = () => {
+        if (follow) return;
+        clearTimeout(quiet);
+        quiet = setTimeout(end, OLD_KNI_QUIET_MS);
+      };
       const w = watchEvents(socket, { resume_token: o.since ?? '', sandbox_id: sandbox, mark_backlog_end: !follow }, (e) => {
-        if (e.type === 'backlog_end') {
-          w.close();
-          return resolve();
-        }
+        if (e.type === 'backlog_end') return end();
+        again();
         const ips = e.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
         process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : `${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]\n`);
       }, (err) => {
+        clearTimeout(quiet);
         if (err && err.code !== grpc.status.CANCELLED) fail(`${grpc.status[err.code]}: ${err.details}`);
         resolve();
       });
-      process.once('SIGINT', () => { w.close(); resolve(); });
+      again();
+      process.once('SIGINT', end);
     });
   });
 

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import { Client, watchEvents } from '../plugin/client/clients';
+import { runtimeService } from '../plugin/server/protos';
 import { inParallel } from './helpers/pool';
 import { sh } from './helpers/sh';
 import { KNICTL } from './helpers/knictl';
@@ -173,6 +174,36 @@ describe('Watch: pod network events', () => {
     // Nothing after the token: it ends at once, printing nothing.
     const none = spawnSync(process.execPath, [KNICTL, '--socket', d.socket, 'events', '--since', lines[1].resume_token], { encoding: 'utf8', timeout: 20_000 });
     assert.deepEqual([none.status, none.stdout], [0, '']);
+  });
+
+  it('knictl events --since against a kni from before the mark: ends after 5 s without an event, what was sent printed', async function () {
+    this.timeout(30_000);
+    const sock = `${d.dir}/old-kni.sock`;
+    const server = new grpc.Server();
+    let asked: any;
+    server.addService(runtimeService().service, {
+      Watch: (call: grpc.ServerWritableStream<any, unknown>) => {
+        asked = call.request;
+        call.write({ resume_token: 'aaaaaaaaaaaa-2', type: 'attached', sandbox_id: 'old1', interfaces: [], time: '2026-11-27T00:00:00.000Z' });
+        // …and nothing more, the stream left open, as a kni that ignores mark_backlog_end.
+      },
+    });
+    await new Promise<void>((resolve, reject) => server.bindAsync(`unix://${sock}`, grpc.ServerCredentials.createInsecure(), (e) => (e ? reject(e) : resolve())));
+    try {
+      const started = Date.now();
+      const out = await new Promise<{ status: number | null; stdout: string }>((resolve) => {
+        const p = spawn(process.execPath, [KNICTL, '--socket', sock, 'events', '--since', 'aaaaaaaaaaaa-1', '-o', 'json'], { stdio: ['ignore', 'pipe', 'inherit'] });
+        let s = '';
+        p.stdout.on('data', (b) => (s += b));
+        p.on('exit', (status) => resolve({ status, stdout: s }));
+      });
+      assert.equal(out.status, 0);
+      assert.deepEqual(out.stdout.trim().split('\n').map((l) => JSON.parse(l).sandbox_id), ['old1']);
+      assert.ok(Date.now() - started >= 5000, 'ended before the quiet time');
+      assert.equal(asked.mark_backlog_end, true);
+    } finally {
+      server.forceShutdown();
+    }
   });
 
   it('tokens: garbage is INVALID_ARGUMENT; one from before a restart is FAILED_PRECONDITION (list again)', async () => {
