@@ -36,11 +36,22 @@ export const PROBE_STATES: ProbeState[] = ['answers', 'refused', 'small-only', '
  */
 export const PROBE_BYTES = 9216;
 
-/** The answer a listener sends: the greeting line with the byte count, then padding to PROBE_BYTES. */
+/**
+ * The answer a listener sends: the greeting line with the byte count, then padding to
+ * PROBE_BYTES. Written in two parts (sendProbeAnswer): the line leaves in a small segment of its
+ * own, so a prober that got nothing at all knows it was the kni there that did not answer (busy,
+ * stuck), not the path that lost the large packets.
+ */
 export function probeAnswer(greeting: string): Buffer {
   const head = Buffer.from(`${greeting.trimEnd()} bytes=${PROBE_BYTES}\n`);
   if (head.length > PROBE_BYTES) throw new Error(`probe greeting over ${PROBE_BYTES} bytes`);
   return Buffer.concat([head, Buffer.alloc(PROBE_BYTES - head.length, '.')]);
+}
+
+function sendProbeAnswer(s: net.Socket, answer: Buffer): void {
+  const line = answer.indexOf(0x0a) + 1;
+  s.write(answer.subarray(0, line));
+  s.end(answer.subarray(line));
 }
 
 export interface ProbeResult {
@@ -177,7 +188,7 @@ export class PeerProbe {
     let asked = false;
     const idle = setTimeout(() => {
       asked = true;
-      s.end(this.answer);
+      sendProbeAnswer(s, this.answer);
     }, REQUEST_WAIT_MS);
     s.on('data', (c: Buffer) => {
       if (asked) return;
@@ -190,7 +201,7 @@ export class PeerProbe {
       asked = true;
       clearTimeout(idle);
       const line = buffered.slice(0, nl);
-      if (line === 'probe') return void s.end(this.answer);
+      if (line === 'probe') return void sendProbeAnswer(s, this.answer);
       if (!line.startsWith(DELIVER_REQUEST) || !this.onDeliver) return void s.destroy();
       const reply = (o: object): void => void s.end(`${JSON.stringify(o)}\n`);
       this.onDeliver(line.slice(DELIVER_REQUEST.length), s.remoteAddress ?? '').then(reply, (e: Error) => reply({ error: e.message }));
@@ -242,18 +253,20 @@ export class PeerProbe {
   private async probe(t: ProbeTarget): Promise<void> {
     const started = performance.now();
     let ms = -1;
-    const outcome = await new Promise<{ state: ProbeState; detail: string }>((resolve) => {
+    // undefined: no verdict (connected, and the kni there sent nothing at all: busy or stuck).
+    const outcome = await new Promise<{ state: ProbeState; detail: string } | undefined>((resolve) => {
       const sock = net.connect({ host: t.address, port: this.port, localAddress: t.source });
       let got = 0;
       let head = '';
       let expected: number | undefined;
-      const done = (state: ProbeState, detail = ''): void => {
+      const done = (state: ProbeState | undefined, detail = ''): void => {
         clearTimeout(timer);
         sock.destroy();
-        resolve({ state, detail });
+        resolve(state && { state, detail });
       };
       const timer = setTimeout(() => {
         if (ms < 0) done('silent', `no answer from ${t.address} port ${this.port} within ${this.timeoutMs / 1000} s`);
+        else if (got === 0) done(undefined);
         else done('small-only', `connected to ${t.address} port ${this.port}, but ${got} of the ${expected ?? PROBE_BYTES} bytes its kni sends back in full-sized packets arrived within ${this.timeoutMs / 1000} s`);
       }, this.timeoutMs);
       sock.once('connect', () => {
@@ -276,6 +289,10 @@ export class PeerProbe {
         else done('silent', `${t.address} port ${this.port}: ${e.code ?? e.message}`);
       });
     });
+    if (!outcome) {
+      log('info', "peer probe: connected, but the kni there sent nothing in time (busy or stuck there): no verdict this round", { destination: t.destination, address: t.address, timeoutSeconds: this.timeoutMs / 1000 });
+      return;
+    }
     const before = this.results.get(t.destination);
     const changed = !before || before.state !== outcome.state;
     // The connect's time (the answer's too, when it never connected).
