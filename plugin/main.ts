@@ -181,6 +181,7 @@ async function main(): Promise<void> {
   if (!nads) checkEveryPod();
   const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
   podNetworks?.start();
+  if (agent && podNetworks) agent.owners.localPodUid = (namespace, name) => podNetworks.podUid(namespace, name);
   registerRuntimeGauges({
     podCount: () => rt.podCount(),
     ipamStatus: () => rt.ipamStatus().map((r) => ({ range: r.cidr, size: Number(r.size), used: r.used, free: Number(r.free) })),

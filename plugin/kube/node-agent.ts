@@ -59,7 +59,7 @@ export class NodeAgent {
   private readonly peers: PeerNetwork;
   private readonly probe: PeerProbe;
   readonly writer: NodeStatusWriter;
-  private readonly owners: ExtensionOwners;
+  readonly owners: ExtensionOwners;
   /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod, NetworkPolicies. */
   readonly services: ClusterLookups;
   private connected = false;

@@ -92,6 +92,11 @@ export class PodNetworks {
     this.rt.podAnnotations = undefined;
   }
 
+  /** The uid of a Pod on this node, as the watch has it (undefined: not there, or not listed yet). */
+  podUid(namespace: string, name: string): string | undefined {
+    return this.informer?.get(name, namespace)?.metadata?.uid;
+  }
+
   private resyncAll(): void {
     for (const p of this.informer?.list() ?? []) this.schedule(p);
   }

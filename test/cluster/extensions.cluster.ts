@@ -52,6 +52,24 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
     }
   });
 
+  it('kni looks at an owner on its own node in its watch of the node\'s Pods: no request of the API server for it', async () => {
+    const owners = ['kc-w1', 'kc-w2'].map((node) => knictlInPod(node, 'extensions')[0].owner.name as string);
+    const audit = `${CL}/audit.log`;
+    const from = fs.statSync(audit).size;
+    // Three of the owner check's rounds (every 2 s).
+    await new Promise((r) => setTimeout(r, 7000));
+    const fd = fs.openSync(audit, 'r');
+    const buf = Buffer.alloc(fs.statSync(audit).size - from);
+    fs.readSync(fd, buf, 0, buf.length, from);
+    fs.closeSync(fd);
+    const reads = buf.toString('utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
+      .filter((e) => e.verb === 'get' && e.user?.username === 'system:serviceaccount:kube-system:kni' && owners.includes(e.objectRef?.name));
+    assert.deepEqual(reads.map((e) => e.objectRef.name), [], 'kni asked the API server for owners on its own node');
+    // The count is not vacuous: the audit log does record Pod reads (kubectl's here).
+    kubectl('-n', 'kube-system', 'get', 'pod', owners[0]);
+    await waitFor(() => fs.readFileSync(audit, 'utf8').slice(from).includes(`"name":"${owners[0]}"`), 10_000, () => 'the audit log recorded no Pod read');
+  });
+
   it('a pod created afterwards has the redirect of its outbound TCP in its netns', async () => {
     apply(POD('meshed'));
     await waitFor(() => phase('meshed') === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
