@@ -191,8 +191,10 @@ make_network() {
 
 # --- control plane ---
 start_apiserver() {
-  # Who reads single Pods, for tests that count kni's requests (only that, so the log stays small).
+  # For tests that count kni's requests: every request of kni's DaemonSet's ServiceAccount, and
+  # reads of single Pods by anyone (only those, so the log stays small).
   printf '%s\n' 'apiVersion: audit.k8s.io/v1' 'kind: Policy' 'omitStages: [RequestReceived]' 'rules:' \
+    '- {level: Metadata, users: ["system:serviceaccount:kube-system:kni"]}' \
     '- {level: Metadata, verbs: [get], resources: [{group: "", resources: [pods]}]}' '- {level: None}' > "$CL/audit-policy.yaml"
   start kube-apiserver cp kube-apiserver --etcd-servers=http://127.0.0.1:2379 --bind-address="$CP_IP" --advertise-address="$CP_IP" --secure-port=6443 \
     --audit-policy-file="$CL/audit-policy.yaml" --audit-log-path="$CL/audit.log" --audit-log-maxsize=20 --audit-log-maxbackup=1 \

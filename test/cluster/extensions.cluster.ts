@@ -52,7 +52,7 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
     }
   });
 
-  it('kni looks at an owner on its own node in its watch of the node\'s Pods: no request of the API server for it', async () => {
+  it('kni looks at an owner on its own node in its watch of the node\'s Pods: no request of the API server for it, nor any other while nothing changes', async () => {
     const owners = ['kc-w1', 'kc-w2'].map((node) => knictlInPod(node, 'extensions')[0].owner.name as string);
     const audit = `${CL}/audit.log`;
     const from = fs.statSync(audit).size;
@@ -62,10 +62,13 @@ describe('cluster: the example mesh-redirect extension as a DaemonSet', function
     const buf = Buffer.alloc(fs.statSync(audit).size - from);
     fs.readSync(fd, buf, 0, buf.length, from);
     fs.closeSync(fd);
-    const reads = buf.toString('utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
-      .filter((e) => e.verb === 'get' && e.user?.username === 'system:serviceaccount:kube-system:kni' && owners.includes(e.objectRef?.name));
-    assert.deepEqual(reads.map((e) => e.objectRef.name), [], 'kni asked the API server for owners on its own node');
-    // The count is not vacuous: the audit log does record Pod reads (kubectl's here).
+    const kni = buf.toString('utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).filter((e) => e.user?.username === 'system:serviceaccount:kube-system:kni');
+    assert.deepEqual(kni.filter((e) => e.verb === 'get' && owners.includes(e.objectRef?.name)).map((e) => e.objectRef.name), [], 'kni asked the API server for owners on its own node');
+    // Nor anything else while nothing changes: its watches (and a relist, should one end) only.
+    assert.deepEqual(kni.filter((e) => e.verb !== 'watch' && e.verb !== 'list').map((e) => `${e.verb} ${e.requestURI}`), [], 'kni asked the API server for something in a quiet moment');
+    // The counts are not vacuous: the audit log has kni's requests (its lists and watches from
+    // its start), and records Pod reads (kubectl's here).
+    assert.match(fs.readFileSync(audit, 'utf8'), /"verb":"watch".*"username":"system:serviceaccount:kube-system:kni"/);
     kubectl('-n', 'kube-system', 'get', 'pod', owners[0]);
     await waitFor(() => fs.readFileSync(audit, 'utf8').slice(from).includes(`"name":"${owners[0]}"`), 10_000, () => 'the audit log recorded no Pod read');
   });
