@@ -22,6 +22,7 @@ export class CniPluginError extends Error {
 }
 
 const TIMEOUT_MS = 60_000;
+const VERSION_TIMEOUT_MS = 10_000;
 /** coreutils' chroot(8): chroot(2), then exec in place (the plugin keeps its pid, stdin and env). */
 const CHROOT = '/usr/sbin/chroot';
 
@@ -126,7 +127,7 @@ export function supportedVersionsSync(binDirs: string[], type: string): VersionA
   } catch (e) {
     return { why: e instanceof CniPluginError ? e.msg : String(e) };
   }
-  return versionAnswer(spawnSync(file, [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: 10_000, stdio: ['pipe', 'pipe', 'ignore'] }));
+  return versionAnswer(spawnSync(file, [], { env: { CNI_COMMAND: 'VERSION', CNI_PATH: binDirs.join(':') }, input: '{"cniVersion":"0.4.0"}', encoding: 'utf8', timeout: VERSION_TIMEOUT_MS, stdio: ['pipe', 'pipe', 'ignore'] }));
 }
 
 export type VersionAnswer = { versions: string[] } | { why: string };
@@ -136,7 +137,7 @@ export function versionAnswer(r: Pick<SpawnSyncReturns<string>, 'error' | 'statu
   const err = r.error as NodeJS.ErrnoException | undefined;
   // A plugin that answers without reading its stdin may be gone before its input is written
   // (EPIPE, seen on a busy node): its exit status and answer are what count.
-  if (err && err.code !== 'EPIPE') return { why: err.code === 'ETIMEDOUT' ? 'no VERSION answer within 10 s' : `${err.code ?? ''} ${err.message}`.trim() };
+  if (err && err.code !== 'EPIPE') return { why: err.code === 'ETIMEDOUT' ? `no VERSION answer within ${VERSION_TIMEOUT_MS / 1000} s` : `${err.code ?? ''} ${err.message}`.trim() };
   if (r.signal) return { why: `killed by ${r.signal}` };
   if (r.status !== 0) return { why: `VERSION exited ${r.status}` };
   let v: unknown;

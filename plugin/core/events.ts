@@ -43,7 +43,7 @@ export class EventLog {
   emit(type: PodEventType, rec: SandboxRecord, message = '', interfaces: InterfaceRecord[] = rec.interfaces): void {
     const seq = ++this.seq;
     const e: PodEvent = {
-      seq, token: `${this.boot}-${seq}`, type, sandboxId: rec.id, pod: rec.pod, netnsPath: rec.netnsPath,
+      seq, token: this.token(seq), type, sandboxId: rec.id, pod: rec.pod, netnsPath: rec.netnsPath,
       interfaces, message, timeMs: Date.now(),
     };
     this.ring[(seq - 1) % this.size] = e;
@@ -67,7 +67,11 @@ export class EventLog {
 
   /** The token of the newest event (of none yet: its 0): resuming from it gives what comes next. */
   newest(): string {
-    return `${this.boot}-${this.seq}`;
+    return this.token(this.seq);
+  }
+
+  private token(seq: number): string {
+    return `${this.boot}-${seq}`;
   }
 
   /** Calls cb for every event from now on; returns the unsubscribe. */

@@ -38,20 +38,14 @@ export const PROBE_BYTES = 9216;
 
 /**
  * The answer a listener sends: the greeting line with the byte count, then padding to
- * PROBE_BYTES. Written in two parts (sendProbeAnswer): the line leaves in a small segment of its
- * own, so a prober that got nothing at all knows it was the kni there that did not answer (busy,
- * stuck), not the path that lost the large packets.
+ * PROBE_BYTES. Written in two parts (the line, then the rest): the line leaves in a small segment
+ * of its own, so a prober that got nothing at all knows it was the kni there that did not answer
+ * (busy, stuck), not the path that lost the large packets.
  */
 export function probeAnswer(greeting: string): Buffer {
   const head = Buffer.from(`${greeting.trimEnd()} bytes=${PROBE_BYTES}\n`);
   if (head.length > PROBE_BYTES) throw new Error(`probe greeting over ${PROBE_BYTES} bytes`);
   return Buffer.concat([head, Buffer.alloc(PROBE_BYTES - head.length, '.')]);
-}
-
-function sendProbeAnswer(s: net.Socket, answer: Buffer): void {
-  const line = answer.indexOf(0x0a) + 1;
-  s.write(answer.subarray(0, line));
-  s.end(answer.subarray(line));
 }
 
 export interface ProbeResult {
@@ -107,14 +101,17 @@ export class PeerProbe {
   /** Answers another node's kni asking how this node delivers to an address (peer-delivery.ts); `from`: its address. */
   onDeliver?: (destination: string, from: string) => Promise<DeliveryAnswer>;
 
-  private readonly answer: Buffer;
+  /** probeAnswer's greeting line, and the rest. */
+  private readonly answer: [Buffer, Buffer];
 
   /**
    * settings: read at each start (peerProbe changes live). podMtu: this node's pods' MTU, which
    * the listener's segments are cut to (0: the route's, as for any connection).
    */
   constructor(private readonly settings: () => PeerProbeConfig, greeting: string, private readonly podMtu: () => number = () => 0) {
-    this.answer = probeAnswer(greeting);
+    const answer = probeAnswer(greeting);
+    const line = answer.indexOf(0x0a) + 1;
+    this.answer = [answer.subarray(0, line), answer.subarray(line)];
   }
 
   /** Every interval: listens on this node's gateways (`own`, when its network is up) and probes the targets; nothing with port 0. */
@@ -182,13 +179,18 @@ export class PeerProbe {
    * tracing: peer-delivery.ts), answered; none within REQUEST_WAIT_MS (a kni before the request
    * line) is a probe. Anything else closes it.
    */
+  private sendAnswer(s: net.Socket): void {
+    s.write(this.answer[0]);
+    s.end(this.answer[1]);
+  }
+
   private serve(s: net.Socket): void {
     s.on('error', () => undefined);
     let buffered = '';
     let asked = false;
     const idle = setTimeout(() => {
       asked = true;
-      sendProbeAnswer(s, this.answer);
+      this.sendAnswer(s);
     }, REQUEST_WAIT_MS);
     s.on('data', (c: Buffer) => {
       if (asked) return;
@@ -201,7 +203,7 @@ export class PeerProbe {
       asked = true;
       clearTimeout(idle);
       const line = buffered.slice(0, nl);
-      if (line === 'probe') return void sendProbeAnswer(s, this.answer);
+      if (line === 'probe') return void this.sendAnswer(s);
       if (!line.startsWith(DELIVER_REQUEST) || !this.onDeliver) return void s.destroy();
       const reply = (o: object): void => void s.end(`${JSON.stringify(o)}\n`);
       this.onDeliver(line.slice(DELIVER_REQUEST.length), s.remoteAddress ?? '').then(reply, (e: Error) => reply({ error: e.message }));
