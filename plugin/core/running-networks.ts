@@ -10,24 +10,15 @@ import { assignDevices } from './device-assignment';
 import * as validate from './validate';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
-import { NetworkSelection, parseNetworkSelections, SelectionError } from '../networks/network-selection';
+import { NetworkSelection, parseNetworkSelections, SelectionError, SelectionFields } from '../networks/network-selection';
 import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
 
-/** One network for a running sandbox, as kni's API or the pod watcher asks for it. */
-export interface NetworkRequest {
+/** One network for a running sandbox, as kni's API or the pod watcher asks for it (the rest checked as a Multus selection's). */
+export interface NetworkRequest extends SelectionFields {
   /** "namespace/name", or "name" in the pod's namespace. */
   network: string;
   /** Default: the first free net<N>. */
   interface?: string;
-  ips?: string[];
-  mac?: string;
-  defaultRoute?: string[];
-  cniArgs?: Record<string, unknown>;
-  /** The rest of a Multus selection, as the annotation has them (checked as its are). */
-  portMappings?: unknown[];
-  bandwidth?: unknown;
-  infinibandGuid?: string;
-  deviceId?: string;
 }
 
 /**

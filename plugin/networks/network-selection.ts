@@ -16,11 +16,8 @@ export const DEFAULT_NETWORK_ANNOTATION = 'v1.multus-cni.io/default-network';
 /** Where a default network named without a namespace is looked up (Multus's own namespace, kube-system by default). */
 export const DEFAULT_NETWORK_NAMESPACE = 'kube-system';
 
-export interface NetworkSelection {
-  namespace: string;
-  name: string;
-  /** The pod interface: as asked, else net<position> (net1 for the first selection). */
-  interface: string;
+/** What one selection asks of its attachment, besides the network and the interface (the annotation's fields). */
+export interface SelectionFields {
   ips?: string[];
   mac?: string;
   defaultRoute?: string[];
@@ -31,6 +28,13 @@ export interface NetworkSelection {
   infinibandGuid?: string;
   /** A device for the attachment, named by the pod (the deviceID capability). */
   deviceId?: string;
+}
+
+export interface NetworkSelection extends SelectionFields {
+  namespace: string;
+  name: string;
+  /** The pod interface: as asked, else net<position> (net1 for the first selection). */
+  interface: string;
 }
 
 export class SelectionError extends Error {}
