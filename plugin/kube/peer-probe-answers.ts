@@ -5,18 +5,51 @@ import type { NetworkRuntime } from '../core/network-runtime';
 import { deliveryHere } from '../core/path-trace';
 import { destinationOf } from '../core/trace-destination';
 import { isSameIp, parseCidr } from '../ipam/ip';
-import { LARGE_PACKETS_LOST, PeerProbe, probeWorks } from '../node/peer-probe';
+import { LARGE_PACKETS_LOST, PeerProbe, ProbeChange, probeWorks } from '../node/peer-probe';
 import { gatewayOf, PeerRouteStatus } from '../node/peer-routes';
 import { peerIp } from './policy-verdict';
 
 export type NodeEvent = (reason: string, message: string, type?: 'Warning' | 'Normal') => void;
 
+/**
+ * Peers of one kind of change a round tells one by one; more go in one Event naming the first
+ * few. A rack cut off, or kni starting among many dead Nodes, changes hundreds of peers in one
+ * round: an Event each, from every node, would be a storm of writes to the API server (the
+ * kubelet's recorder folds similar events for the same reason), and a list no one reads.
+ */
+const ONE_BY_ONE = 3;
+const NAMED = 5;
+
+type ChangeKind = 'answers' | 'small-only' | 'silent';
+const kindOf = (c: ProbeChange): ChangeKind => (probeWorks(c.now.state) ? 'answers' : c.now.state === 'small-only' ? 'small-only' : 'silent');
+
 export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: () => PeerRouteStatus[], nodeEvent: NodeEvent): void {
-  probe.onChange = (t, now) => {
-    const peer = `node ${routes().find((r) => r.destination === t.destination)?.node ?? '?'}'s pod network (${t.destination})`;
+  const peerOf = (c: ProbeChange): string => `node ${routes().find((r) => r.destination === c.target.destination)?.node ?? '?'}'s pod network (${c.target.destination})`;
+  const one = (c: ProbeChange): void => {
+    const peer = peerOf(c);
+    const now = c.now;
     if (probeWorks(now.state)) nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
     else if (now.state === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through kni's route connects, but its full-sized packets are lost (${now.detail}): ${LARGE_PACKETS_LOST} (knictl node; knictl trace to a pod there)`);
     else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through kni's route gets no answer (${now.detail}): what is between the nodes drops pods' packets (knictl node; knictl trace to a pod there)`);
+  };
+  const many = (kind: ChangeKind, cs: ProbeChange[]): void => {
+    const named = cs.slice(0, NAMED).map((c) => peerOf(c).replace(/'s pod network \(/, ' (')).join(', ');
+    const peers = `${cs.length} peers' pod networks (${named}, and ${cs.length - NAMED} more: knictl node lists them)`;
+    if (kind === 'answers') nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peers} answers again`, 'Normal');
+    else if (kind === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peers} through kni's routes connects, but their full-sized packets are lost: ${LARGE_PACKETS_LOST} (knictl trace to a pod there)`);
+    else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peers} through kni's routes gets no answer: what is between the nodes drops pods' packets, or those nodes are down (knictl trace to a pod there)`);
+  };
+  probe.onChanges = (changes) => {
+    const byKind = new Map<ChangeKind, ProbeChange[]>();
+    for (const c of changes) {
+      const k = kindOf(c);
+      if (!byKind.has(k)) byKind.set(k, []);
+      byKind.get(k)!.push(c);
+    }
+    for (const [kind, cs] of byKind) {
+      if (cs.length <= ONE_BY_ONE) cs.forEach(one);
+      else many(kind, cs);
+    }
   };
   // Only from a peer's pods' gateway: an address no pod can open a connection from.
   probe.onDeliver = async (destination, from) => {

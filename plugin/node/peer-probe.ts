@@ -65,6 +65,12 @@ export interface ProbeTarget {
   source: string;
 }
 
+/** A target that stopped answering in a round, or answers again. */
+export interface ProbeChange {
+  target: ProbeTarget;
+  now: ProbeResult;
+}
+
 export const probeWorks = (s: ProbeState): boolean => s === 'answers' || s === 'refused';
 
 /** What small-only means, and what to do about it (the node Event's and the trace's words). */
@@ -96,8 +102,8 @@ export class PeerProbe {
   private timer?: NodeJS.Timeout;
   private running = false;
   private sources?: { own: () => string[]; targets: () => ProbeTarget[] };
-  /** Told when a target stops answering, or answers again (the node agent's Node Events). */
-  onChange?: (target: ProbeTarget, now: ProbeResult) => void;
+  /** Told after each round of the targets that stopped answering in it, or answer again (the node agent's Node Events). */
+  onChanges?: (changes: ProbeChange[]) => void;
   /** Answers another node's kni asking how this node delivers to an address (peer-delivery.ts); `from`: its address. */
   onDeliver?: (destination: string, from: string) => Promise<DeliveryAnswer>;
 
@@ -232,10 +238,12 @@ export class PeerProbe {
     const keep = new Set(targets.map((t) => t.destination));
     for (const k of this.results.keys()) if (!keep.has(k)) this.results.delete(k);
     let next = 0;
+    const changes: ProbeChange[] = [];
     const worker = async (): Promise<void> => {
-      while (next < targets.length) await this.probe(targets[next++]);
+      while (next < targets.length) await this.probe(targets[next++], changes);
     };
     await Promise.all(Array.from({ length: Math.min(AT_ONCE, targets.length) }, worker));
+    if (changes.length) this.onChanges?.(changes);
     const counts = new Map<ProbeState, number>(PROBE_STATES.map((st) => [st, 0]));
     for (const r of this.results.values()) counts.set(r.state, counts.get(r.state)! + 1);
     for (const [state, n] of counts) peerProbes.set({ state }, n);
@@ -252,7 +260,7 @@ export class PeerProbe {
     this.servers.clear();
   }
 
-  private async probe(t: ProbeTarget): Promise<void> {
+  private async probe(t: ProbeTarget, changes: ProbeChange[]): Promise<void> {
     const started = performance.now();
     let ms = -1;
     // undefined: no verdict (connected, and the kni there sent nothing at all: busy or stuck).
@@ -304,6 +312,6 @@ export class PeerProbe {
     const works = probeWorks(outcome.state);
     if (!works) log('warn', "a peer's pod network does not answer kni's probe through kni's route", { destination: t.destination, address: t.address, state: outcome.state, detail: outcome.detail });
     else if (before && !probeWorks(before.state)) log('info', "a peer's pod network answers kni's probe again", { destination: t.destination, address: t.address });
-    if (!works || (before && !probeWorks(before.state))) this.onChange?.(t, this.results.get(t.destination)!);
+    if (!works || (before && !probeWorks(before.state))) changes.push({ target: t, now: this.results.get(t.destination)! });
   }
 }
