@@ -20,6 +20,7 @@ import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
 import { driftFindings } from '../observe/metrics';
 import { conntrackFill, conntrackWarning } from '../node/conntrack-fill';
+import { warnOfHostFirewall } from '../node/host-firewall';
 
 /** One finding: counted by the object it is about, logged, and answered in the report. */
 type Found = (object: 'node_network' | 'sandbox' | 'leftover' | 'host_ports', msg: string, fields: Record<string, unknown>) => void;
@@ -207,6 +208,7 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
   }
   const fill = conntrackFill();
   rt.node.warn('conntrack', conntrackWarning(fill, rt.node.warning('conntrack') !== undefined), { ...fill });
+  warnOfHostFirewall(rt);
   // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
   try {
     const drift = nodeJustSetUp ? [] : await rt.node.repairDrift();

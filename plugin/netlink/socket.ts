@@ -1,4 +1,4 @@
-// An rtnetlink socket: frames requests (struct nlmsghdr), reads acks and dumps, and turns a
+// A netlink socket (rtnetlink, or nftables' for a read): frames requests (struct nlmsghdr), reads acks and dumps, and turns a
 // kernel NLMSG_ERROR into a NetlinkError with errno and the kernel's extended-ack text.
 //
 // Written by hand over koffi rather than with the `netlink` npm package: measured on this
@@ -9,6 +9,7 @@ import * as libc from '../sys/libc';
 import { parseAttrs, readString } from './attr';
 
 export const NETLINK_ROUTE = 0;
+export const NETLINK_NETFILTER = 12;
 export const NETLINK_CAP_ACK = 10;
 
 export const NLM_F_REQUEST = 0x1;
@@ -69,9 +70,9 @@ export class NetlinkSocket {
   private readonly buf = RECV;
   private closed = false;
 
-  /** Opens a socket in the calling thread's current network namespace. */
-  constructor() {
-    this.fd = libc.socket(libc.AF_NETLINK, libc.SOCK_RAW | libc.SOCK_CLOEXEC, NETLINK_ROUTE);
+  /** Opens a socket in the calling thread's current network namespace (rtnetlink, unless another family is named). */
+  constructor(protocol = NETLINK_ROUTE) {
+    this.fd = libc.socket(libc.AF_NETLINK, libc.SOCK_RAW | libc.SOCK_CLOEXEC, protocol);
     try {
       libc.bind(this.fd, SOCKADDR_NL);
       libc.setsockoptInt(this.fd, libc.SOL_NETLINK, NETLINK_CAP_ACK, 1);

@@ -1,0 +1,50 @@
+// Another firewall on the node that judges the pods' forwarded traffic. kni accepts that traffic
+// in iptables (chain KNI-FWD, forward-rules.ts), but each nftables table's chains run on their
+// own and a drop or reject in any of them is final: an accept in iptables' table does not
+// override it. firewalld (on by default on RHEL, Fedora and SUSE nodes; its nftables backend
+// since 0.6 keeps its rules in a table named firewalld) rejects what its zones do not let
+// through: pods' traffic between nodes, and from pods out of the node. kni does not change
+// another firewall's rules (firewalld rewrites its table on each reload): it says what to let
+// through, as the k3s and flannel guides do, at setup and at each reconcile (knictl node, and
+// the Node's Event in a cluster).
+import { log } from '../core/log';
+import type { NetworkRuntime } from '../core/network-runtime';
+import type { Cidr } from '../ipam/ip';
+import { NftTable, nftTables } from '../netlink/nftables';
+
+export interface FirewallContext {
+  /** This node's pod ranges. */
+  ranges: Cidr[];
+  /** vxlan's UDP port, when other nodes may be reached through it. */
+  vxlanPort?: number;
+  /** Whether the node is one of several (other nodes' pods are reached). */
+  cluster: boolean;
+}
+
+/** The node warning for these tables, or undefined. */
+export function hostFirewallWarning(tables: NftTable[], ctx: FirewallContext): string | undefined {
+  const fw = tables.find((t) => t.name === 'firewalld');
+  if (!fw) return undefined;
+  const ranges = ctx.ranges.map((c) => c.text);
+  const sources = ctx.cluster ? `every node's pod range (the cluster's pod CIDRs; this node's: ${ranges.join(', ') || 'none yet'})` : `this node's pod ranges (${ranges.join(', ') || 'none yet'})`;
+  const port = ctx.cluster && ctx.vxlanPort ? `, and let vxlan's UDP port in (firewall-cmd --permanent --add-port=${ctx.vxlanPort}/udp)` : '';
+  const loses = ctx.cluster ? "pods get no answer from other nodes' pods, nor from outside the node" : 'pods get no answer from outside the node';
+  return `firewalld runs on this node (nftables table ${fw.family} firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; add ${sources} as sources of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>)${port}, then firewall-cmd --reload, or stop firewalld; until then ${loses}`;
+}
+
+/** The tables of kni's netns; undefined when they cannot be read (no nf_tables: then no firewalld table either). */
+export function readNftTables(): NftTable[] | undefined {
+  try {
+    return nftTables();
+  } catch (e) {
+    log('debug', 'nftables tables not read', { error: (e as Error).message });
+    return undefined;
+  }
+}
+
+/** Warns (knictl node; the Node's Event) while a firewall that judges pods' traffic runs here. */
+export function warnOfHostFirewall(rt: NetworkRuntime): void {
+  const cluster = rt.cfg.kubernetes.nodeName !== '' && rt.cfg.backend !== 'none';
+  const vxlanPort = rt.cfg.backend === 'vxlan' || rt.cfg.backend === 'auto' ? rt.cfg.vxlan.port : undefined;
+  rt.node.warn('host-firewall', hostFirewallWarning(readNftTables() ?? [], { ranges: rt.cfg.ranges, vxlanPort, cluster }));
+}
