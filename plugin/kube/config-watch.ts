@@ -7,7 +7,8 @@ import { Config, ConfigError, ConfigText, configText, parseConfigText } from '..
 import { log, setLogLevel } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { configChangesTotal } from '../observe/metrics';
-import { KubeApi, recordEvent } from './kube-api';
+import { KubeApi } from './kube-api';
+import { recordEvent } from './kube-events';
 import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */

@@ -2,7 +2,6 @@
 // account, or a kubeconfig (the config's kubernetes.kubeconfig, else $KUBECONFIG) when run by
 // hand. The library is loaded only when Kubernetes is configured: it costs ~0.9 s of start-up.
 import type * as K8s from '@kubernetes/client-node';
-import { log } from '../core/log';
 
 export interface KubeApi {
   k8s: typeof K8s;
@@ -57,41 +56,4 @@ export function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise
       timer.unref();
     }),
   ]);
-}
-
-export interface EventTarget {
-  kind: 'Node' | 'ConfigMap' | 'Pod' | 'NetworkAttachmentDefinition';
-  apiVersion?: string;
-  name: string;
-  namespace?: string;
-  uid?: string;
-}
-
-/**
- * Records a core/v1 Event on an object (a Node's events live in "default", as the kubelet's
- * do). Never throws: an Event that cannot be written is logged instead.
- */
-export async function recordEvent(api: KubeApi, target: EventTarget, type: 'Normal' | 'Warning', reason: string, message: string, timeoutMs = 10_000): Promise<void> {
-  const namespace = target.namespace ?? 'default';
-  const now = new Date();
-  try {
-    await withTimeout(api.core.createNamespacedEvent({
-      namespace,
-      body: {
-        metadata: { generateName: `${target.name}.kni-`, namespace },
-        involvedObject: { kind: target.kind, apiVersion: target.apiVersion ?? 'v1', name: target.name, namespace: target.namespace, uid: target.uid },
-        type,
-        reason,
-        message: message.slice(0, 1024),
-        source: { component: 'kni' },
-        reportingComponent: 'kni',
-        reportingInstance: process.env.KNI_NODE_NAME ?? '',
-        firstTimestamp: now,
-        lastTimestamp: now,
-        count: 1,
-      },
-    }), timeoutMs, 'create Event');
-  } catch (e) {
-    log('warn', 'cannot record an Event', { reason, message, error: apiError(e) });
-  }
 }

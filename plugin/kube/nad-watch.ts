@@ -7,7 +7,8 @@ import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
 import type { NetworkRuntime } from '../core/network-runtime';
 import { parseDefinition, RESOURCE_NAME_ANNOTATION, resourceNameProblem } from '../networks/network-definitions';
-import { KubeApi, recordEvent } from './kube-api';
+import { KubeApi } from './kube-api';
+import { recordEvent } from './kube-events';
 import { WatchRestart } from './watch-restart';
 
 export const NAD_GROUP = 'k8s.cni.cncf.io';

@@ -13,7 +13,8 @@ import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-
 import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
-import { apiError, KubeApi, recordEvent } from './kube-api';
+import { apiError, KubeApi } from './kube-api';
+import { recordEvent } from './kube-events';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
 import { slimNode } from './node-cache';

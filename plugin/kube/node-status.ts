@@ -2,7 +2,8 @@
 // NoSchedule taint kni.dev/ipam-exhausted. Writes go out only when the wanted state changes,
 // and are retried until the API server takes them (it may be away for a while).
 import { log } from '../core/log';
-import { apiError, isConflict, KubeApi, recordEvent, withTimeout } from './kube-api';
+import { apiError, isConflict, KubeApi, withTimeout } from './kube-api';
+import { recordEvent } from './kube-events';
 
 export const IPAM_EXHAUSTED_CONDITION = 'kni.dev/IPAMExhausted';
 export const IPAM_EXHAUSTED_TAINT = 'kni.dev/ipam-exhausted';

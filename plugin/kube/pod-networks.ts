@@ -13,7 +13,8 @@ import type { NetworkRuntime } from '../core/network-runtime';
 import { isolationProblem } from '../core/network-plan';
 import { DEFAULT_NETWORK_ANNOTATION, NETWORK_STATUS_ANNOTATION, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseNetworkSelections } from '../networks/network-selection';
 import { SandboxRecord } from '../store/records';
-import { apiError, isNotFound, KubeApi, recordEvent, withTimeout } from './kube-api';
+import { apiError, isNotFound, KubeApi, withTimeout } from './kube-api';
+import { recordEvent } from './kube-events';
 import { WatchRestart } from './watch-restart';
 
 const RESYNC_MS = 30_000;

@@ -345,7 +345,7 @@ spec:
     kubectl('delete', 'deployment', 'spill', '--wait=false');
   });
 
-  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event and kni keeps serving; log level, backend and nonMasqueradeCIDRs change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again); deleted, kni keeps its config and says so', async () => {
+  it('ConfigMap edits: an invalid one and one needing a restart are refused with an Event (the same refusal again counted on it) and kni keeps serving; log level, backend and nonMasqueradeCIDRs change live (host-gw cannot reach the other subnet: reported, NetworkUnavailable True; back to auto: vxlan again); deleted, kni keeps its config and says so', async () => {
     const cm = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config');
     const original: string = cm.data['config.yaml'];
     const edit = (text: string) => kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
@@ -353,6 +353,11 @@ spec:
     try {
       edit(`${original}\nmtu: 12\n`);
       await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /mtu 12 is not "auto" or an integer from 576/.test(e.message)), 30_000, () => JSON.stringify(events()));
+      // The same refusal again is counted on the Event recorded (kubectl describe: "x2"), as the kubelet's recorder does.
+      const mtuRefused = () => events().filter((e: any) => e.reason === 'ConfigRefused' && /^kni on kc-w1 .*mtu 12 is not/.test(e.message));
+      edit(`${original}\nmtu: 12\n# the same, again\n`);
+      await waitFor(() => mtuRefused().some((e: any) => e.count === 2), 30_000, () => JSON.stringify(mtuRefused()));
+      assert.equal(mtuRefused().length, 1, JSON.stringify(mtuRefused()));
       edit(`${original}\nbridge: other0\n`);
       await waitFor(() => events().some((e: any) => e.reason === 'ConfigRefused' && /bridge cannot change while kni runs/.test(e.message)), 30_000, () => JSON.stringify(events()));
       assert.equal(knictl('w1', 'node').networks[0].bridge, 'kni0');
