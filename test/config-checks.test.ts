@@ -46,6 +46,7 @@ describe('config', () => {
     ['relative NRI socket', { nri: { socket: 'nri.sock' } }, /nri\.socket "nri\.sock" must be an absolute path/],
     ['CRI socket past sun_path', { cri: { socket: `/run/${'c'.repeat(110)}` } }, /cri\.socket is 115 bytes long/],
     ['namespace isolation as text', { networks: { namespaceIsolation: 'yes' } }, /networks\.namespaceIsolation must be true or false/],
+    ['repair on notice as text', { repairOnNotice: 'yes' }, /repairOnNotice must be true or false/],
     ['global namespaces', { networks: { globalNamespaces: ['Shared', 'ok'] } }, /networks\.globalNamespaces must list namespace names/],
     ['every-pod network, not a list', { networks: { everyPod: 'storage' } }, /networks\.everyPod must list networks/],
     ['every-pod network, bad name', { networks: { everyPod: ['Storage', 'ok@eth0'] } }, /networks\.everyPod "Storage": the network name must be a lower-case DNS subdomain; networks\.everyPod "ok": interface eth0 is used twice/],

@@ -14,7 +14,8 @@ import { waitFor } from './helpers/wait';
 describe('knictl', () => {
   let d: TestDaemon;
   before(async () => {
-    d = await TestDaemon.start();
+    // The veth the checks below delete stays deleted until knictl reconcile: not repaired on the kernel's notice.
+    d = await TestDaemon.start({ repairOnNotice: false });
     const { netns_path } = await d.kni().CreateNetwork({ name: 'cli', namespace: 'ns1' });
     await d.rt().Attach({ sandbox_id: 'cli-sandbox', netns_path, pod: { name: 'cli', namespace: 'ns1' } });
   });

@@ -21,7 +21,8 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
   };
 
   before(async () => {
-    d = await TestDaemon.start();
+    // A host veth deleted below stays deleted while traced: not repaired on the kernel's notice.
+    d = await TestDaemon.start({ repairOnNotice: false });
     a = await newPod(d.kni(), d.rt(), 'tr-a');
     b = await newPod(d.kni(), d.rt(), 'tr-b');
     // The node's uplink: an IPv4 default route, no IPv6 one. Gone with the node netns.

@@ -179,6 +179,8 @@ export interface Config {
   unclaimedNetnsGraceSeconds: number;
   /** How often reconcile and the unclaimed-netns sweep run while serving. */
   reconcileSeconds: number;
+  /** What others delete of kni's is repaired as the kernel announces it (false: at the periodic checks). */
+  repairOnNotice: boolean;
   cni: CniConfig;
   cri: CriConfig;
   nri: NriConfig;
@@ -231,6 +233,7 @@ export const defaultConfig = (): Config => ({
   allowPodForwarding: true,
   unclaimedNetnsGraceSeconds: 600,
   reconcileSeconds: 60,
+  repairOnNotice: true,
   cni: { socket: '/run/kni/cni.sock', confDir: '', confName: '10-kni.conflist', binDir: '' },
   cri: { socket: '', reconcileSeconds: 60 },
   nri: { enabled: false, socket: '/var/run/nri/nri.sock', pluginName: 'kni', pluginIndex: '10', syncGraceSeconds: 60 },
@@ -238,7 +241,7 @@ export const defaultConfig = (): Config => ({
   vmTap: false,
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
 
 export class ConfigError extends Error {}
 
@@ -313,6 +316,10 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
   if (r.allowPodForwarding !== undefined) {
     if (typeof r.allowPodForwarding !== 'boolean') problems.push('allowPodForwarding must be true or false');
     else cfg.allowPodForwarding = r.allowPodForwarding;
+  }
+  if (r.repairOnNotice !== undefined) {
+    if (typeof r.repairOnNotice !== 'boolean') problems.push('repairOnNotice must be true or false');
+    else cfg.repairOnNotice = r.repairOnNotice;
   }
   if (r.nonMasqueradeCIDRs !== undefined) {
     const list = r.nonMasqueradeCIDRs;

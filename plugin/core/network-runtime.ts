@@ -24,6 +24,8 @@ import { VethReaper } from '../pod/veth-reaper';
 import { WiringPool } from '../pod/wiring-pool';
 import { NetnsPool } from '../netns/netns-pool';
 import { restoreState } from './restore-state';
+import { repairOnNotices } from './notice-repair';
+import { KernelNotices } from '../node/kernel-notices';
 import { podRef, sandboxKind, updateMetadata } from './sandbox-metadata';
 import { CniNetwork } from '../cni/cni-network';
 import { CniResultCache } from '../cni/cni-result-cache';
@@ -62,6 +64,8 @@ export class NetworkRuntime {
   readonly node = new NodeLifecycle(this);
   /** Host veths of detached pods, deleted in batches after the detach answered. */
   readonly reaper = new VethReaper();
+  /** The kernel's notices of links and routes deleted (a pod's veth repaired at once; the node agent's routes). */
+  readonly notices = new KernelNotices();
   /** Host veths deleted before the detach answers (a pod end that could not be set aside), those of concurrent detaches together. */
   readonly vethDelete = new VethBatchDelete();
   /** Threads that make pod interfaces, so that concurrent attaches overlap. */
@@ -138,6 +142,8 @@ export class NetworkRuntime {
     }
     // The node network was just set up: what setup wrote is not read back (four iptables processes before serving).
     await reconcile(this, { nodeJustSetUp: true }).catch((e) => log('error', 'reconcile at start failed', { error: String(e) }));
+    this.notices.start();
+    repairOnNotices(this);
     this.restartSweeper();
     this.watchCniFile();
     log('info', 'network runtime started', { sandboxes: this.sandboxes.size, netns: this.netns.size, ready: this.node.isSetUp });
@@ -166,6 +172,7 @@ export class NetworkRuntime {
   stop(): void {
     if (this.sweeper) clearInterval(this.sweeper);
     if (this.cniFileWatch) clearInterval(this.cniFileWatch);
+    this.notices.stop();
     this.node.stopPolling();
     saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();

@@ -185,6 +185,12 @@ export function reconcile(rt: NetworkRuntime, opts: { nodeJustSetUp?: boolean } 
   return running;
 }
 
+/** A reconcile that begins after the one running now, if any: it sees what changed since that one began. */
+export async function reconcileAfterRunning(rt: NetworkRuntime): Promise<ReconcileReport> {
+  await inFlight.get(rt)?.catch(() => undefined);
+  return reconcile(rt);
+}
+
 /** nodeJustSetUp: the node network was set up moments ago (the start): its drift is not looked for. */
 async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise<ReconcileReport> {
   const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };

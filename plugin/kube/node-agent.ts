@@ -10,6 +10,7 @@ import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { RTPROT_KNI } from '../netlink/route';
 import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
 import { ExtensionOwners } from './extension-owners';
@@ -146,9 +147,16 @@ export class NodeAgent {
     restart.begin();
     this.owners.start();
     // Routes go without a Node event: a link going down takes the routes through it along, and
-    // an admin or another agent may delete them. Checked as often as flannel checks its own.
+    // an admin or another agent may delete them. Checked as often as flannel checks its own, and
+    // at once when the kernel says a route of kni's, or its vxlan device, went (kernel-notices.ts).
     this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
+    this.rt.notices.onNotices((n) => {
+      const routes = n.routesDeleted.filter((r) => r.protocol === RTPROT_KNI).length;
+      if (!this.cfg.repairOnNotice || !(n.lost || routes || n.linksDeleted.includes(this.cfg.vxlan.device))) return;
+      log('info', "the kernel says a route of kni's, or its vxlan device, was deleted: checking the routes to other nodes' pods now", { routes, lost: n.lost });
+      this.schedule();
+    });
     // On kni0's gateways once the node network is up, through kni's installed routes; not for a CNI default network, whose gateways are its plugins'.
     const probing = (): boolean => !this.rt.cni && this.rt.node.status().ready;
     this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? probeTargets(this.peers.status(), this.cfg.ranges) : []));

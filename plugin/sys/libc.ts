@@ -38,6 +38,7 @@ const c = {
   flock: libc.func('int flock(int fd, int op)'),
   ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
+  setsockoptFprog: libc.func('setsockopt', 'int', ['int', 'int', 'int', koffi.pointer(koffi.struct({ len: 'uint16', filter: 'void *' })), 'uint32']),
   ioctlIfreqData: libc.func('ioctl', 'int', ['int', 'unsigned long', koffi.pointer(koffi.struct({ name: koffi.array('uint8', 16), data: 'void *', pad: koffi.array('uint8', 16) }))]),
 };
 
@@ -81,6 +82,17 @@ export function send(fd: number, buf: Buffer): number {
 
 export function recv(fd: number, buf: Buffer): number {
   return check('recv', c.recv(fd, buf, buf.length, 0));
+}
+
+const MSG_DONTWAIT = 0x40;
+const EAGAIN = 11;
+/** recv(2) that does not wait: -1 when nothing is queued. */
+export function recvNow(fd: number, buf: Buffer): number {
+  const n = Number(c.recv(fd, buf, buf.length, MSG_DONTWAIT));
+  if (n >= 0) return n;
+  const errno = koffi.errno();
+  if (errno === EAGAIN) return -1;
+  throw new Errno('recv', errno);
 }
 
 /**
@@ -132,6 +144,14 @@ const INT = Buffer.alloc(4);
 export function setsockoptInt(fd: number, level: number, name: number, value: number): void {
   INT.writeInt32LE(value);
   check('setsockopt', c.setsockopt(fd, level, name, INT, 4));
+}
+
+export const SOL_SOCKET = 1;
+const SO_ATTACH_FILTER = 26;
+export const SO_RCVBUFFORCE = 33;
+/** A classic BPF program (struct sock_filter[], 8 bytes each) as the socket's filter (struct sock_fprog: 16 bytes). */
+export function attachSocketFilter(fd: number, program: Buffer): void {
+  check('setsockopt', c.setsockoptFprog(fd, SOL_SOCKET, SO_ATTACH_FILTER, { len: program.length / 8, filter: program }, 16));
 }
 
 export function setns(fd: number, nstype: number): void {

@@ -77,7 +77,7 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     assert.equal(fetchFrom('who-1', b6), a6);
     assert.equal(fetchFrom('who-2', a4), b4);
     assert.equal(fetchFrom('who-2', a6), b6);
-    traceToPeerPod([b4, b6]);
+    await traceToPeerPod([b4, b6]);
     // The router between the subnets knows no pod range: only the overlay crossed it.
     assert.doesNotMatch(execFileSync('ip', ['-n', 'kc-wire', 'route'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', 'kc-wire', '-6', 'route'], { encoding: 'utf8' }), /10\.244\.|fd00:10:244/);
     // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.
@@ -132,10 +132,14 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.244\.200\.1 dev kni\.vxlan onlink/.test(kernelRoutes('w2')) && /fd00:10:244:c8::\/64 via fd00:10:244:c8::1 dev kni\.vxlan/.test(kernelRoutes('w2')), 30_000, () => kernelRoutes('w2'));
     const fdb = () => execFileSync('bridge', ['-n', 'kc-w2', 'fdb', 'show', 'dev', 'kni.vxlan'], { encoding: 'utf8' });
     assert.match(fdb(), /dst 10\.240\.0\.50 self permanent/);
-    // Deleted behind kni's back, with no Node event to follow: the periodic check puts it back.
+    // Deleted behind kni's back, with no Node event to follow: the kernel's notice of it has the
+    // routes checked at once (the periodic check would put it back too, within 10 s).
+    const noticed = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes("the kernel says a route of kni's, or its vxlan device, was deleted")).length;
+    const noticedBefore = noticed();
     execFileSync('ip', ['-n', 'kc-w1', 'route', 'del', '10.244.200.0/28']);
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
     assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /the route to node kc-extra's pods 10\.244\.200\.0\/28 was gone from the kernel; installed again/);
+    await waitFor(() => noticed() > noticedBefore, 10_000, () => "kni did not log the kernel's notice of the route's delete");
     const nodeEvents = (reason: string) => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=kc-w1,reason=${reason}`).items.map((e: any) => e.message).join('\n');
     await waitFor(() => /installed them again: 10\.244\.200\.0\/28 \(node kc-extra\)/.test(nodeEvents('PeerRoutesRestored')), 30_000, () => nodeEvents('PeerRoutesRestored'));
     // The node network undone (forwarding off): reconcile puts it back and says so on the Node.

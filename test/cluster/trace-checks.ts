@@ -16,7 +16,7 @@ import { fetchFrom } from './whoami';
  * From who-1 (kc-w1) to who-2 (kc-w2) at its addresses `ips` (IPv4 first): who-1's route, kni's
  * vxlan route to kc-w2's pods, and how kc-w2 delivers it; then to kc-w2 itself.
  */
-export function traceToPeerPod(ips: string[]): void {
+export async function traceToPeerPod(ips: string[]): Promise<void> {
   const [b4] = ips;
   for (const ip of ips) {
     const t = knictl('w1', 'trace', 'who-1', ip);
@@ -26,7 +26,17 @@ export function traceToPeerPod(ips: string[]): void {
     // The vxlan device's MTU is the underlay's less the encapsulation; the pods keep the underlay's.
     assert.match(t.hops[1].what, new RegExp(`^${ip} is in node kc-w2's podCIDR \\S+: kni's vxlan route \\S+ dev \\S+; MTU 14[35]0: a pod's larger packets \\(its MTU is 1500\\) are answered "fragmentation needed" by this node, and path MTU discovery sends them smaller$`));
   }
-  // who-2's host veth deleted on kc-w2: a trace from kc-w1 says so at kc-w2; kc-w2's reconcile wires it again.
+  // who-2's host veth deleted on kc-w2: a trace from kc-w1 says so at kc-w2; kc-w2's reconcile
+  // wires it again. Repairs on the kernel's notice are off meanwhile (repairOnNotice, a live
+  // setting), or the veth would be back before the trace.
+  const original: string = kubectlJson('-n', 'kube-system', 'get', 'configmap', 'kni-config').data['config.yaml'];
+  const applied = () => execFileSync('cat', [`${CL}/run/kni-w2.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes('"msg":"config changed live"') && l.includes('repairOnNotice')).length;
+  const edit = async (text: string): Promise<void> => {
+    const before = applied();
+    kubectl('-n', 'kube-system', 'patch', 'configmap', 'kni-config', '--type', 'merge', '-p', JSON.stringify({ data: { 'config.yaml': text } }));
+    await waitFor(() => applied() > before, 30_000, () => 'kni on kc-w2 did not apply repairOnNotice');
+  };
+  await edit(`${original}\nrepairOnNotice: false\n`);
   const veth = knictl('w2', 'pods').find((p: any) => p.pod.name === 'who-2').interfaces[0].host_interface;
   execFileSync('ip', ['-n', 'kc-w2', 'link', 'del', veth]);
   try {
@@ -36,6 +46,7 @@ export function traceToPeerPod(ips: string[]): void {
     assert.match(broken.hops[2].problem, /^its network does not match kni's record: .*\(knictl reconcile repairs it\)$/);
   } finally {
     knictl('w2', 'reconcile');
+    await edit(original);
   }
   assert.equal(knictlTrace('w1', 'who-1', b4).ok, true);
   const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];

@@ -1,0 +1,126 @@
+// The kernel's notices of links and routes going away (rtnetlink's multicast groups), read
+// without waiting: what kni made, deleted by someone else, is then repaired at once rather than
+// at the next periodic check (plugin/node/kernel-notices.ts).
+import os from 'node:os';
+import * as libc from '../sys/libc';
+import { forEachAttr, readStringAt } from './attr';
+import { NETLINK_ROUTE } from './socket';
+
+const RTMGRP_LINK = 0x1;
+const RTMGRP_IPV4_ROUTE = 0x40;
+const RTMGRP_IPV6_ROUTE = 0x400;
+const RTM_DELLINK = 17;
+const RTM_DELROUTE = 25;
+const NLMSG_HDR = 16;
+const IFINFOMSG = 16;
+const IFLA_IFNAME = 3;
+/** struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags (u32). */
+const RTMSG_FAMILY = 0;
+const RTMSG_PROTOCOL = 5;
+const ENOBUFS = 105;
+
+export interface Notices {
+  /** Names of links deleted. */
+  linksDeleted: string[];
+  /** Routes deleted: family (AF_INET 2, AF_INET6 10) and the protocol that made them. */
+  routesDeleted: { family: number; protocol: number }[];
+  /** The socket's buffer overflowed: notices were lost, anything may have changed. */
+  lost: boolean;
+  /** Messages read in all (with the filter on, only deletions). */
+  messages: number;
+}
+
+/** What the socket is sent once its filter is on, and its buffer for a burst of them (a node's pods all going at once). */
+const RCVBUF = 1 << 20;
+
+/**
+ * A classic BPF program letting only link and route deletions through: every attach announces a
+ * dozen new links and routes, which would fill the socket between two reads and cost the main
+ * thread their parsing. The kernel runs it as it hands each notice to the socket.
+ */
+export function deletionsOnly(): Buffer {
+  const le = os.endianness() === 'LE';
+  // The load is big-endian, nlmsg_type (at offset 4) in the host's order.
+  const typeAsLoaded = (t: number): number => (le ? ((t & 0xff) << 8) | (t >> 8) : t);
+  const BPF_LD_H_ABS = 0x28;
+  const BPF_JEQ_K = 0x15;
+  const BPF_RET_K = 0x06;
+  const program: [number, number, number, number][] = [
+    [BPF_LD_H_ABS, 0, 0, 4],
+    [BPF_JEQ_K, 2, 0, typeAsLoaded(RTM_DELLINK)],
+    [BPF_JEQ_K, 1, 0, typeAsLoaded(RTM_DELROUTE)],
+    [BPF_RET_K, 0, 0, 0],
+    [BPF_RET_K, 0, 0, 0xffffffff],
+  ];
+  const b = Buffer.alloc(program.length * 8);
+  program.forEach(([code, jt, jf, k], i) => {
+    if (le) b.writeUInt16LE(code, i * 8);
+    else b.writeUInt16BE(code, i * 8);
+    b.writeUInt8(jt, i * 8 + 2);
+    b.writeUInt8(jf, i * 8 + 3);
+    if (le) b.writeUInt32LE(k, i * 8 + 4);
+    else b.writeUInt32BE(k, i * 8 + 4);
+  });
+  return b;
+}
+
+export class NoticeSocket {
+  readonly fd: number;
+  private readonly buf = Buffer.allocUnsafe(64 * 1024);
+
+  /** Subscribed in the calling thread's netns to link and route changes. */
+  constructor() {
+    this.fd = libc.socket(libc.AF_NETLINK, libc.SOCK_RAW | libc.SOCK_CLOEXEC, NETLINK_ROUTE);
+    try {
+      // Filtered before it is bound: no notice of another kind is ever queued.
+      libc.attachSocketFilter(this.fd, deletionsOnly());
+      try {
+        libc.setsockoptInt(this.fd, libc.SOL_SOCKET, libc.SO_RCVBUFFORCE, RCVBUF);
+      } catch {
+        // Without CAP_NET_ADMIN: the default buffer, and a reconcile if it ever overflows.
+      }
+      const addr = Buffer.alloc(12);
+      addr.writeUInt16LE(libc.AF_NETLINK, 0);
+      addr.writeUInt32LE(RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE, 8);
+      libc.bind(this.fd, addr);
+    } catch (e) {
+      libc.close(this.fd);
+      throw e;
+    }
+  }
+
+  /** Every notice queued now. */
+  drain(): Notices {
+    const out: Notices = { linksDeleted: [], routesDeleted: [], lost: false, messages: 0 };
+    for (;;) {
+      let n: number;
+      try {
+        n = libc.recvNow(this.fd, this.buf);
+      } catch (e) {
+        if ((e as libc.Errno).errno !== ENOBUFS) throw e;
+        out.lost = true;
+        continue;
+      }
+      if (n < 0) return out;
+      for (let o = 0; o + NLMSG_HDR <= n; ) {
+        const len = this.buf.readUInt32LE(o);
+        if (len < NLMSG_HDR || o + len > n) break;
+        const type = this.buf.readUInt16LE(o + 4);
+        out.messages++;
+        const body = o + NLMSG_HDR;
+        if (type === RTM_DELLINK && len >= NLMSG_HDR + IFINFOMSG) {
+          forEachAttr(this.buf, body + IFINFOMSG, o + len, (t, start, end) => {
+            if (t === IFLA_IFNAME) out.linksDeleted.push(readStringAt(this.buf, start, end));
+          });
+        } else if (type === RTM_DELROUTE && len >= NLMSG_HDR + 12) {
+          out.routesDeleted.push({ family: this.buf.readUInt8(body + RTMSG_FAMILY), protocol: this.buf.readUInt8(body + RTMSG_PROTOCOL) });
+        }
+        o += (len + 3) & ~3;
+      }
+    }
+  }
+
+  close(): void {
+    libc.close(this.fd);
+  }
+}

@@ -1,0 +1,88 @@
+// What others delete of kni's, repaired as the kernel tells it (plugin/node/kernel-notices.ts,
+// plugin/core/notice-repair.ts): the daemon's periodic reconcile runs once an hour here, so a
+// repair within the test's wait is the notices' doing. Real kernel: the links deleted with ip in
+// the test node's netns; a runtime's netns removed without a DEL. (A peer route deleted:
+// test/cluster/node-agent.cluster.ts.)
+import assert from 'node:assert/strict';
+import fs from 'node:fs';
+import { Client } from '../plugin/client/clients';
+import { NoticeSocket } from '../plugin/netlink/notices';
+import { inNetns as inNetnsFd } from '../plugin/netns/netns';
+import { inNetns, RUN, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
+
+const NOTICED = "the kernel says a pod's host veth was deleted: reconciling now";
+
+describe("kni's links deleted by others, noticed as the kernel tells it (real kernel)", () => {
+  let d: TestDaemon;
+  let rt: Client;
+  before(async () => {
+    d = await TestDaemon.start({ ranges: ['10.84.0.0/24', 'fd00:84::/64'], reconcileSeconds: 3600 });
+    rt = d.rt();
+  });
+  after(() => d?.cleanup());
+
+  it('the notice socket is sent deletions only (its BPF filter): a veth made, set up, addressed, routed and deleted gives the names of its two ends once', () => {
+    const ns = `${RUN}-knsock`;
+    sh('ip', ['netns', 'add', ns]);
+    const fd = fs.openSync(`/run/netns/${ns}`, 'r');
+    try {
+      const sock = inNetnsFd(fd, () => new NoticeSocket());
+      try {
+        const ip = (...args: string[]) => sh('ip', ['-n', ns, ...args]);
+        ip('link', 'add', 'kn0', 'type', 'veth', 'peer', 'name', 'kn1');
+        ip('link', 'set', 'kn0', 'up');
+        ip('addr', 'add', '10.9.9.1/24', 'dev', 'kn0');
+        ip('route', 'add', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
+        ip('route', 'del', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
+        ip('link', 'del', 'kn0');
+        const n = sock.drain();
+        assert.deepEqual(n.linksDeleted.sort(), ['kn0', 'kn1']);
+        assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2), JSON.stringify(n));
+        assert.equal(n.messages, n.linksDeleted.length + n.routesDeleted.length, 'a notice other than a deletion reached the socket');
+        assert.equal(n.lost, false);
+        assert.deepEqual(sock.drain(), { linksDeleted: [], routesDeleted: [], lost: false, messages: 0 });
+      } finally {
+        sock.close();
+      }
+    } finally {
+      fs.closeSync(fd);
+      trySh('ip', ['netns', 'del', ns]);
+    }
+  });
+
+  it("kni's own detaches start no reconcile; a pod's host veth deleted is wired again at once, with its addresses", async () => {
+    for (let i = 0; i < 4; i++) {
+      await rt.Attach({ sandbox_id: `kn-own${i}`, netns_path: d.makePodNetns(`kn-own${i}`) });
+      await rt.Detach({ sandbox_id: `kn-own${i}` });
+    }
+    await d.kniVethsSettled(0);
+    // Four polls of the notices, and more.
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.ok(!d.output.includes(NOTICED), "kni's own veth deletes were taken for someone else's");
+
+    const netns = d.makePodNetns('kn-cut');
+    const p = await rt.Attach({ sandbox_id: 'kn-cut', netns_path: netns });
+    const [v4, v6] = p.interfaces[0].addresses.map((a: any) => a.address);
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'del', p.interfaces[0].host_interface]);
+    await waitFor(async () => (await rt.Check({ sandbox_id: 'kn-cut' })).ok, 30_000, () => `not wired again (reconcile runs hourly here):\n${d.output.slice(-2000)}`);
+    assert.ok(d.output.includes(NOTICED));
+    const again = await rt.GetPod({ sandbox_id: 'kn-cut' });
+    assert.deepEqual(again.interfaces[0].addresses.map((a: any) => a.address), [v4, v6]);
+    assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', 'dev', again.interfaces[0].host_interface]), /state UP/);
+    assert.match(inNetns(netns, 'ip', ['-4', 'addr', 'show', 'dev', 'eth0']).out, new RegExp(v4.replace(/\./g, '\\.')));
+    await rt.Detach({ sandbox_id: 'kn-cut' });
+  });
+
+  it('a pod whose netns the runtime removed without a DEL is released at once, its addresses free', async () => {
+    const netns = d.makePodNetns('kn-gone');
+    const p = await rt.Attach({ sandbox_id: 'kn-gone', netns_path: netns });
+    const v4 = p.interfaces[0].addresses[0].address;
+    // As a runtime that crashed and cleaned up: the netns unpinned, the kernel tears it down with the veth.
+    sh('ip', ['netns', 'del', netns.split('/').pop()!]);
+    await waitFor(async () => !(await rt.ListPods({})).pods.some((x: any) => x.sandbox_id === 'kn-gone'), 30_000, () => `not released (reconcile runs hourly here):\n${d.output.slice(-2000)}`);
+    const ranges = (await rt.GetIPAMStatus({})).ranges as any[];
+    assert.equal(Number(ranges.find((r) => r.cidr === '10.84.0.0/24').used), 0, `${v4} still held: ${JSON.stringify(ranges)}`);
+  });
+});
