@@ -18,6 +18,8 @@ const IFLA_IFNAME = 3;
 const RTMSG_FAMILY = 0;
 const RTMSG_PROTOCOL = 5;
 const ENOBUFS = 105;
+/** Datagrams one drain reads at most, so that a flood of deletions does not hold the event loop. */
+const MAX_READS = 1024;
 
 export interface Notices {
   /** Names of links deleted. */
@@ -89,10 +91,10 @@ export class NoticeSocket {
     }
   }
 
-  /** Every notice queued now. */
+  /** The notices queued now (at most MAX_READS datagrams: a flood is read over several calls). */
   drain(): Notices {
     const out: Notices = { linksDeleted: [], routesDeleted: [], lost: false, messages: 0 };
-    for (;;) {
+    for (let reads = 0; reads < MAX_READS; reads++) {
       let n: number;
       try {
         n = libc.recvNow(this.fd, this.buf);
@@ -118,6 +120,7 @@ export class NoticeSocket {
         o += (len + 3) & ~3;
       }
     }
+    return out;
   }
 
   close(): void {
