@@ -35,7 +35,7 @@ describe('firewalld on the node (real kernel, nftables)', () => {
       nft('add', 'rule', 'inet', 'firewalld', 'filter_FORWARD', 'reject with icmpx admin-prohibited');
       await rt.Reconcile({});
       assert.deepEqual(await warnings(), [
-        "firewalld runs on this node (nftables table inet firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; add this node's pod ranges (10.73.0.0/24, fd00:73::/64) as sources of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>), then firewall-cmd --reload, or stop firewalld; until then pods get no answer from outside the node",
+        "firewalld is active on this node (nftables table inet firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; ensure this node's pod ranges (10.73.0.0/24, fd00:73::/64) are sources of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>, then firewall-cmd --reload), or pods get no answer from outside the node",
       ]);
     } finally {
       inNetns(d.nodeNetns, 'nft', ['delete', 'table', 'inet', 'firewalld']);
@@ -50,7 +50,7 @@ describe('firewalld on the node (real kernel, nftables)', () => {
     assert.equal(hostFirewallWarning([{ family: 'ip', name: 'filter' }], ctx), undefined);
     assert.equal(
       hostFirewallWarning([{ family: 'ip', name: 'filter' }, { family: 'inet', name: 'firewalld' }], ctx),
-      "firewalld runs on this node (nftables table inet firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; add every node's pod range (the cluster's pod CIDRs; this node's: 10.244.1.0/24) as sources of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>), and let vxlan's UDP port in (firewall-cmd --permanent --add-port=8472/udp), then firewall-cmd --reload, or stop firewalld; until then pods get no answer from other nodes' pods, nor from outside the node",
+      "firewalld is active on this node (nftables table inet firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; ensure every node's pod range (the cluster's pod CIDRs; this node's: 10.244.1.0/24) is a source of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>, then firewall-cmd --reload), and that vxlan's UDP port is open (firewall-cmd --permanent --add-port=8472/udp), or pods get no answer from other nodes' pods, nor from outside the node",
     );
   });
 });

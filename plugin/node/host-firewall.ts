@@ -6,7 +6,8 @@
 // through: pods' traffic between nodes, and from pods out of the node. kni does not change
 // another firewall's rules (firewalld rewrites its table on each reload): it says what to let
 // through, as the k3s and flannel guides do, at setup and at each reconcile (knictl node, and
-// the Node's Event in a cluster).
+// the Node's Event in a cluster). Worded as kubeadm's preflight warns of firewalld ("ensure …"):
+// whether its zones already let the pods through is in its rules, which kni does not judge.
 import { log } from '../core/log';
 import type { NetworkRuntime } from '../core/network-runtime';
 import type { Cidr } from '../ipam/ip';
@@ -27,9 +28,9 @@ export function hostFirewallWarning(tables: NftTable[], ctx: FirewallContext): s
   if (!fw) return undefined;
   const ranges = ctx.ranges.map((c) => c.text);
   const sources = ctx.cluster ? `every node's pod range (the cluster's pod CIDRs; this node's: ${ranges.join(', ') || 'none yet'})` : `this node's pod ranges (${ranges.join(', ') || 'none yet'})`;
-  const port = ctx.cluster && ctx.vxlanPort ? `, and let vxlan's UDP port in (firewall-cmd --permanent --add-port=${ctx.vxlanPort}/udp)` : '';
+  const port = ctx.cluster && ctx.vxlanPort ? `, and that vxlan's UDP port is open (firewall-cmd --permanent --add-port=${ctx.vxlanPort}/udp)` : '';
   const loses = ctx.cluster ? "pods get no answer from other nodes' pods, nor from outside the node" : 'pods get no answer from outside the node';
-  return `firewalld runs on this node (nftables table ${fw.family} firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; add ${sources} as sources of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>)${port}, then firewall-cmd --reload, or stop firewalld; until then ${loses}`;
+  return `firewalld is active on this node (nftables table ${fw.family} firewalld): its zones judge pods' forwarded traffic too, and its reject is final whatever kni accepts in iptables; ensure ${sources} ${ctx.cluster ? 'is a source' : 'are sources'} of its trusted zone (firewall-cmd --permanent --zone=trusted --add-source=<range>, then firewall-cmd --reload)${port}, or ${loses}`;
 }
 
 /** The tables of kni's netns; undefined when they cannot be read (no nf_tables: then no firewalld table either). */
