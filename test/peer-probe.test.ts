@@ -6,8 +6,11 @@
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
 import net from 'node:net';
+import type { NetworkRuntime } from '../plugin/core/network-runtime';
+import { answerPeerProbe } from '../plugin/kube/peer-probe-answers';
 import { askDelivery, parseDeliveryAnswer } from '../plugin/node/peer-delivery';
-import { PeerProbe, PROBE_BYTES, probeAnswer } from '../plugin/node/peer-probe';
+import type { PeerRouteStatus } from '../plugin/node/peer-routes';
+import { PeerProbe, PROBE_BYTES, probeAnswer, ProbeChange, ProbeState } from '../plugin/node/peer-probe';
 import { RUN, sh, trySh } from './helpers/sh';
 
 describe('peer probe (loopback)', () => {
@@ -78,6 +81,32 @@ describe('peer probe (loopback)', () => {
       held.forEach((s) => s.destroy());
       peer.close();
     }
+  });
+});
+
+describe("a probe round's changes as the Node's Events (peer-probe-answers.ts)", () => {
+  const routes: PeerRouteStatus[] = Array.from({ length: 12 }, (_, i) => ({ node: `n${i}`, destination: `10.244.${i}.0/24`, backend: 'vxlan', via: '', device: 'kni.vxlan', state: 'installed', error: '' }));
+  const change = (i: number, state: ProbeState): ProbeChange => ({
+    target: { destination: routes[i].destination, address: `10.244.${i}.1`, source: '10.244.99.1' },
+    now: { state, detail: state === 'silent' ? `no answer from 10.244.${i}.1 port 9275 within 1 s` : '', since: '', ms: 1 },
+  });
+  const told = (changes: ProbeChange[]): string[] => {
+    const probe = new PeerProbe(() => ({ port: 0, intervalSeconds: 30, timeoutSeconds: 1 }), 'kni test');
+    const events: string[] = [];
+    answerPeerProbe(probe, {} as NetworkRuntime, () => routes, (reason, message) => events.push(`${reason}: ${message}`));
+    probe.onChanges!(changes);
+    return events;
+  };
+
+  it('up to three of a kind one by one; more in one Event naming five and counting the rest; each kind apart', () => {
+    assert.deepEqual(told([0, 1, 2].map((i) => change(i, 'silent'))).map((e) => e.replace(/ through .*/, '')), [0, 1, 2].map((i) => `PeerPodNetworkSilent: kni's probe of node n${i}'s pod network (10.244.${i}.0/24)`));
+    assert.deepEqual(told([0, 1, 2, 3].map((i) => change(i, 'silent'))), [
+      "PeerPodNetworkSilent: kni's probe of 4 peers' pod networks (node n0 (10.244.0.0/24), node n1 (10.244.1.0/24), node n2 (10.244.2.0/24), node n3 (10.244.3.0/24)) through kni's routes gets no answer: what is between the nodes drops pods' packets, or those nodes are down (knictl trace to a pod there)",
+    ]);
+    const many = told([...Array.from({ length: 9 }, (_, i) => change(i, 'silent')), change(9, 'answers'), change(10, 'refused')]);
+    assert.equal(many.length, 3, many.join('\n'));
+    assert.match(many[0], /^PeerPodNetworkSilent: kni's probe of 9 peers' pod networks \(node n0 \(10\.244\.0\.0\/24\), .*node n4 \(10\.244\.4\.0\/24\), and 4 more: knictl node lists them\) through kni's routes gets no answer/);
+    assert.deepEqual(many.slice(1), ["PeerPodNetworkAnswers: kni's probe of node n9's pod network (10.244.9.0/24) answers again", "PeerPodNetworkAnswers: kni's probe of node n10's pod network (10.244.10.0/24) answers again"]);
   });
 });
 

@@ -34,7 +34,8 @@ export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: ()
   };
   const many = (kind: ChangeKind, cs: ProbeChange[]): void => {
     const named = cs.slice(0, NAMED).map((c) => peerOf(c).replace(/'s pod network \(/, ' (')).join(', ');
-    const peers = `${cs.length} peers' pod networks (${named}, and ${cs.length - NAMED} more: knictl node lists them)`;
+    const rest = cs.length > NAMED ? `, and ${cs.length - NAMED} more: knictl node lists them` : '';
+    const peers = `${cs.length} peers' pod networks (${named}${rest})`;
     if (kind === 'answers') nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peers} answers again`, 'Normal');
     else if (kind === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peers} through kni's routes connects, but their full-sized packets are lost: ${LARGE_PACKETS_LOST} (knictl trace to a pod there)`);
     else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peers} through kni's routes gets no answer: what is between the nodes drops pods' packets, or those nodes are down (knictl trace to a pod there)`);
