@@ -25,20 +25,19 @@ const kindOf = (c: ProbeChange): ChangeKind => (probeWorks(c.now.state) ? 'answe
 
 export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: () => PeerRouteStatus[], nodeEvent: NodeEvent): void {
   const peerOf = (c: ProbeChange): string => `node ${routes().find((r) => r.destination === c.target.destination)?.node ?? '?'}'s pod network (${c.target.destination})`;
-  const one = (c: ProbeChange): void => {
-    const peer = peerOf(c);
-    const now = c.now;
-    if (probeWorks(now.state)) nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
-    else if (now.state === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through kni's route connects, but its full-sized packets are lost (${now.detail}): ${LARGE_PACKETS_LOST} (knictl node; knictl trace to a pod there)`);
-    else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through kni's route gets no answer (${now.detail}): what is between the nodes drops pods' packets (knictl node; knictl trace to a pod there)`);
+  // Each kind's Event, for one peer (`one`) or several (`many`: "N peers' pod networks (…)").
+  const tell = (kind: ChangeKind, peer: string, many: boolean, detail: string): void => {
+    const [route, its] = many ? ["kni's routes", 'their'] : ["kni's route", 'its'];
+    const look = many ? 'knictl trace to a pod there' : 'knictl node; knictl trace to a pod there';
+    if (kind === 'answers') nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peer} answers again`, 'Normal');
+    else if (kind === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through ${route} connects, but ${its} full-sized packets are lost${detail}: ${LARGE_PACKETS_LOST} (${look})`);
+    else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through ${route} gets no answer${detail}: what is between the nodes drops pods' packets${many ? ', or those nodes are down' : ''} (${look})`);
   };
+  const one = (c: ProbeChange): void => tell(kindOf(c), peerOf(c), false, ` (${c.now.detail})`);
   const many = (kind: ChangeKind, cs: ProbeChange[]): void => {
     const named = cs.slice(0, NAMED).map((c) => peerOf(c).replace(/'s pod network \(/, ' (')).join(', ');
     const rest = cs.length > NAMED ? `, and ${cs.length - NAMED} more: knictl node lists them` : '';
-    const peers = `${cs.length} peers' pod networks (${named}${rest})`;
-    if (kind === 'answers') nodeEvent('PeerPodNetworkAnswers', `kni's probe of ${peers} answers again`, 'Normal');
-    else if (kind === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peers} through kni's routes connects, but their full-sized packets are lost: ${LARGE_PACKETS_LOST} (knictl trace to a pod there)`);
-    else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peers} through kni's routes gets no answer: what is between the nodes drops pods' packets, or those nodes are down (knictl trace to a pod there)`);
+    tell(kind, `${cs.length} peers' pod networks (${named}${rest})`, true, '');
   };
   probe.onChanges = (changes) => {
     const byKind = new Map<ChangeKind, ProbeChange[]>();

@@ -4,19 +4,19 @@
 import os from 'node:os';
 import * as libc from '../sys/libc';
 import { forEachAttr, readStringAt } from './attr';
-import { NETLINK_ROUTE } from './socket';
+import { NETLINK_ROUTE, sockaddrNl, split } from './socket';
 
 const RTMGRP_LINK = 0x1;
 const RTMGRP_IPV4_ROUTE = 0x40;
 const RTMGRP_IPV6_ROUTE = 0x400;
 const RTM_DELLINK = 17;
 const RTM_DELROUTE = 25;
-const NLMSG_HDR = 16;
 const IFINFOMSG = 16;
 const IFLA_IFNAME = 3;
 /** struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags (u32). */
 const RTMSG_FAMILY = 0;
 const RTMSG_PROTOCOL = 5;
+const RTMSG = 12;
 const ENOBUFS = 105;
 /** Datagrams one drain reads at most, so that a flood of deletions does not hold the event loop. */
 const MAX_READS = 1024;
@@ -81,10 +81,7 @@ export class NoticeSocket {
       } catch {
         // Without CAP_NET_ADMIN: the default buffer, and a reconcile if it ever overflows.
       }
-      const addr = Buffer.alloc(12);
-      addr.writeUInt16LE(libc.AF_NETLINK, 0);
-      addr.writeUInt32LE(RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE, 8);
-      libc.bind(this.fd, addr);
+      libc.bind(this.fd, sockaddrNl(RTMGRP_LINK | RTMGRP_IPV4_ROUTE | RTMGRP_IPV6_ROUTE));
     } catch (e) {
       libc.close(this.fd);
       throw e;
@@ -104,20 +101,15 @@ export class NoticeSocket {
         continue;
       }
       if (n < 0) return out;
-      for (let o = 0; o + NLMSG_HDR <= n; ) {
-        const len = this.buf.readUInt32LE(o);
-        if (len < NLMSG_HDR || o + len > n) break;
-        const type = this.buf.readUInt16LE(o + 4);
+      for (const m of split(this.buf, n)) {
         out.messages++;
-        const body = o + NLMSG_HDR;
-        if (type === RTM_DELLINK && len >= NLMSG_HDR + IFINFOMSG) {
-          forEachAttr(this.buf, body + IFINFOMSG, o + len, (t, start, end) => {
-            if (t === IFLA_IFNAME) out.linksDeleted.push(readStringAt(this.buf, start, end));
+        if (m.type === RTM_DELLINK && m.body.length >= IFINFOMSG) {
+          forEachAttr(m.body, IFINFOMSG, m.body.length, (t, start, end) => {
+            if (t === IFLA_IFNAME) out.linksDeleted.push(readStringAt(m.body, start, end));
           });
-        } else if (type === RTM_DELROUTE && len >= NLMSG_HDR + 12) {
-          out.routesDeleted.push({ family: this.buf.readUInt8(body + RTMSG_FAMILY), protocol: this.buf.readUInt8(body + RTMSG_PROTOCOL) });
+        } else if (m.type === RTM_DELROUTE && m.body.length >= RTMSG) {
+          out.routesDeleted.push({ family: m.body.readUInt8(RTMSG_FAMILY), protocol: m.body.readUInt8(RTMSG_PROTOCOL) });
         }
-        o += (len + 3) & ~3;
       }
     }
     return out;

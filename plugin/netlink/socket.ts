@@ -59,9 +59,14 @@ export interface NetlinkMessage {
  */
 const RECV = Buffer.allocUnsafe(64 * 1024);
 
-/** struct sockaddr_nl: AF_NETLINK, port 0 (the kernel picks one), no groups. */
-const SOCKADDR_NL = Buffer.alloc(12);
-SOCKADDR_NL.writeUInt16LE(libc.AF_NETLINK, 0);
+/** struct sockaddr_nl: AF_NETLINK, port 0 (the kernel picks one), the multicast groups to join. */
+export function sockaddrNl(groups = 0): Buffer {
+  const a = Buffer.alloc(12);
+  a.writeUInt16LE(libc.AF_NETLINK, 0);
+  a.writeUInt32LE(groups, 8);
+  return a;
+}
+const SOCKADDR_NL = sockaddrNl();
 
 export class NetlinkSocket {
   /** The socket's descriptor: the native wiring (plugin/pod/wire-pod.c) sends on it too. */
@@ -191,14 +196,15 @@ export class NetlinkSocket {
   }
 }
 
-interface RawMessage {
+export interface RawMessage {
   type: number;
   flags: number;
   seq: number;
   body: Buffer;
 }
 
-function split(buf: Buffer, n: number): RawMessage[] {
+/** The messages (struct nlmsghdr and body) in the first n bytes of buf; the bodies are views of buf. */
+export function split(buf: Buffer, n: number): RawMessage[] {
   const out: RawMessage[] = [];
   let o = 0;
   while (o + HDR <= n) {
