@@ -12,7 +12,7 @@ import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
-const NOTICED = "the kernel says a pod's host veth was deleted: reconciling now";
+const NOTICED = "the kernel says a pod's host veth was deleted or set down: reconciling now";
 
 describe("kni's links deleted by others, noticed as the kernel tells it (real kernel)", () => {
   let d: TestDaemon;
@@ -23,7 +23,7 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
   });
   after(() => d?.cleanup());
 
-  it('the notice socket is sent deletions only (its BPF filter): a veth made, set up, addressed, routed and deleted gives the names of its two ends once', () => {
+  it('the notice socket is sent deletions and links going down only (its BPF filter): a veth made, set up, addressed, routed, set down and deleted gives the names of its two ends once as deleted and once as gone down (the one set down, the other taken down by the delete)', () => {
     const ns = `${RUN}-knsock`;
     sh('ip', ['netns', 'add', ns]);
     const fd = fs.openSync(`/run/netns/${ns}`, 'r');
@@ -36,13 +36,17 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
         ip('addr', 'add', '10.9.9.1/24', 'dev', 'kn0');
         ip('route', 'add', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
         ip('route', 'del', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
+        ip('link', 'set', 'kn1', 'up');
+        ip('link', 'set', 'kn0', 'down');
         ip('link', 'del', 'kn0');
         const n = sock.drain();
         assert.deepEqual(n.linksDeleted.sort(), ['kn0', 'kn1']);
+        // kn1 was up when the pair went: its deletion takes it down too, and says so.
+        assert.deepEqual(n.linksDown.sort(), ['kn0', 'kn1']);
         assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2), JSON.stringify(n));
-        assert.equal(n.messages, n.linksDeleted.length + n.routesDeleted.length, 'a notice other than a deletion reached the socket');
+        assert.equal(n.messages, n.linksDeleted.length + n.linksDown.length + n.routesDeleted.length, 'a notice other than a deletion or a link going down reached the socket');
         assert.equal(n.lost, false);
-        assert.deepEqual(sock.drain(), { linksDeleted: [], routesDeleted: [], lost: false, messages: 0 });
+        assert.deepEqual(sock.drain(), { linksDeleted: [], linksDown: [], routesDeleted: [], lost: false, messages: 0 });
       } finally {
         sock.close();
       }
@@ -73,6 +77,25 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
     assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', 'dev', again.interfaces[0].host_interface]), /state UP/);
     assert.match(inNetns(netns, 'ip', ['-4', 'addr', 'show', 'dev', 'eth0']).out, new RegExp(v4.replace(/\./g, '\\.')));
     await rt.Detach({ sandbox_id: 'kn-cut' });
+  });
+
+  it("a pod's host veth set down and up again at once (its routes gone with it) is wired again at once", async () => {
+    const netns = d.makePodNetns('kn-down');
+    const p = await rt.Attach({ sandbox_id: 'kn-down', netns_path: netns });
+    const host = p.interfaces[0].host_interface;
+    const [v4, v6] = p.interfaces[0].addresses.map((a: any) => a.address);
+    const routeTo = (ip: string) => sh('ip', ['-n', d.nodeNetnsName, 'route', 'get', ip]);
+    assert.match(routeTo(v4), new RegExp(`dev ${host}`));
+    const noticedBefore = d.output.split(NOTICED).length;
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', host, 'down']);
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', host, 'up']);
+    await waitFor(async () => (await rt.Check({ sandbox_id: 'kn-down' })).ok, 30_000, () => `not wired again (reconcile runs hourly here):\n${d.output.slice(-2000)}`);
+    assert.ok(d.output.split(NOTICED).length > noticedBefore, 'repaired, but not on the notice');
+    const again = await rt.GetPod({ sandbox_id: 'kn-down' });
+    assert.deepEqual(again.interfaces[0].addresses.map((a: any) => a.address), [v4, v6]);
+    assert.match(routeTo(v4), new RegExp(`dev ${again.interfaces[0].host_interface}`));
+    assert.match(routeTo(v6), new RegExp(`dev ${again.interfaces[0].host_interface}`));
+    await rt.Detach({ sandbox_id: 'kn-down' });
   });
 
   it('a pod whose netns the runtime removed without a DEL is released at once, its addresses free', async () => {

@@ -130,6 +130,23 @@ describe('knictl', () => {
     assert.equal(knictl('--socket', d.socket, 'check', 'cli-sandbox').status, 0);
     assert.equal(knictl('--socket', d.socket, 'check').stdout, 'node: ready\nsandboxes: 1 checked, 0 with problems\n');
   });
+
+  it('a host veth set down (its routes gone with it, and not back when it comes up) is a problem; reconcile wires it again', () => {
+    const host = () => JSON.parse(knictl('--socket', d.socket, 'pod', 'cli-sandbox', '-o', 'json').stdout).interfaces[0].host_interface as string;
+    const before = host();
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', before, 'down']);
+    const down = knictl('--socket', d.socket, 'check', 'cli-sandbox');
+    assert.equal(down.status, 2, down.stderr);
+    assert.match(down.stdout, new RegExp(`problem: host veth ${before} is down`));
+    // Up again: IPv4 dropped the pod's route with the link and nothing puts it back.
+    sh('ip', ['-n', d.nodeNetnsName, 'link', 'set', before, 'up']);
+    const up = knictl('--socket', d.socket, 'check', 'cli-sandbox');
+    assert.equal(up.status, 2, up.stderr);
+    assert.match(up.stdout, new RegExp(`problem: no route to \\S+ through host veth ${before}`));
+    assert.deepEqual(JSON.parse(knictl('--socket', d.socket, 'reconcile', '-o', 'json').stdout).repaired_sandbox_ids, ['cli-sandbox']);
+    assert.equal(knictl('--socket', d.socket, 'check', 'cli-sandbox').status, 0);
+    assert.match(sh('ip', ['-n', d.nodeNetnsName, 'link', 'show', 'dev', host()]), /state UP|LOWER_UP/);
+  });
 });
 
 describe('kni-runtime flags and environment', () => {

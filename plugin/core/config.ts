@@ -179,7 +179,7 @@ export interface Config {
   unclaimedNetnsGraceSeconds: number;
   /** How often reconcile and the unclaimed-netns sweep run while serving. */
   reconcileSeconds: number;
-  /** What others delete of kni's is repaired as the kernel announces it (false: at the periodic checks). */
+  /** What others delete (or set down) of kni's is repaired as the kernel announces it (false: at the periodic checks). */
   repairOnNotice: boolean;
   cni: CniConfig;
   cri: CriConfig;

@@ -1,16 +1,20 @@
-// A pod's host veth deleted by someone else, noticed as the kernel tells it (plugin/node/
-// kernel-notices.ts): reconcile runs at once, not at the next sweep (reconcileSeconds), and
-// wires the pod again with its addresses, or releases it when its netns went too (a runtime
-// that removed it without a DEL). kni's own deletions do not start one: a detach's veth belongs
-// to no attached record by the time its notice is read, and a stale veth kni deleted to make
-// that name again is back when it is looked for. The bridge is left to the sweep: kni deletes
-// it itself when it leaves the node, and must not make it again then. repairOnNotice: false (a
-// live setting) leaves it all to the sweep, to look at a broken pod with knictl.
+// A pod's host veth deleted or set down by someone else, noticed as the kernel tells it
+// (plugin/node/kernel-notices.ts): reconcile runs at once, not at the next sweep
+// (reconcileSeconds), and wires the pod again with its addresses, or releases it when its netns
+// went too (a runtime that removed it without a DEL). A link set down loses the routes through it
+// (IPv4 says nothing of them), and setting it up again does not bring them back: the pod stays cut
+// off until its interface is wired again. Only a host end that is still wrong when looked at
+// starts a reconcile: kni's own deletions belong to no attached record by the time their notice
+// is read, and a stale veth kni deleted to make that name again is back, up and routed. The
+// bridge is left to the sweep: kni deletes it itself when it leaves the node, and must not make it
+// again then. repairOnNotice: false (a live setting) leaves it all to the sweep, to look at a
+// broken pod with knictl.
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { isBuiltIn } from './network-backend';
-import { linkByName } from '../netlink/link';
 import { reconcileAfterRunning } from './recovery';
+import { hostProblems } from './sandbox-check';
+import { InterfaceRecord } from '../store/records';
 
 /** Notices within this long share one reconcile. */
 const GATHER_MS = 100;
@@ -19,22 +23,38 @@ export function repairOnNotices(rt: NetworkRuntime): void {
   let soon: NodeJS.Timeout | undefined;
   const noticed = new Set<string>();
   let lost = false;
-  const attachedVeth = (name: string): boolean => [...rt.sandboxes.values()].some((r) => r.phase === 'attached' && r.interfaces.some((i) => isBuiltIn(i) && i.hostVeth === name));
+  // Attached records' host ends by name, made once for a batch of notices (a detach's veth delete
+  // gives two: the link going down, then gone; with pods churning, a batch holds hundreds).
+  const attachedVeths = (): Map<string, InterfaceRecord> => {
+    const byName = new Map<string, InterfaceRecord>();
+    for (const r of rt.sandboxes.values()) {
+      if (r.phase !== 'attached') continue;
+      for (const i of r.interfaces) if (isBuiltIn(i)) byName.set(i.hostVeth, i);
+    }
+    return byName;
+  };
   rt.notices.onNotices((n) => {
     if (!rt.cfg.repairOnNotice) return;
-    for (const name of n.linksDeleted) if (attachedVeth(name)) noticed.add(name);
+    if (n.linksDeleted.length || n.linksDown.length) {
+      const attached = attachedVeths();
+      for (const name of [...n.linksDeleted, ...n.linksDown]) if (attached.has(name)) noticed.add(name);
+    }
     lost ||= n.lost;
     if ((!noticed.size && !lost) || soon) return;
     soon = setTimeout(() => {
       soon = undefined;
-      // Still missing: a veth of that name made since (a re-attach replacing a stale one kni
+      // Still wrong: a veth of that name made since (a re-attach replacing a stale one kni
       // deleted itself) leaves nothing to repair.
-      const missing = [...noticed].filter((name) => attachedVeth(name) && !linkByName(rt.host, name));
+      const attached = attachedVeths();
+      const broken = [...noticed].flatMap((name) => {
+        const itf = attached.get(name);
+        return itf ? hostProblems(rt, [itf]) : [];
+      });
       const wasLost = lost;
       noticed.clear();
       lost = false;
-      if (!missing.length && !wasLost) return;
-      log('info', missing.length ? "the kernel says a pod's host veth was deleted: reconciling now" : "the kernel's notices were lost: reconciling now", { links: missing });
+      if (!broken.length && !wasLost) return;
+      log('info', broken.length ? "the kernel says a pod's host veth was deleted or set down: reconciling now" : "the kernel's notices were lost: reconciling now", { problems: broken });
       reconcileAfterRunning(rt).catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, GATHER_MS);
     soon.unref();

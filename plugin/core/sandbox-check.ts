@@ -51,11 +51,13 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
   ]);
 }
 
-function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
+/** The host ends of built-in interfaces compared with the kernel (the node's netns only: no netns entered). */
+export function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
   const problems: string[] = [];
   for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
     if (!hostEnd) problems.push(`host veth ${itf.hostVeth} is missing`);
+    else if (!(hostEnd.flags & IFF_UP)) problems.push(`host veth ${itf.hostVeth} is down`);
     else if (itf.routed) problems.push(...routedHostProblems(rt, itf, hostEnd));
     else if (hostEnd.master !== rt.node.bridgeIndex) problems.push(`host veth ${itf.hostVeth} is not on bridge ${rt.cfg.bridge}`);
   }

@@ -148,13 +148,15 @@ export class NodeAgent {
     this.owners.start();
     // Routes go without a Node event: a link going down takes the routes through it along, and
     // an admin or another agent may delete them. Checked as often as flannel checks its own, and
-    // at once when the kernel says a route of kni's, or its vxlan device, went (kernel-notices.ts).
+    // at once when the kernel says a route of kni's went, or its vxlan device went or went down
+    // (IPv4 drops the routes through a link set down without a notice of their own: kernel-notices.ts).
     this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
     this.rt.notices.onNotices((n) => {
       const routes = n.routesDeleted.filter((r) => r.protocol === RTPROT_KNI).length;
-      if (!this.cfg.repairOnNotice || !(n.lost || routes || n.linksDeleted.includes(this.cfg.vxlan.device))) return;
-      log('info', "the kernel says a route of kni's, or its vxlan device, was deleted: checking the routes to other nodes' pods now", { routes, lost: n.lost });
+      const vxlan = n.linksDeleted.includes(this.cfg.vxlan.device) || n.linksDown.includes(this.cfg.vxlan.device);
+      if (!this.cfg.repairOnNotice || !(n.lost || routes || vxlan)) return;
+      log('info', "the kernel says a route of kni's was deleted, or its vxlan device deleted or set down: checking the routes to other nodes' pods now", { routes, lost: n.lost });
       this.schedule();
     });
     // On kni0's gateways once the node network is up, through kni's installed routes; not for a CNI default network, whose gateways are its plugins'.

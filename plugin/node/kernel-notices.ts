@@ -1,6 +1,8 @@
-// What kni made on the node, deleted by someone else, noticed as the kernel tells it: a pod's
-// host veth (a cleanup script, an operator's `ip link del`), the bridge, a route to another
-// node's pods (systemd-networkd dropping "foreign" routes when it restarts, a `ip route flush`).
+// What kni made on the node, deleted or set down by someone else, noticed as the kernel tells
+// it: a pod's host veth (a cleanup script, an operator's `ip link del` or `ip link set … down`,
+// which takes the pod's routes along even when the link comes up again), the bridge, a route to
+// another node's pods (systemd-networkd dropping "foreign" routes when it restarts, a `ip route
+// flush`).
 // Without the notices each waits for the periodic check that finds it (reconcile: 60 s by
 // default; peer routes: 10 s), and the pods behind it are cut off that long.
 //
@@ -30,7 +32,7 @@ export class KernelNotices {
     this.timer.unref();
   }
 
-  /** Told of each batch of notices (links or routes deleted, or notices lost). */
+  /** Told of each batch of notices (links or routes deleted, links down, or notices lost). */
   onNotices(cb: (n: Notices) => void): void {
     this.listeners.push(cb);
   }
@@ -45,7 +47,7 @@ export class KernelNotices {
       return;
     }
     this.failed = false;
-    if (!n.linksDeleted.length && !n.routesDeleted.length && !n.lost) return;
+    if (!n.linksDeleted.length && !n.linksDown.length && !n.routesDeleted.length && !n.lost) return;
     for (const cb of this.listeners) {
       try {
         cb(n);

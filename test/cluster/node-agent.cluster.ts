@@ -134,7 +134,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     assert.match(fdb(), /dst 10\.240\.0\.50 self permanent/);
     // Deleted behind kni's back, with no Node event to follow: the kernel's notice of it has the
     // routes checked at once (the periodic check would put it back too, within 10 s).
-    const noticed = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes("the kernel says a route of kni's, or its vxlan device, was deleted")).length;
+    const noticed = () => execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes("the kernel says a route of kni's was deleted, or its vxlan device")).length;
     const noticedBefore = noticed();
     execFileSync('ip', ['-n', 'kc-w1', 'route', 'del', '10.244.200.0/28']);
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
