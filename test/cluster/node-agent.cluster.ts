@@ -121,7 +121,7 @@ spec: {selector: {who: one}, ipFamilyPolicy: PreferDualStack, ports: [{port: 80}
     await peerProbeChecks();
   });
 
-  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); a route deleted behind kni\'s back comes back, as does forwarding turned off, each with an Event on the Node; the Node deleted, they go', async () => {
+  it('a Node added gets routes on every node (host-gw where it shares the subnet, vxlan where not); a route deleted behind kni\'s back comes back, as do the vxlan device set down and forwarding turned off, each with an Event on the Node; the Node deleted, they go', async () => {
     apply(`apiVersion: v1
 kind: Node
 metadata: {name: kc-extra}
@@ -140,6 +140,14 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
     await waitFor(() => /10\.244\.200\.0\/28 via 10\.240\.0\.50 dev eth0/.test(kernelRoutes('w1')), 30_000, () => kernelRoutes('w1'));
     assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /the route to node kc-extra's pods 10\.244\.200\.0\/28 was gone from the kernel; installed again/);
     await waitFor(() => noticed() > noticedBefore, 10_000, () => "kni did not log the kernel's notice of the route's delete");
+    // The vxlan device set down: IPv4 drops the routes through it with no notice of theirs; the
+    // device's own going down has kni set it up and put them back at once.
+    const noticedW2 = () => execFileSync('cat', [`${CL}/run/kni-w2.log`], { encoding: 'utf8' }).split('\n').filter((l) => l.includes("the kernel says a route of kni's was deleted, or its vxlan device")).length;
+    const noticedW2Before = noticedW2();
+    execFileSync('ip', ['-n', 'kc-w2', 'link', 'set', 'kni.vxlan', 'down']);
+    await waitFor(() => noticedW2() > noticedW2Before, 10_000, () => "kni did not log the kernel's notice of kni.vxlan going down");
+    await waitFor(() => /10\.244\.200\.0\/28 via 10\.244\.200\.1 dev kni\.vxlan onlink/.test(kernelRoutes('w2')), 30_000, () => kernelRoutes('w2'));
+    assert.match(execFileSync('ip', ['-n', 'kc-w2', 'link', 'show', 'kni.vxlan'], { encoding: 'utf8' }), /[<,]UP[,>]/);
     const nodeEvents = (reason: string) => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=kc-w1,reason=${reason}`).items.map((e: any) => e.message).join('\n');
     await waitFor(() => /installed them again: 10\.244\.200\.0\/28 \(node kc-extra\)/.test(nodeEvents('PeerRoutesRestored')), 30_000, () => nodeEvents('PeerRoutesRestored'));
     // The node network undone (forwarding off): reconcile puts it back and says so on the Node.
