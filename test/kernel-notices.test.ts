@@ -12,7 +12,7 @@ import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
-const NOTICED = "the kernel says a pod's host veth was deleted or set down: reconciling now";
+const NOTICED = "the kernel says a pod's host veth, or its route, was deleted or set down: reconciling now";
 
 describe("kni's links deleted by others, noticed as the kernel tells it (real kernel)", () => {
   let d: TestDaemon;
@@ -36,6 +36,8 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
         ip('addr', 'add', '10.9.9.1/24', 'dev', 'kn0');
         ip('route', 'add', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
         ip('route', 'del', '10.8.0.0/16', 'dev', 'kn0', 'proto', '107');
+        ip('route', 'add', '10.8.1.7/32', 'dev', 'kn0');
+        ip('route', 'del', '10.8.1.7/32', 'dev', 'kn0');
         ip('link', 'set', 'kn1', 'up');
         ip('link', 'set', 'kn0', 'down');
         ip('link', 'del', 'kn0');
@@ -43,7 +45,9 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
         assert.deepEqual(n.linksDeleted.sort(), ['kn0', 'kn1']);
         // kn1 was up when the pair went: its deletion takes it down too, and says so.
         assert.deepEqual(n.linksDown.sort(), ['kn0', 'kn1']);
-        assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2), JSON.stringify(n));
+        assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2 && r.host === undefined), JSON.stringify(n));
+        // A route to one address names it: a routed pod's route.
+        assert.ok(n.routesDeleted.some((r) => r.family === 2 && r.host === '10.8.1.7'), JSON.stringify(n));
         assert.equal(n.messages, n.linksDeleted.length + n.linksDown.length + n.routesDeleted.length, 'a notice other than a deletion or a link going down reached the socket');
         assert.equal(n.lost, false);
         assert.deepEqual(sock.drain(), { linksDeleted: [], linksDown: [], routesDeleted: [], lost: false, messages: 0 });
@@ -96,6 +100,22 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
     assert.match(routeTo(v4), new RegExp(`dev ${again.interfaces[0].host_interface}`));
     assert.match(routeTo(v6), new RegExp(`dev ${again.interfaces[0].host_interface}`));
     await rt.Detach({ sandbox_id: 'kn-down' });
+  });
+
+  it("a routed pod's route deleted on the node (both families) is put back at once", async () => {
+    const netns = d.makePodNetns('kn-route');
+    const p = await rt.Attach({ sandbox_id: 'kn-route', netns_path: netns });
+    const host = p.interfaces[0].host_interface;
+    const [v4, v6] = p.interfaces[0].addresses.map((a: any) => a.address);
+    const routes = () => sh('ip', ['-n', d.nodeNetnsName, 'route', 'show', 'dev', host]) + sh('ip', ['-n', d.nodeNetnsName, '-6', 'route', 'show', 'dev', host]);
+    for (const [ip, len] of [[v4, 32], [v6, 128]] as const) {
+      const noticedBefore = d.output.split(NOTICED).length;
+      sh('ip', ['-n', d.nodeNetnsName, 'route', 'del', `${ip}/${len}`, 'dev', host]);
+      await waitFor(() => routes().includes(ip), 30_000, () => `${ip} not routed again (reconcile runs hourly here):\n${routes()}\n${d.output.slice(-2000)}`);
+      assert.ok(d.output.split(NOTICED).length > noticedBefore, 'routed again, but not on the notice');
+      assert.ok((await rt.Check({ sandbox_id: 'kn-route' })).ok);
+    }
+    await rt.Detach({ sandbox_id: 'kn-route' });
   });
 
   it('a pod whose netns the runtime removed without a DEL is released at once, its addresses free', async () => {

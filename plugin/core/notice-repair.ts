@@ -1,14 +1,14 @@
-// A pod's host veth deleted or set down by someone else, noticed as the kernel tells it
-// (plugin/node/kernel-notices.ts): reconcile runs at once, not at the next sweep
-// (reconcileSeconds), and wires the pod again with its addresses, or releases it when its netns
-// went too (a runtime that removed it without a DEL). A link set down loses the routes through it
-// (IPv4 says nothing of them), and setting it up again does not bring them back: the pod stays cut
-// off until its interface is wired again. Only a host end that is still wrong when looked at
-// starts a reconcile: kni's own deletions belong to no attached record by the time their notice
-// is read, and a stale veth kni deleted to make that name again is back, up and routed. The
-// bridge is left to the sweep: kni deletes it itself when it leaves the node, and must not make it
-// again then. repairOnNotice: false (a live setting) leaves it all to the sweep, to look at a
-// broken pod with knictl.
+// A pod's host veth deleted or set down, or a routed pod's route deleted, by someone else,
+// noticed as the kernel tells it (plugin/node/kernel-notices.ts): reconcile runs at once, not at
+// the next sweep (reconcileSeconds), and wires the pod again with its addresses, or releases it
+// when its netns went too (a runtime that removed it without a DEL). A link set down loses the
+// routes through it (IPv4 says nothing of them), and setting it up again does not bring them
+// back: the pod stays cut off until its interface is wired again. Only a host end that is still
+// wrong when looked at starts a reconcile: kni's own deletions belong to no attached record by
+// the time their notice is read, and a stale veth kni deleted to make that name again is back, up
+// and routed. The bridge is left to the sweep: kni deletes it itself when it leaves the node, and
+// must not make it again then. repairOnNotice: false (a live setting) leaves it all to the sweep,
+// to look at a broken pod with knictl.
 import { log } from './log';
 import type { NetworkRuntime } from './network-runtime';
 import { isBuiltIn } from './network-backend';
@@ -23,21 +23,30 @@ export function repairOnNotices(rt: NetworkRuntime): void {
   let soon: NodeJS.Timeout | undefined;
   const noticed = new Set<string>();
   let lost = false;
-  // Attached records' host ends by name, made once for a batch of notices (a detach's veth delete
-  // gives two: the link going down, then gone; with pods churning, a batch holds hundreds).
-  const attachedVeths = (): Map<string, InterfaceRecord> => {
-    const byName = new Map<string, InterfaceRecord>();
+  // Attached records' built-in interfaces by host end and by address, made once for a batch of
+  // notices (a detach's veth delete gives three: the link going down, then gone, and its IPv6
+  // route; with pods churning, a batch holds hundreds): no kernel call for a notice of no pod's.
+  const attachedInterfaces = (): Map<string, InterfaceRecord> => {
+    const byKey = new Map<string, InterfaceRecord>();
     for (const r of rt.sandboxes.values()) {
       if (r.phase !== 'attached') continue;
-      for (const i of r.interfaces) if (isBuiltIn(i)) byName.set(i.hostVeth, i);
+      for (const i of r.interfaces) {
+        if (!isBuiltIn(i)) continue;
+        byKey.set(i.hostVeth, i);
+        if (i.routed) for (const a of i.addresses) byKey.set(a.address, i);
+      }
     }
-    return byName;
+    return byKey;
   };
   rt.notices.onNotices((n) => {
     if (!rt.cfg.repairOnNotice) return;
-    if (n.linksDeleted.length || n.linksDown.length) {
-      const attached = attachedVeths();
-      for (const name of [...n.linksDeleted, ...n.linksDown]) if (attached.has(name)) noticed.add(name);
+    const hosts = n.routesDeleted.flatMap((r) => (r.host ? [r.host] : []));
+    if (n.linksDeleted.length || n.linksDown.length || hosts.length) {
+      const attached = attachedInterfaces();
+      for (const key of [...n.linksDeleted, ...n.linksDown, ...hosts]) {
+        const itf = attached.get(key);
+        if (itf) noticed.add(itf.hostVeth);
+      }
     }
     lost ||= n.lost;
     if ((!noticed.size && !lost) || soon) return;
@@ -45,7 +54,7 @@ export function repairOnNotices(rt: NetworkRuntime): void {
       soon = undefined;
       // Still wrong: a veth of that name made since (a re-attach replacing a stale one kni
       // deleted itself) leaves nothing to repair.
-      const attached = attachedVeths();
+      const attached = attachedInterfaces();
       const broken = [...noticed].flatMap((name) => {
         const itf = attached.get(name);
         return itf ? hostProblems(rt, [itf]) : [];
@@ -54,7 +63,7 @@ export function repairOnNotices(rt: NetworkRuntime): void {
       noticed.clear();
       lost = false;
       if (!broken.length && !wasLost) return;
-      log('info', broken.length ? "the kernel says a pod's host veth was deleted or set down: reconciling now" : "the kernel's notices were lost: reconciling now", { problems: broken });
+      log('info', broken.length ? "the kernel says a pod's host veth, or its route, was deleted or set down: reconciling now" : "the kernel's notices were lost: reconciling now", { problems: broken });
       reconcileAfterRunning(rt).catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, GATHER_MS);
     soon.unref();

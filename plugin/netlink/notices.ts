@@ -5,6 +5,7 @@
 // anyone (no RTM_DELROUTE), and bringing it up again brings none of them back.
 import os from 'node:os';
 import * as libc from '../sys/libc';
+import { formatIpBytes } from '../ipam/ip';
 import { forEachAttr, readStringAt } from './attr';
 import { NETLINK_ROUTE, sockaddrNl, split } from './socket';
 
@@ -16,11 +17,13 @@ const RTM_DELLINK = 17;
 const RTM_DELROUTE = 25;
 const IFINFOMSG = 16;
 const IFLA_IFNAME = 3;
+const RTA_DST = 1;
 /** Offsets in the message (after its 16-byte header) of struct ifinfomsg's ifi_flags and ifi_change. */
 const IFINFOMSG_FLAGS = 16 + 8;
 const IFINFOMSG_CHANGE = 16 + 12;
 /** struct rtmsg: family, dst_len, src_len, tos, table, protocol, scope, type, flags (u32). */
 const RTMSG_FAMILY = 0;
+const RTMSG_DST_LEN = 1;
 const RTMSG_PROTOCOL = 5;
 const RTMSG = 12;
 const ENOBUFS = 105;
@@ -32,8 +35,8 @@ export interface Notices {
   linksDeleted: string[];
   /** Names of links that went down (up before, not up now). */
   linksDown: string[];
-  /** Routes deleted: family (AF_INET 2, AF_INET6 10) and the protocol that made them. */
-  routesDeleted: { family: number; protocol: number }[];
+  /** Routes deleted: family (AF_INET 2, AF_INET6 10), the protocol that made them and, for a route to one address (a /32 or /128), that address. */
+  routesDeleted: { family: number; protocol: number; host?: string }[];
   /** The socket's buffer overflowed: notices were lost, anything may have changed. */
   lost: boolean;
   /** Messages read in all (with the filter on, only deletions). */
@@ -133,7 +136,14 @@ export class NoticeSocket {
             if (t === IFLA_IFNAME) names.push(readStringAt(m.body, start, end));
           });
         } else if (m.type === RTM_DELROUTE && m.body.length >= RTMSG) {
-          out.routesDeleted.push({ family: m.body.readUInt8(RTMSG_FAMILY), protocol: m.body.readUInt8(RTMSG_PROTOCOL) });
+          const route: Notices['routesDeleted'][number] = { family: m.body.readUInt8(RTMSG_FAMILY), protocol: m.body.readUInt8(RTMSG_PROTOCOL) };
+          const dstLen = m.body.readUInt8(RTMSG_DST_LEN);
+          if (dstLen === 32 || dstLen === 128) {
+            forEachAttr(m.body, RTMSG, m.body.length, (t, start, end) => {
+              if (t === RTA_DST && end - start === dstLen / 8) route.host = formatIpBytes(m.body, start, end - start);
+            });
+          }
+          out.routesDeleted.push(route);
         }
       }
     }
