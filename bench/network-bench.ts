@@ -1,5 +1,6 @@
 // npm run bench: kni against the CNI reference plugins, same machine, same run, same N.
 //   node dist/bench/network-bench.js [--n 500] [--churn-seconds 60] [--scale 10,100,1000]
+//     [--warm-up 2000,1000] [--results bench/results]
 // Everything runs inside a throwaway netns standing in for the node (the bench re-executes
 // itself there), so the daemon, kni-cni and the reference plugins all see the same node and
 // the host's own networking is never touched. Results: a markdown table on stdout, the raw
@@ -19,12 +20,12 @@ import { transportFloor } from './transport-floor';
 
 const ROOT = packageRoot();
 
-async function inner(o: BenchOpts): Promise<void> {
+async function inner(o: BenchOpts, warm: [number, number], results: string): Promise<void> {
   const b = new Bench(o);
   try {
     await b.startDaemon();
-    process.stderr.write('  warming the daemon and the clients up (2000 attach + detach from grpc-js, then 1000 from Go; not measured) ...\n');
-    const fresh = await b.warmUp(2000, 1000);
+    process.stderr.write(`  warming the daemon and the clients up (${warm[0]} attach + detach from grpc-js, then ${warm[1]} from Go; not measured) ...\n`);
+    const fresh = await b.warmUp(warm[0], warm[1]);
     const paths = b.paths();
     const rows: BenchRow[] = [];
     for (const concurrency of [1, 8, 16]) {
@@ -58,14 +59,14 @@ async function inner(o: BenchOpts): Promise<void> {
     const { text, targets } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh });
     process.stdout.write(text);
 
-    const results = path.join(ROOT, 'bench/results');
     fs.mkdirSync(results, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
     const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh, targets }, null, 2);
     fs.writeFileSync(path.join(results, `${stamp}.json`), json);
     fs.writeFileSync(path.join(results, 'latest.json'), json);
     fs.writeFileSync(path.join(results, 'latency.svg'), latencyChart(rows, `kni vs CNI reference plugins, N = ${o.n} (ms per pod, log scale)`));
-    process.stdout.write(`\nraw figures: bench/results/${stamp}.json (and latest.json); chart: bench/results/latency.svg\n`);
+    const shown = path.relative(ROOT, results).startsWith('..') ? results : path.relative(ROOT, results);
+    process.stdout.write(`\nraw figures: ${shown}/${stamp}.json (and latest.json); chart: ${shown}/latency.svg\n`);
   } finally {
     b.stop();
   }
@@ -77,13 +78,18 @@ async function main(): Promise<void> {
     .option('--churn-seconds <s>', 'churn duration', '60')
     .option('--scale <list>', 'pod counts already attached for the scale test', '10,100,1000')
     .option('--pod-link <how>', 'kni\'s podLink (and the kernel floor to match): routed or bridge', 'routed')
+    .option('--warm-up <grpcjs,go>', 'unmeasured attach + detach cycles before the cells, from grpc-js then from Go', '2000,1000')
+    .option('--results <dir>', 'where the raw figures and the chart go', path.join(ROOT, 'bench/results'))
     .option('--inner <dir>', '(internal) run inside the node netns with this work dir')
     .parse();
-  const raw = program.opts<{ n: string; churnSeconds: string; scale: string; podLink: string; inner?: string }>();
+  const raw = program.opts<{ n: string; churnSeconds: string; scale: string; podLink: string; warmUp: string; results: string; inner?: string }>();
+  const warm = raw.warmUp.split(',').map(Number) as [number, number];
+  if (warm.length !== 2 || !warm.every((x) => Number.isInteger(x) && x >= 0 && x <= 100_000)) throw new Error('--warm-up takes two whole numbers (grpc-js cycles, Go cycles), e.g. 2000,1000');
+  const results = path.resolve(raw.results);
   const o: BenchOpts = { n: Number(raw.n), churnSeconds: Number(raw.churnSeconds), scale: raw.scale.split(',').map(Number), podLink: raw.podLink as BenchOpts['podLink'], dir: raw.inner ?? '' };
   if (!(o.n >= 10 && o.n <= 5000) || !(o.churnSeconds > 0) || o.scale.some((x) => !(x >= 1 && x <= 5000))) throw new Error('--n must be 10..5000, --churn-seconds > 0, --scale counts 1..5000');
   if (o.podLink !== 'routed' && o.podLink !== 'bridge') throw new Error('--pod-link must be routed or bridge');
-  if (raw.inner) return inner(o);
+  if (raw.inner) return inner(o, warm, results);
   if (process.getuid?.() !== 0) throw new Error('the benchmark needs root (network namespaces, links)');
   for (const bin of BENCH_BINARIES) {
     if (!fs.existsSync(bin)) throw new Error(`${bin} is missing: run bash hack/setup.sh`);
@@ -92,7 +98,7 @@ async function main(): Promise<void> {
   const dir = `/tmp/${name}`;
   fs.mkdirSync(dir, { recursive: true });
   try {
-    const status = runInNodeNetns(name, __filename, ['--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--pod-link', raw.podLink, '--inner', dir]);
+    const status = runInNodeNetns(name, __filename, ['--n', raw.n, '--churn-seconds', raw.churnSeconds, '--scale', raw.scale, '--pod-link', raw.podLink, '--warm-up', raw.warmUp, '--results', results, '--inner', dir]);
     if (status !== 0) throw new Error(`benchmark failed (exit ${status})`);
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
