@@ -12,7 +12,7 @@ import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
 
-const NOTICED = "the kernel says a pod's host veth, or its route, was deleted or set down: reconciling now";
+const NOTICED = "the kernel says a pod's host veth, its route or the bridge was deleted or set down: reconciling now";
 
 describe("kni's links deleted by others, noticed as the kernel tells it (real kernel)", () => {
   let d: TestDaemon;
@@ -116,6 +116,18 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
       assert.ok((await rt.Check({ sandbox_id: 'kn-route' })).ok);
     }
     await rt.Detach({ sandbox_id: 'kn-route' });
+  });
+
+  it('the bridge set down, then deleted: made whole again at once, gateways and all, the node ready', async () => {
+    const bridge = () => sh('ip', ['-n', d.nodeNetnsName, 'addr', 'show', 'dev', 'kni0']);
+    for (const how of [['set', 'kni0', 'down'], ['del', 'kni0']]) {
+      const noticedBefore = d.output.split(NOTICED).length;
+      sh('ip', ['-n', d.nodeNetnsName, 'link', ...how]);
+      await waitFor(() => trySh('ip', ['-n', d.nodeNetnsName, 'link', 'show', 'kni0']).out.match(/[<,]UP[,>]/) !== null && /inet 10\.84\.0\.1\/24/.test(bridge()), 30_000, () => `kni0 not set up again after ${how.join(' ')} (reconcile runs hourly here):\n${d.output.slice(-2000)}`);
+      assert.ok(d.output.split(NOTICED).length > noticedBefore, `kni0 back after ${how.join(' ')}, but not on the notice`);
+      assert.match(bridge(), /inet6 fd00:84::1\/64/);
+      await waitFor(async () => (await rt.GetNode({})).ready, 10_000, () => 'the node is not ready again');
+    }
   });
 
   it('a pod whose netns the runtime removed without a DEL is released at once, its addresses free', async () => {

@@ -6,10 +6,13 @@
 // back: the pod stays cut off until its interface is wired again. Only a host end that is still
 // wrong when looked at starts a reconcile: kni's own deletions belong to no attached record by
 // the time their notice is read, and a stale veth kni deleted to make that name again is back, up
-// and routed. The bridge is left to the sweep: kni deletes it itself when it leaves the node, and
-// must not make it again then. repairOnNotice: false (a live setting) leaves it all to the sweep,
-// to look at a broken pod with knictl.
+// and routed. The bridge (kni0) deleted or set down starts one too, which makes it again and
+// wires again the pods whose ports it took: kni deletes it itself only when it leaves the node,
+// after it stopped reading the notices, and when its pod ranges change, making it again at once.
+// repairOnNotice: false (a live setting) leaves it all to the sweep, to look at a broken pod with
+// knictl.
 import { log } from './log';
+import { IFF_UP, linkByName } from '../netlink/link';
 import type { NetworkRuntime } from './network-runtime';
 import { isBuiltIn } from './network-backend';
 import { reconcileAfterRunning } from './recovery';
@@ -23,6 +26,7 @@ export function repairOnNotices(rt: NetworkRuntime): void {
   let soon: NodeJS.Timeout | undefined;
   const noticed = new Set<string>();
   let lost = false;
+  let bridgeNoticed = false;
   // Attached records' built-in interfaces by host end and by address, made once for a batch of
   // notices (a detach's veth delete gives three: the link going down, then gone, and its IPv6
   // route; with pods churning, a batch holds hundreds): no kernel call for a notice of no pod's.
@@ -49,7 +53,9 @@ export function repairOnNotices(rt: NetworkRuntime): void {
       }
     }
     lost ||= n.lost;
-    if ((!noticed.size && !lost) || soon) return;
+    const bridge = rt.cfg.bridge;
+    if (!rt.cni && (n.linksDeleted.includes(bridge) || n.linksDown.includes(bridge))) bridgeNoticed = true;
+    if ((!noticed.size && !lost && !bridgeNoticed) || soon) return;
     soon = setTimeout(() => {
       soon = undefined;
       // Still wrong: a veth of that name made since (a re-attach replacing a stale one kni
@@ -59,13 +65,24 @@ export function repairOnNotices(rt: NetworkRuntime): void {
         const itf = attached.get(name);
         return itf ? hostProblems(rt, [itf]) : [];
       });
+      if (bridgeNoticed) broken.push(...bridgeProblems(rt));
+      bridgeNoticed = false;
       const wasLost = lost;
       noticed.clear();
       lost = false;
       if (!broken.length && !wasLost) return;
-      log('info', broken.length ? "the kernel says a pod's host veth, or its route, was deleted or set down: reconciling now" : "the kernel's notices were lost: reconciling now", { problems: broken });
+      log('info', broken.length ? "the kernel says a pod's host veth, its route or the bridge was deleted or set down: reconciling now" : "the kernel's notices were lost: reconciling now", { problems: broken });
       reconcileAfterRunning(rt).catch((e) => log('error', 'reconcile failed', { error: String(e) }));
     }, GATHER_MS);
     soon.unref();
   });
+}
+
+/** The bridge kni set up, if it is gone, replaced or down now (a node not set up yet has none to judge). */
+function bridgeProblems(rt: NetworkRuntime): string[] {
+  if (!rt.node.bridgeIndex) return [];
+  const br = linkByName(rt.host, rt.cfg.bridge);
+  if (!br) return [`bridge ${rt.cfg.bridge} is missing`];
+  if (br.index !== rt.node.bridgeIndex) return [`bridge ${rt.cfg.bridge} was replaced`];
+  return br.flags & IFF_UP ? [] : [`bridge ${rt.cfg.bridge} is down`];
 }

@@ -172,7 +172,7 @@ spec: {type: NodePort, selector: {app: web}, ipFamilyPolicy: PreferDualStack, po
     const events = () => kubectlJson('get', 'events', '--field-selector', `involvedObject.name=${pod.metadata.name},reason=NetworkRepaired`).items.map((e: any) => e.message).join('\n');
     await waitFor(() => /kni found this pod's network changed behind its back \(.*host veth \S+ is missing.*\) and wired it again with the same addresses/.test(events()), 30_000, () => events());
     // Before anyone asked, and before the sweep (60 s): on the kernel's notice of the delete.
-    assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /"msg":"the kernel says a pod's host veth, or its route, was deleted or set down: reconciling now"/);
+    assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /"msg":"the kernel says a pod's host veth, its route or the bridge was deleted or set down: reconciling now"/);
     assert.match(getFromNode('w2', pod.status.podIP, 80), /hello from kni e2e/);
   });
 
