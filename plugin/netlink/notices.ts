@@ -39,7 +39,7 @@ export interface Notices {
   routesDeleted: { family: number; protocol: number; host?: string }[];
   /** The socket's buffer overflowed: notices were lost, anything may have changed. */
   lost: boolean;
-  /** Messages read in all (with the filter on, only deletions). */
+  /** Messages read in all (with the filter on, only deletions and links going down). */
   messages: number;
 }
 
