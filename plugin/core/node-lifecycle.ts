@@ -262,9 +262,9 @@ export class NodeLifecycle {
    */
   async ensure(verify = false): Promise<void> {
     if (this.ready && (this.rt.cni || !verify)) return;
-    const br = this.ready ? linkByName(this.rt.host, this.rt.cfg.bridge) : undefined;
-    if (br && br.index === this.bridgeIndex && br.flags & IFF_UP) return;
-    const lost = this.ready ? `bridge ${this.rt.cfg.bridge} ${br ? (br.index === this.bridgeIndex ? 'set down' : 'replaced') : 'gone'} behind kni's back` : '';
+    const state = this.ready ? this.bridgeState() : 'missing';
+    if (state === 'ok') return;
+    const lost = this.ready ? `bridge ${this.rt.cfg.bridge} ${state === 'down' ? 'set down' : state === 'replaced' ? 'replaced' : 'gone'} behind kni's back` : '';
     if (lost) log('warn', `${lost}; setting the node network up again`, { bridge: this.rt.cfg.bridge });
     this.ready = false;
     this.announced = false;
@@ -274,6 +274,14 @@ export class NodeLifecycle {
       throw new KniError('UNAVAILABLE', `node network is not ready: ${(e as Error).message}`);
     }
     if (lost) this.recordRepair(lost, true);
+  }
+
+  /** The bridge kni set up, as the kernel has it now (one RTM_GETLINK). */
+  bridgeState(): 'ok' | 'down' | 'replaced' | 'missing' {
+    const br = linkByName(this.rt.host, this.rt.cfg.bridge);
+    if (!br) return 'missing';
+    if (br.index !== this.bridgeIndex) return 'replaced';
+    return br.flags & IFF_UP ? 'ok' : 'down';
   }
 
   /** Calls cb with what was found undone each time the node network is set up again after it was. */
@@ -326,10 +334,10 @@ export class NodeLifecycle {
       }
     }
     if (ready && !this.rt.cni) {
-      const br = linkByName(this.rt.host, this.rt.cfg.bridge);
-      if (!br || !(br.flags & IFF_UP)) {
+      const state = this.bridgeState();
+      if (state === 'down' || state === 'missing') {
         ready = false;
-        reason = `bridge ${this.rt.cfg.bridge} is ${br ? 'down' : 'missing'}`;
+        reason = `bridge ${this.rt.cfg.bridge} is ${state}`;
       }
     }
     return {

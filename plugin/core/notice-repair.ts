@@ -12,7 +12,6 @@
 // repairOnNotice: false (a live setting) leaves it all to the sweep, to look at a broken pod with
 // knictl.
 import { log } from './log';
-import { IFF_UP, linkByName } from '../netlink/link';
 import type { NetworkRuntime } from './network-runtime';
 import { isBuiltIn } from './network-backend';
 import { reconcileAfterRunning } from './recovery';
@@ -81,8 +80,6 @@ export function repairOnNotices(rt: NetworkRuntime): void {
 /** The bridge kni set up, if it is gone, replaced or down now (a node not set up yet has none to judge). */
 function bridgeProblems(rt: NetworkRuntime): string[] {
   if (!rt.node.bridgeIndex) return [];
-  const br = linkByName(rt.host, rt.cfg.bridge);
-  if (!br) return [`bridge ${rt.cfg.bridge} is missing`];
-  if (br.index !== rt.node.bridgeIndex) return [`bridge ${rt.cfg.bridge} was replaced`];
-  return br.flags & IFF_UP ? [] : [`bridge ${rt.cfg.bridge} is down`];
+  const state = rt.node.bridgeState();
+  return state === 'ok' ? [] : [`bridge ${rt.cfg.bridge} is ${state}`];
 }
