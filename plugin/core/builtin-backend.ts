@@ -1,19 +1,37 @@
 // kni's built-in network behind the backend interface: an address per pod range from kni's own
 // IPAM (reserved and on disk before any kernel work), a veth on the node bridge, a tap for vm
 // sandboxes and bandwidth shaping when asked. Spawn-free: all netlink from this process.
-import { KniError } from './errors';
+import { invalid, KniError } from './errors';
 import type { NetworkRuntime } from './network-runtime';
 import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
-import { hostVethName } from './runtime-types';
+import { log } from './log';
+import { podAnnotation } from './network-plan';
+import { hostVethName, SOURCE_CHECK_ANNOTATION } from './runtime-types';
 import { checkRecord } from './sandbox-check';
 import { unwireInterface, wireInterface } from './sandbox-wiring';
 import { assignTap } from './vm-tap';
 import { bitsOf } from '../ipam/ip';
 import { NetnsHandle } from '../netns/open-netns';
 import { tracingEnabled, withSpan } from '../observe/tracing';
+import { guardedEnd } from '../node/node-guards';
 import { podMac } from '../pod/pod-wiring';
 import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/**
+ * Whether a pod's sources go unchecked: annotated "off", in a namespace the operator allows
+ * that in (sourceCheck.optOutNamespaces). Elsewhere the annotation is refused, not ignored: the
+ * pod's owner learns why at once instead of when the pod's forwarded packets vanish.
+ */
+function sourceCheckOff(rt: NetworkRuntime, rec: SandboxRecord): boolean {
+  const v = podAnnotation(rt, rec, SOURCE_CHECK_ANNOTATION);
+  if (v === undefined || v === 'on') return false;
+  if (v !== 'off') throw invalid(`annotation ${SOURCE_CHECK_ANNOTATION} ${JSON.stringify(v.slice(0, 64))} is not "on" or "off"`);
+  const ns = rec.pod.namespace || 'default';
+  const allowed = rt.cfg.sourceCheck.optOutNamespaces;
+  if (!allowed.includes(ns)) throw invalid(`annotation ${SOURCE_CHECK_ANNOTATION}: "off" is honoured only in the namespaces kni's config lists in sourceCheck.optOutNamespaces (${allowed.join(', ') || 'none'}), not in ${ns}`);
+  return true;
+}
 
 export class BuiltInBackend implements NetworkBackend {
   readonly kind = 'builtin';
@@ -45,6 +63,7 @@ export class BuiltInBackend implements NetworkBackend {
     } else itf.addresses = addresses;
     // The one extra step for VM sandboxes; without vmTap the netns is left as Kata scans it.
     assignTap(this.rt.cfg.vmTap, rec, itf);
+    if (sourceCheckOff(this.rt, rec)) itf.sourceUnchecked = true;
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
@@ -61,9 +80,18 @@ export class BuiltInBackend implements NetworkBackend {
       if (this.rt.attachesInFlight > 1) pool = this.rt.wiring;
     }
     await wireInterface(this.rt, rec, itf, ns, pool);
+    // Before the answer, so before any of the pod's containers runs; a failure undoes the attach.
+    if (!itf.sourceUnchecked) withSpan('source-check', {}, () => this.rt.node.guards.add(guardedEnd(itf)));
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
+    if (!itf.sourceUnchecked && itf.hostVeth) {
+      try {
+        this.rt.node.guards.remove(guardedEnd(itf));
+      } catch (e) {
+        log('warn', "cannot take a pod's end out of the source check; reconcile rewrites kni's tables", { sandbox: rec.id, veth: itf.hostVeth, error: (e as Error).message });
+      }
+    }
     await unwireInterface(rec, itf, mode, this.rt);
   }
 

@@ -188,6 +188,12 @@ export interface Config {
   runtimeHandlers: Record<string, SandboxKind>;
   /** For vm sandboxes, also create a tap joined to the veth (for VMMs other than Kata). */
   vmTap: boolean;
+  /**
+   * Packets from a pod must carry one of its own addresses (node-guards.ts). A pod annotated
+   * kni.dev/source-check: "off" (a router pod) is not checked, in these namespaces only: an
+   * annotation any pod owner could set would let any pod forge addresses again.
+   */
+  sourceCheck: { optOutNamespaces: string[] };
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -239,9 +245,10 @@ export const defaultConfig = (): Config => ({
   nri: { enabled: false, socket: '/var/run/nri/nri.sock', pluginName: 'kni', pluginIndex: '10', syncGraceSeconds: 60 },
   runtimeHandlers: { kata: 'vm', 'kata-qemu': 'vm', 'kata-clh': 'vm', 'kata-fc': 'vm', 'kata-dragonball': 'vm', 'kata-stratovirt': 'vm' },
   vmTap: false,
+  sourceCheck: { optOutNamespaces: ['kube-system'] },
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'sourceCheck']);
 
 export class ConfigError extends Error {}
 
@@ -352,6 +359,13 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     const v = r.reconcileSeconds;
     if (!Number.isInteger(v) || (v as number) < 1) problems.push('reconcileSeconds must be a whole number of seconds, at least 1');
     else cfg.reconcileSeconds = v as number;
+  }
+  if (r.sourceCheck !== undefined) {
+    const sc = r.sourceCheck as { optOutNamespaces?: unknown } | null;
+    const list = sc?.optOutNamespaces;
+    if (typeof sc !== 'object' || sc === null || Array.isArray(sc) || Object.keys(sc).some((k) => k !== 'optOutNamespaces')) problems.push('sourceCheck takes only optOutNamespaces');
+    else if (list !== undefined && (!Array.isArray(list) || list.length > 256 || list.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n)))) problems.push('sourceCheck.optOutNamespaces must list at most 256 namespace names');
+    else if (list) cfg.sourceCheck = { optOutNamespaces: list as string[] };
   }
   parseRuntimeSettings(r, cfg, problems);
   parseClusterSettings(r, cfg, problems);

@@ -15,7 +15,7 @@ import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, netw
 import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
 
 /** A pod annotation as the sandbox carries it, else as its Pod has it (the API). */
-const podAnnotation = (rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
+export const podAnnotation = (rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
   rec.annotations[key] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[key];
 
 /**

@@ -17,6 +17,8 @@ import { removeMasquerade, syncMasquerade, unmasqueraded } from '../node/masquer
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { HostPortTarget, syncHostPorts } from '../node/host-ports';
+import { GuardedEnd, guardedEnd, NodeGuards } from '../node/node-guards';
+import { gatewayOf } from '../node/peer-routes';
 
 /** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
 const onBuiltIn = (r: SandboxRecord): boolean => {
@@ -47,7 +49,20 @@ export class NodeLifecycle {
   private readonly recent: { time: string; what: string }[] = [];
   private hostPortRules = true; // unknown at start: the first write clears what a crash left
 
+  /** kni's nftables tables: the pods' source check and the probe port's guard (node-guards.ts). */
+  readonly guards = new NodeGuards();
+
   constructor(private readonly rt: NetworkRuntime) {}
+
+  /** The host ends whose packets' sources are checked, with their addresses, from the records now. */
+  guardedEnds(): GuardedEnd[] {
+    return [...this.rt.sandboxes.values()].flatMap((r) => r.interfaces.filter((i) => isBuiltIn(i) && i.hostVeth && !i.sourceUnchecked).map(guardedEnd));
+  }
+
+  /** Both guard tables written whole from the records, the peers and the probe's port (setup, reconcile, the port changed). */
+  async writeGuards(): Promise<void> {
+    await this.guards.write(this.rt.cfg.peerProbe.port, this.guardedEnds(), this.peerCidrs.map(gatewayOf));
+  }
 
   /**
    * Rewrites the host-port chains from the records, one write at a time (each computes from the
@@ -154,6 +169,7 @@ export class NodeLifecycle {
       if (found.mtu !== this.found?.mtu) log('info', `pods get MTU ${found.mtu}, from ${found.from}`, { mtu: found.mtu });
       this.found = found;
       this.bridgeIndex = await setupNodeNetwork(this.rt.host, this.rt.cfg, this.rt.ipam, this.peerCidrs, this.mtu);
+      await this.writeGuards();
       await this.syncHostPorts();
       this.ready = true;
       this.reason = '';
@@ -236,6 +252,13 @@ export class NodeLifecycle {
     const key = (l: Cidr[]) => unmasqueraded(this.rt.cfg, l).map((c) => c.text).sort().join(',');
     const same = key(cidrs) === key(this.peerCidrs);
     this.peerCidrs = cidrs;
+    if (this.ready && !this.rt.cni) {
+      try {
+        this.guards.setPeers(cidrs.map(gatewayOf));
+      } catch (e) {
+        log('error', "cannot update the peers the probe port takes; reconcile rewrites kni's tables", { error: (e as Error).message });
+      }
+    }
     if (!same && this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
   }
 
@@ -305,7 +328,7 @@ export class NodeLifecycle {
    */
   async repairDrift(): Promise<string[]> {
     if (!this.ready || this.rt.cni) return [];
-    const drift = await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs);
+    const drift = [...(await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs)), ...this.guards.drift()];
     if (drift.length) {
       await this.setup();
       this.recordRepair(drift.join('; '), true);

@@ -72,6 +72,8 @@ export interface CniConfigStatus {
 /** Pod annotations that tell a sandbox's kind where the runtime handler is not passed (CNI). */
 export const KIND_ANNOTATION = 'kni.dev/sandbox-kind';
 export const HANDLER_ANNOTATION = 'kni.dev/runtime-handler';
+/** "off": the pod's packets may carry any source address (a router pod), where the config allows it. */
+export const SOURCE_CHECK_ANNOTATION = 'kni.dev/source-check';
 
 /** A record's phases on disk: the attach finished (its commit); a release began (the kernel may be half undone). */
 export const ATTACHED = 'attached' as const;

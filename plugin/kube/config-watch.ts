@@ -111,12 +111,15 @@ export class ConfigWatch {
           break;
         case 'backend':
         case 'vxlan':
-        case 'peerProbe':
+        case 'peerProbe': {
+          const portChanged = c.peerProbe.port !== next.peerProbe.port;
           c.backend = next.backend;
           c.vxlan = next.vxlan;
           c.peerProbe = next.peerProbe;
+          if (portChanged && this.rt.node.isSetUp) await this.rt.node.writeGuards().catch((e) => log('error', "cannot guard the probe's new port", { error: (e as Error).message }));
           this.hooks.resyncRoutes();
           break;
+        }
         default:
           (c as unknown as Record<string, unknown>)[k] = (next as unknown as Record<string, unknown>)[k];
       }

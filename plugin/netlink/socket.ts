@@ -148,6 +148,41 @@ export class NetlinkSocket {
     }
   }
 
+  /**
+   * An nfnetlink batch: `begin`, the requests, `end`, in one write. The kernel answers each
+   * request (they all ask for an ack) once the batch is committed or aborted, and never the two
+   * markers, so exec() (which waits on the last message's ack) cannot carry it.
+   */
+  batch(begin: NetlinkRequest, reqs: NetlinkRequest[], end: NetlinkRequest): void {
+    const all = [begin, ...reqs, end];
+    const first = this.nextSeq();
+    for (let i = 1; i < all.length; i++) this.nextSeq();
+    let size = 0;
+    for (const r of all) size += HDR + r.body.length;
+    const m = Buffer.allocUnsafe(size);
+    for (let i = 0, o = 0; i < all.length; i++) o = this.frameInto(m, o, all[i], (first + i) & 0x7fffffff, i > 0 && i < all.length - 1);
+    libc.send(this.fd, m);
+    let failure: NetlinkError | undefined;
+    let pending = reqs.length;
+    while (pending > 0) {
+      const n = libc.recv(this.fd, this.buf);
+      for (const msg of split(this.buf, n)) {
+        if (msg.type !== NLMSG_ERROR) continue;
+        const idx = (msg.seq - first) & 0x7fffffff;
+        if (idx > all.length - 1) continue;
+        const err = ackError(msg, all[idx].what);
+        if (err && !failure) failure = err;
+        // The begin marker's seq answers only a batch the kernel refused whole (or a failed commit).
+        if (idx === 0 || idx === all.length - 1) {
+          if (failure) throw failure;
+          return;
+        }
+        pending--;
+      }
+    }
+    if (failure) throw failure;
+  }
+
   request(req: NetlinkRequest): void {
     this.exec([req]);
   }

@@ -15,6 +15,7 @@ import { VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { removeForwardRules } from './forward-rules';
 import { removeHostPorts } from './host-ports';
 import { removeMasqueradeChain } from './masquerade';
+import { NodeGuards } from './node-guards';
 import { removeVxlanDevice } from './vxlan-device';
 
 /** The host ends of pods' links that carry kni's marks (a veth's alias, an ifb): pods still on kni's network. */
@@ -56,5 +57,6 @@ export async function removeNodeNetwork(sock: NetlinkSocket, cfg: Config, ranges
     await attempt('forwarding rules', () => removeForwardRules(ranges));
     await attempt('host port rules', () => removeHostPorts(ranges));
   }
+  await attempt("kni's nftables tables", () => new NodeGuards().removeTables());
   return { removed, failed };
 }

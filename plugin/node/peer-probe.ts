@@ -95,6 +95,17 @@ const MAX_REQUEST = 512;
 /** Connections open at once in a round: a node with a thousand peers spreads them. */
 const AT_ONCE = 32;
 
+/**
+ * What one listener takes. Only other nodes' kni reach it (node-guards.ts drops the rest in the
+ * kernel), and each opens one connection a round; the bounds hold even if the guard is flushed
+ * by someone: at most MAX_CONNECTIONS descriptors per listening address (the kernel's 4,096 or
+ * more stay for kni's gRPC, CNI and NRI sockets), each closed once answered or after
+ * CONNECTION_DEADLINE_MS whatever it sends, and a refusal logged at most once a minute.
+ */
+export const MAX_CONNECTIONS = 64;
+export const CONNECTION_DEADLINE_MS = 5000;
+const REFUSAL_LOG_MS = 60_000;
+
 export class PeerProbe {
   private readonly servers = new Map<string, net.Server>();
   private readonly results = new Map<string, ProbeResult>();
@@ -165,6 +176,9 @@ export class PeerProbe {
     for (const address of addresses) {
       if (this.servers.has(address)) continue;
       const server = net.createServer((s) => this.serve(s));
+      // Past the cap Node accepts and closes at once: the descriptor is not kept.
+      server.maxConnections = MAX_CONNECTIONS;
+      server.on('drop', (d?: { remoteAddress?: string }) => this.refused(address, d?.remoteAddress));
       this.servers.set(address, server);
       server.on('error', (e: NodeJS.ErrnoException) => {
         this.servers.delete(address);
@@ -190,8 +204,24 @@ export class PeerProbe {
     s.end(this.answer[1]);
   }
 
+  private lastRefusal = 0;
+  private refusedSince = 0;
+
+  /** A connection over the cap, closed: logged once a minute with how many were since. */
+  private refused(address: string, from?: string): void {
+    this.refusedSince++;
+    const now = Date.now();
+    if (now - this.lastRefusal < REFUSAL_LOG_MS) return;
+    log('warn', `peer probe: ${MAX_CONNECTIONS} connections open on ${address} already; new ones are closed at once (logged once a minute)`, { address, port: this.port, from, refused: this.refusedSince });
+    this.lastRefusal = now;
+    this.refusedSince = 0;
+  }
+
   private serve(s: net.Socket): void {
     s.on('error', () => undefined);
+    // Whatever the other end does (sends nothing, never reads the answer): closed by then.
+    const deadline = setTimeout(() => s.destroy(), CONNECTION_DEADLINE_MS);
+    s.once('close', () => clearTimeout(deadline));
     let buffered = '';
     let asked = false;
     const idle = setTimeout(() => {

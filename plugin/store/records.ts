@@ -49,6 +49,8 @@ export interface InterfaceRecord {
   defaultGateways?: string[];
   /** A CNI network's DNS settings, from its plugins' result (absent: none, or kni's built-in network). */
   dns?: DnsSettings;
+  /** Its packets' source addresses are not checked (the pod's kni.dev/source-check: "off", where allowed). */
+  sourceUnchecked?: boolean;
   /** Being added to (or removed from) an attached sandbox: a crash leaves it so, and the next start removes it. */
   adding?: boolean;
   removing?: boolean;
