@@ -6,6 +6,7 @@ import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { cni } from './helpers/cni-exec';
 import { knictl } from './helpers/knictl';
+import { arrivedFrom, senderOf } from './helpers/forge';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -113,6 +114,23 @@ describe('host ports (real kernel, iptables)', () => {
     }
   });
 
+  it("the node's own ports: a reserved one and one a node process listens on are refused with the reason; the node keeps them", async () => {
+    // A kubelet-like listener on 10250 (reserved) and another service of the node on 12345.
+    serve(d.nodeNetns, 10250);
+    serve(d.nodeNetns, 12345);
+    await waitFor(() => /hello/.test(fetch(d.nodeNetns, '127.0.0.1', 10250)) && /hello/.test(fetch(d.nodeNetns, '127.0.0.1', 12345)), 10_000, () => 'the node listeners never answered');
+    for (const [port, protocol, why] of [[10250, 'tcp', /port 10250 is in reservedHostPorts/], [10256, 'tcp', /port 10256 is in reservedHostPorts/], [12345, 'tcp', /a process of the node listens on tcp\/12345/]] as const) {
+      const id = `hp-own${port}`;
+      const r = cni('ADD', env(id, d.makePodNetns(id)), { ...conf, runtimeConfig: { portMappings: [{ hostPort: port, containerPort: 80, protocol }] } });
+      assert.notEqual(r.code, 0, r.raw);
+      assert.match(r.out.msg, new RegExp(`host port ${protocol}/${port} is the node's own`));
+      assert.match(r.out.msg, why);
+    }
+    assert.deepEqual(chain('KNI-HOSTPORTS'), [], 'a refused pod left a rule');
+    assert.match(fetch(d.nodeNetns, '127.0.0.1', 10250), /hello/, "the node's 10250 no longer answers on loopback");
+    assert.match(fetch(`/run/netns/${client}`, '192.168.90.1', 10250), /hello/, "another host no longer reaches the node's 10250");
+  });
+
   it('invalid port mappings are refused with a precise error', () => {
     const cases: [unknown, RegExp][] = [
       [[{ hostPort: -1, containerPort: 80 }], /hostPort -1 is not a port/],
@@ -140,4 +158,41 @@ describe('host ports (real kernel, iptables)', () => {
     await waitFor(() => chain('KNI-HOSTPORTS').length === 0, 20_000, () => chain('KNI-HOSTPORTS').join('\n'));
     assert.equal((await d.rt().ListPods({})).pods.length, 0);
   });
+});
+
+describe('host ports from the node on 127.0.0.1 (real kernel)', () => {
+  const www = `/tmp/${RUN}-www-lo`;
+  before(() => {
+    fs.mkdirSync(www, { recursive: true });
+    fs.writeFileSync(`${www}/index.html`, 'hello on loopback\n');
+  });
+  after(() => fs.rmSync(www, { recursive: true, force: true }));
+
+  for (const podLink of ['routed', 'bridge'] as const) {
+    it(`127.0.0.1:<host port> on the node reaches the pod (${podLink}); a pod cannot reach the node's 127.0.0.1 through the way this opens`, async () => {
+      const d = await TestDaemon.start({ podLink, cni: { confDir: '', binDir: '' } });
+      let server: ChildProcess | undefined;
+      try {
+        const conf = { cniVersion: '1.0.0', name: 'kni', type: 'kni-cni', socket: d.cniSocket };
+        const netns = d.makePodNetns(`lo-${podLink}`);
+        const env = { CNI_CONTAINERID: `lo-${podLink}`, CNI_NETNS: netns, CNI_IFNAME: 'eth0', CNI_ARGS: `K8S_POD_NAMESPACE=default;K8S_POD_NAME=lo-${podLink}` };
+        const r = cni('ADD', env, { ...conf, runtimeConfig: { portMappings: [{ hostPort: 12000, containerPort: 80, protocol: 'tcp' }] } });
+        assert.equal(r.code, 0, r.raw);
+        server = spawn('nsenter', [`--net=${netns}`, '/bin/busybox', 'httpd', '-f', '-p', '80', '-h', www], { stdio: 'ignore' });
+        const get = (host: string): string => inNetns(d.nodeNetns, '/bin/busybox', ['sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 ${host} 12000`]).out;
+        await waitFor(() => /hello on loopback/.test(get('127.0.0.1')), 15_000, () => `127.0.0.1:12000 from the node: ${get('127.0.0.1')}`);
+        // The way 127.0.0.1 now leaves the node (route_localnet) does not let a pod in to the
+        // node's loopback services: an echo to 127.0.0.1 from the pod, to its first hop's MAC.
+        const hop = podLink === 'routed' ? 'ee:ee:ee:ee:ee:ee' : JSON.parse(inNetns(d.nodeNetns, 'ip', ['-j', 'link', 'show', 'kni0']).out)[0].address;
+        const pod = senderOf(netns, r.out.interfaces[1].mac);
+        const own = r.out.ips[0].address.split('/')[0];
+        assert.equal(arrivedFrom(pod, own, '127.0.0.1', hop, d.nodeNetns), 0, "a pod's packet to 127.0.0.1 reached the node");
+        sh('ip', ['netns', 'exec', d.nodeNetnsName, 'nft', 'delete', 'chain', 'inet', 'kni', 'localnet']);
+        assert.equal(arrivedFrom(pod, own, '127.0.0.1', hop, d.nodeNetns), 2, 'without the guard the echo does not arrive either: the test sees nothing');
+      } finally {
+        server?.kill('SIGKILL');
+        d.cleanup();
+      }
+    });
+  }
 });

@@ -72,8 +72,9 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       await g.stop();
       const left = g.output.split('\n').filter((l) => l.includes('"msg":"kni left this node')).map((l) => JSON.parse(l));
       assert.equal(left.length, 1, g.output.slice(-3000));
-      assert.deepEqual(left[0].removed, ['route to 10.94.0.0/24', 'vxlan device kni.vxlan', 'bridge kni0', 'masquerade rules', 'forwarding rules', 'host port rules']);
+      assert.deepEqual(left[0].removed, ['route to 10.94.0.0/24', 'vxlan device kni.vxlan', 'bridge kni0', 'masquerade rules', 'forwarding rules', 'host port rules', "kni's nftables tables"]);
       assert.equal(left[0].stateDir, 'removed');
+      assert.doesNotMatch(inNetns(g.nodeNetns, 'nft', ['list', 'tables']).out, /table (inet|bridge) kni\b/);
       assert.doesNotMatch(g.output, /could not remove/);
       assert.doesNotMatch(links(), /: (kni0|kni\.vxlan)[:@]/);
       assert.match(links(), new RegExp(`: ${uplink}[:@]`));

@@ -10,7 +10,10 @@ import { hostVethName, SOURCE_CHECK_ANNOTATION } from './runtime-types';
 import { checkRecord } from './sandbox-check';
 import { unwireInterface, wireInterface } from './sandbox-wiring';
 import { assignTap } from './vm-tap';
-import { bitsOf } from '../ipam/ip';
+import { bitsOf, parseIp } from '../ipam/ip';
+import type { Config } from './config';
+import type { PortMapping } from '../node/host-ports';
+import { nodeListens } from '../node/node-listeners';
 import { NetnsHandle } from '../netns/open-netns';
 import { tracingEnabled, withSpan } from '../observe/tracing';
 import { guardedEnd } from '../node/node-guards';
@@ -33,6 +36,22 @@ function sourceCheckOff(rt: NetworkRuntime, rec: SandboxRecord): boolean {
   return true;
 }
 
+/**
+ * Why a host port belongs to the node ('' when it does not): listed in reservedHostPorts (the
+ * kubelet's, kube-proxy's and kni's own, whether or not they listen right now), or listened on
+ * by a process in the node's network namespace now. Read from the kernel's socket tables, once
+ * per pod that asks for host ports: DNAT would otherwise send the node's port to the pod, from
+ * other hosts and from the node itself.
+ */
+function nodePortTaken(cfg: Config, m: PortMapping): string {
+  const own = [...new Set([...cfg.reservedHostPorts, ...(cfg.peerProbe.port ? [cfg.peerProbe.port] : [])])];
+  if (own.includes(m.hostPort)) return `port ${m.hostPort} is in reservedHostPorts (${cfg.reservedHostPorts.join(', ')}) or is kni's peer probe's`;
+  const protocol = m.protocol.toUpperCase() as 'TCP' | 'UDP' | 'SCTP';
+  const ip = m.hostIp ? parseIp(m.hostIp) : undefined;
+  const listening = ip ? nodeListens(protocol, ip.family, m.hostPort, ip.value) : nodeListens(protocol, 4, m.hostPort) || nodeListens(protocol, 6, m.hostPort);
+  return listening ? `a process of the node listens on ${m.protocol}/${m.hostPort}` : '';
+}
+
 export class BuiltInBackend implements NetworkBackend {
   readonly kind = 'builtin';
 
@@ -44,6 +63,8 @@ export class BuiltInBackend implements NetworkBackend {
 
   reserve(rec: SandboxRecord, itf: InterfaceRecord, req: AttachmentRequest): void {
     for (const m of req.ports) {
+      const taken = nodePortTaken(this.rt.cfg, m);
+      if (taken) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort}${m.hostIp ? ` on ${m.hostIp}` : ''} is the node's own: ${taken}; a pod mapped there would take the node's traffic`);
       const holder = [...this.rt.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
       if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
     }

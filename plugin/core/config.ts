@@ -194,6 +194,13 @@ export interface Config {
    * annotation any pod owner could set would let any pod forge addresses again.
    */
   sourceCheck: { optOutNamespaces: string[] };
+  /**
+   * Host ports no pod may take, whether or not something listens there now (a port a node
+   * process listens on is refused too): the kubelet's (10250, 10248 on loopback), kube-proxy's
+   * (10249, 10256) and kni's metrics address in the DaemonSet (9273); the peer probe's port is
+   * added by kni.
+   */
+  reservedHostPorts: number[];
 }
 
 export const DEFAULT_NETNS_ROOTS = [
@@ -246,9 +253,10 @@ export const defaultConfig = (): Config => ({
   runtimeHandlers: { kata: 'vm', 'kata-qemu': 'vm', 'kata-clh': 'vm', 'kata-fc': 'vm', 'kata-dragonball': 'vm', 'kata-stratovirt': 'vm' },
   vmTap: false,
   sourceCheck: { optOutNamespaces: ['kube-system'] },
+  reservedHostPorts: [9273, 10248, 10249, 10250, 10256],
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'sourceCheck']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'sourceCheck', 'reservedHostPorts']);
 
 export class ConfigError extends Error {}
 
@@ -366,6 +374,11 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (typeof sc !== 'object' || sc === null || Array.isArray(sc) || Object.keys(sc).some((k) => k !== 'optOutNamespaces')) problems.push('sourceCheck takes only optOutNamespaces');
     else if (list !== undefined && (!Array.isArray(list) || list.length > 256 || list.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n)))) problems.push('sourceCheck.optOutNamespaces must list at most 256 namespace names');
     else if (list) cfg.sourceCheck = { optOutNamespaces: list as string[] };
+  }
+  if (r.reservedHostPorts !== undefined) {
+    const l = r.reservedHostPorts;
+    if (!Array.isArray(l) || l.length > 1024 || l.some((p) => !Number.isInteger(p) || p < 1 || p > 65535)) problems.push('reservedHostPorts must list at most 1024 ports from 1 to 65535');
+    else cfg.reservedHostPorts = [...new Set(l as number[])];
   }
   parseRuntimeSettings(r, cfg, problems);
   parseClusterSettings(r, cfg, problems);

@@ -72,7 +72,9 @@ export class NodeLifecycle {
     const next = this.hostPortWrites.then(async () => {
       const targets = this.hostPortTargets();
       if (!targets.length && !this.hostPortRules) return;
-      await syncHostPorts(this.rt.cfg.ranges, targets);
+      // The links the pods are reached through: 127.0.0.1 may leave the node only through those.
+      const links = [...new Set(targets.map((t) => t.hostVeth ?? this.rt.cfg.bridge))];
+      await syncHostPorts(this.rt.cfg.ranges, targets, links);
       this.hostPortRules = targets.length > 0;
     });
     this.hostPortWrites = next.catch(() => undefined);
@@ -85,6 +87,7 @@ export class NodeLifecycle {
       sandbox: r.id,
       addresses: r.interfaces[0]?.addresses ?? [],
       mappings: r.portMappings!,
+      ...(r.interfaces[0]?.routed ? { hostVeth: r.interfaces[0].hostVeth } : {}),
     }));
   }
 

@@ -12,7 +12,7 @@ import { recordEvent } from './kube-events';
 import { WatchRestart } from './watch-restart';
 
 /** Settings applied live; every other one needs a restart of kni. */
-export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'repairOnNotice', 'backend', 'vxlan', 'peerProbe', 'extensions'] as const;
+export const LIVE_SETTINGS = ['logLevel', 'reconcileSeconds', 'unclaimedNetnsGraceSeconds', 'netnsPoolSize', 'runtimeHandlers', 'vmTap', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'repairOnNotice', 'backend', 'vxlan', 'peerProbe', 'extensions', 'sourceCheck', 'reservedHostPorts'] as const;
 
 // CIDRs compared as their text; ranges taken from the Node are not the file's.
 const comparable = (c: Config): ConfigText => ({ ...configText(c), ranges: c.rangesFromNode ? [] : c.ranges.map((r) => r.text) });

@@ -82,6 +82,11 @@ export function guardsScript(probePort: number, ends: GuardedEnd[], peers: strin
     '    iifname . ip6 saddr @src6 return',
     `    ${drop}`,
     '  }',
+    // route_localnet (set for host ports on 127.0.0.1) would also take 127.0.0.0/8 from outside.
+    '  chain localnet {',
+    '    type filter hook prerouting priority raw - 10; policy accept;',
+    '    iifname != "lo" ip daddr 127.0.0.0/8 counter drop comment "kni: 127.0.0.0/8 only from the node itself"',
+    '  }',
     '  chain probe-port {',
     '    type filter hook input priority filter - 10; policy accept;',
     '    iifname "lo" return',

@@ -11,9 +11,10 @@ const LISTENING = { tcp: '0A', udp: '07' } as const;
 /**
  * Whether a socket of the node bound to `port` takes `protocol` to `address` (of `family`): bound
  * to it or to any address (an IPv6 socket on :: takes IPv4 too unless it is v6-only, which the
- * table does not say: counted). Undefined for SCTP, whose table is not read.
+ * table does not say: counted); with no address, to any address. Undefined for SCTP, whose
+ * table is not read.
  */
-export function nodeListens(protocol: 'TCP' | 'UDP' | 'SCTP', family: Family, port: number, address: bigint): boolean | undefined {
+export function nodeListens(protocol: 'TCP' | 'UDP' | 'SCTP', family: Family, port: number, address?: bigint): boolean | undefined {
   if (protocol === 'SCTP') return undefined;
   const proto = protocol === 'TCP' ? 'tcp' : 'udp';
   for (const [file, fileFamily] of [[proto, 4], [`${proto}6`, 6]] as const) {
@@ -30,7 +31,7 @@ export function nodeListens(protocol: 'TCP' | 'UDP' | 'SCTP', family: Family, po
       const [hexAddress, hexPort] = f[1].split(':');
       if (parseInt(hexPort, 16) !== port) continue;
       const bound = tableAddress(hexAddress);
-      if (bound === 0n || (fileFamily === family && bound === address)) return true;
+      if (address === undefined || bound === 0n || (fileFamily === family && bound === address)) return true;
     }
   }
   return false;
