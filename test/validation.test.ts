@@ -131,7 +131,19 @@ describe('validation', () => {
   it('interface names and pod metadata', async () => {
     await rejectsWith(attach({ interface_name: 'a-very-long-name0' }), S.INVALID_ARGUMENT, /at most 15/);
     await rejectsWith(attach({ interface_name: 'eth/0' }), S.INVALID_ARGUMENT, /not a valid interface name/);
-    await rejectsWith(attach({ pod: { name: 'Bad_Name' } }), S.INVALID_ARGUMENT, /pod name "Bad_Name" is not a valid Kubernetes name/);
+    // CRI puts no format on pod names (crictl and critest use capitals): only what would harm.
+    await rejectsWith(attach({ pod: { name: 'web\u001b[8mx' } }), S.INVALID_ARGUMENT, /pod name "web\\u001b\[8mx" has a control character or '\/'/);
+    await rejectsWith(attach({ pod: { namespace: 'a/b' } }), S.INVALID_ARGUMENT, /pod namespace "a\/b" has a control character or '\/'/);
+    await rejectsWith(attach({ pod: { name: 'x'.repeat(254) } }), S.INVALID_ARGUMENT, /pod name is 254 bytes long \(at most 253\)/);
+    const cri = await kni.CreateNetwork({});
+    try {
+      const r = await rt.Attach({ sandbox_id: 'cri-named', netns_path: cri.netns_path, pod: { name: 'Web_Server 1', namespace: 'CriTest', uid: 'ABC-1' } });
+      assert.equal(r.interfaces.length, 1);
+      assert.deepEqual((await rt.GetPod({ sandbox_id: 'cri-named' })).pod, { name: 'Web_Server 1', namespace: 'CriTest', uid: 'abc-1' });
+      await rt.Detach({ sandbox_id: 'cri-named' });
+    } finally {
+      await kni.DeleteNetwork({ netns_path: cri.netns_path });
+    }
     await rejectsWith(attach({ annotations: { big: 'x'.repeat(300 * 1024) } }), S.INVALID_ARGUMENT, /annotations is larger than/);
   });
 

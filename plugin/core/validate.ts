@@ -31,19 +31,27 @@ export function interfaceName(name: unknown, field = 'interface name'): string {
   return name;
 }
 
-/** Pod names and namespaces: Kubernetes object names, at most 253 characters. */
+/**
+ * Pod names, namespaces and uids as a runtime hands them over. CRI puts no format on
+ * PodSandboxMetadata (containerd and the reference plugins take any string; critest and crictl
+ * use capitals), so neither does kni beyond what keeps its own use safe: at most 253 bytes, no
+ * control character (they would reach logs and an operator's terminal), no '/' (kni keys pods by
+ * "namespace/name"). Where kni writes a Kubernetes object by that name, isObjectName decides.
+ */
 export function objectName(value: unknown, field: string, required = false): string {
   if (value === undefined || value === null || value === '') {
     if (required) throw invalid(`${field} is empty`);
     return '';
   }
   if (typeof value !== 'string') throw invalid(`${field} is not a string`);
-  if (value.length > 253) throw invalid(`${field} is ${value.length} characters long (at most 253)`);
-  if (!/^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(value)) {
-    throw invalid(`${field} ${q(value)} is not a valid Kubernetes name (lower case letters, digits, '-', '.')`);
-  }
+  const bytes = Buffer.byteLength(value);
+  if (bytes > 253) throw invalid(`${field} is ${bytes} bytes long (at most 253)`);
+  if (/[\x00-\x1f\x7f-\x9f/]/.test(value)) throw invalid(`${field} ${q(value)} has a control character or '/'`);
   return value;
 }
+
+/** A Kubernetes object name (DNS-1123 subdomain): what kni may write to the API server by. */
+export const isObjectName = (value: string): boolean => value.length <= 253 && /^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$/.test(value);
 
 /** Labels and annotations: Kubernetes caps all annotations of an object at 256 KiB. */
 export const MAX_MAP_BYTES = 256 * 1024;

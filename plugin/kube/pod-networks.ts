@@ -4,6 +4,7 @@
 // k8s.v1.cni.cncf.io/network-status written back with every interface the pod has.
 // Level-triggered: every Pod event, every change of the network definitions and a periodic
 // resync compare each pod's annotation with its sandbox's interfaces.
+import { isObjectName } from '../core/validate';
 import type * as K8s from '@kubernetes/client-node';
 import { Config } from '../core/config';
 import { log } from '../core/log';
@@ -77,7 +78,8 @@ export class PodNetworks {
     this.unsubscribe = this.rt.events.subscribe((e) => {
       if (e.type === 'attached' || e.type === 'interface_added' || e.type === 'interface_removed' || e.type === 'address_changed') {
         const rec = this.rt.sandboxes.get(e.sandboxId);
-        if (rec?.phase === 'attached' && rec.pod.name) this.scheduleKey(`${rec.pod.namespace}/${rec.pod.name}`);
+        // A CRI client's own names (capitals, …) name no Pod: nothing to write.
+        if (rec?.phase === 'attached' && isObjectName(rec.pod.name) && isObjectName(rec.pod.namespace || 'default')) this.scheduleKey(`${rec.pod.namespace}/${rec.pod.name}`);
       }
       if (e.type === 'repaired' || e.type === 'released') this.tellPod(e);
     });

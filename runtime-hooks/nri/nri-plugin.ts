@@ -202,6 +202,12 @@ export class NriPlugin {
   }
 
   private async onRun(pod: NriPod): Promise<void> {
+    // First of all: a sandbox kni does not wire (host network) is none of kni's to judge or refuse.
+    const netns = pod.linux?.namespaces.find((n) => n.type === 'network')?.path;
+    if (!netns) {
+      log('debug', 'NRI pod without its own netns (host network): nothing to wire', { entry: 'nri', sandbox: pod.id });
+      return;
+    }
     const meta = {
       pod: { name: pod.name, namespace: pod.namespace, uid: pod.uid },
       labels: pod.labels,
@@ -210,11 +216,6 @@ export class NriPlugin {
     };
     // The CNI path (or the containerd network-plugin entry) came first: just add what NRI knows.
     if (await this.rt.updateMetadata(pod.id, meta)) return;
-    const netns = pod.linux?.namespaces.find((n) => n.type === 'network')?.path;
-    if (!netns) {
-      log('debug', 'NRI pod without its own netns (host network): nothing to wire', { entry: 'nri', sandbox: pod.id });
-      return;
-    }
     if (this.rt.sandboxKind(pod.runtimeHandler, pod.annotations ?? {}) === 'vm') {
       // Kata scans the netns when the sandbox is created, before NRI's RunPodSandbox: too late.
       log('warn', 'vm sandbox reached kni only through NRI, after it started: its VMM will not see the network; use the CNI shim or the KNI API', { entry: 'nri', sandbox: pod.id, runtimeHandler: pod.runtimeHandler });

@@ -117,6 +117,34 @@ describe(`end to end: ${flavour.name} + runc with kni as the CNI network`, funct
     }
   });
 
+  it('names as a CRI client gives them (capitals, spaces): a pod gets its network; a host-network sandbox is left alone, through NRI too; both go leaving nothing', async () => {
+    const meta = (name: string) => ({ name, namespace: 'CriTest', uid: `UID-${name}`, attempt: 0 });
+    const ids: string[] = [];
+    try {
+      const { pod_sandbox_id: podId } = await cri.RunPodSandbox({ config: { ...podConfig('x'), metadata: meta('Web Server') } });
+      ids.push(podId);
+      // The node's network, so the node's hostname too (runc sets none without a UTS namespace).
+      const { pod_sandbox_id: hostId } = await cri.RunPodSandbox({ config: { ...podConfig('x'), hostname: '', metadata: meta('HostNet'), linux: { security_context: { namespace_options: { network: 'NODE' } } } } });
+      ids.push(hostId);
+      const rec = await d.rt().GetPod({ sandbox_id: podId });
+      assert.deepEqual(rec.pod, { name: 'Web Server', namespace: 'CriTest', uid: 'uid-web server' });
+      const st = await cri.PodSandboxStatus({ pod_sandbox_id: podId });
+      assert.equal(st.status.network.ip, rec.interfaces[0].addresses[0].address);
+      await assert.rejects(d.rt().GetPod({ sandbox_id: hostId }), /not attached/, 'kni wired a host-network sandbox');
+      assert.equal((await cri.PodSandboxStatus({ pod_sandbox_id: hostId })).status.state, 'SANDBOX_READY');
+    } finally {
+      for (const id of ids) {
+        await cri.StopPodSandbox({ pod_sandbox_id: id });
+        await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      }
+    }
+    const listed = (await cri.ListPodSandbox({})).items.map((p: any) => p.id);
+    assert.ok(!ids.some((id) => listed.includes(id)), 'a sandbox is still listed');
+    const tasks = c.ctr(['-n', 'k8s.io', 'tasks', 'ls']).out;
+    assert.ok(!ids.some((id) => tasks.includes(id)), `a pause task was left running:\n${tasks}`);
+    assert.equal(kniVeths().length, 0);
+  });
+
   it('Stop + Remove leave no veth, netns, address or record', async () => {
     const p = await runPod('short');
     assert.equal(kniVeths().length, 1);
