@@ -402,5 +402,16 @@ describe('several networks per pod (networks.dir, real CNI plugins)', () => {
       assert.equal((await iso.rt().ListPods({})).pods.length, 1);
       await iso.rt().Detach({ sandbox_id: 'iso-a' });
     });
+
+    it('the same rule for the default network a pod chooses (v1.multus-cni.io/default-network): another tenant\'s is refused, its own is taken', async () => {
+      const choose = (id: string, namespace: string, network: string) =>
+        iso.rt().Attach({ sandbox_id: id, netns_path: iso.makePodNetns(id), pod: { name: id, namespace, uid: `u-${id}` }, annotations: { 'v1.multus-cni.io/default-network': network } });
+      await rejectsWith(choose('iso-d1', 'default', 'team/net-t'), grpc.status.INVALID_ARGUMENT, /^v1\.multus-cni\.io\/default-network: namespace isolation: pods of namespace default may use networks of default, shared only, not team\/net-t$/);
+      await rejectsWith(choose('iso-d2', 'other', 'net-t'), grpc.status.INVALID_ARGUMENT, /not kube-system\/net-t$/);
+      assert.equal((await iso.rt().ListPods({})).pods.length, 0, 'a refused pod was attached');
+      const own = await choose('iso-d3', 'team', 'team/net-t');
+      assert.equal(own.interfaces[0].default_network, 'team/net-t');
+      await iso.rt().Detach({ sandbox_id: 'iso-d3' });
+    });
   });
 });

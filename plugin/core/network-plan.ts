@@ -66,22 +66,27 @@ export function everyPodProblem(rt: NetworkRuntime): string {
  * selections ('' when it may): only definitions of its own namespace, of `default` and of
  * networks.globalNamespaces. A tenant cannot then put its pods on another tenant's network.
  */
-export function isolationProblem(cfg: { namespaceIsolation: boolean; globalNamespaces: string[] }, namespace: string, selections: Pick<NetworkSelection, 'namespace' | 'name'>[]): string {
+export function isolationProblem(cfg: { namespaceIsolation: boolean; globalNamespaces: string[] }, namespace: string, selections: Pick<NetworkSelection, 'namespace' | 'name'>[], annotation = NETWORKS_ANNOTATION): string {
   if (!cfg.namespaceIsolation) return '';
   const allowed = new Set([namespace, 'default', ...cfg.globalNamespaces]);
   const out = selections.filter((s) => !allowed.has(s.namespace)).map(networkKey);
-  return out.length ? `${NETWORKS_ANNOTATION}: namespace isolation: pods of namespace ${namespace} may use networks of ${[...allowed].join(', ')} only, not ${out.join(', ')}` : '';
+  return out.length ? `${annotation}: namespace isolation: pods of namespace ${namespace} may use networks of ${[...allowed].join(', ')} only, not ${out.join(', ')}` : '';
 }
 
 /** The network a sandbox takes as its default network instead of the node's, if its pod chose one. */
 export function chosenDefaultNetwork(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, ifName: string): NetworkSelection | undefined {
   const text = podAnnotation(rt, rec, DEFAULT_NETWORK_ANNOTATION);
+  let chosen: NetworkSelection | undefined;
   try {
-    return parseDefaultNetwork(text, ifName);
+    chosen = parseDefaultNetwork(text, ifName);
   } catch (e) {
     if (e instanceof SelectionError) throw invalid(e.message);
     throw e;
   }
+  // The pod names the namespace (a name alone means kube-system): the same rule as its networks.
+  const refused = chosen && isolationProblem(rt.cfg.networks, rec.pod.namespace || 'default', [chosen], DEFAULT_NETWORK_ANNOTATION);
+  if (refused) throw invalid(refused);
+  return chosen;
 }
 
 /**
