@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 // knictl: look at what kni-runtime holds on this node.
+import { printable } from './client/terminal-text';
 import * as grpc from '@grpc/grpc-js';
 import { Command, Option } from 'commander';
 import fs from 'node:fs';
@@ -56,12 +57,13 @@ function fail(msg: string): never {
 }
 
 function table(rows: string[][]): string {
-  const widths = rows[0].map((_, i) => Math.max(...rows.map((r) => r[i].length)));
-  return rows.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
+  const safe = rows.map((r) => r.map((c) => printable(c)));
+  const widths = safe[0].map((_, i) => Math.max(...safe.map((r) => r[i].length)));
+  return safe.map((r) => r.map((c, i) => c.padEnd(widths[i])).join('  ').trimEnd()).join('\n') + '\n';
 }
 
 const print = (format: string, json: unknown, human: () => string) =>
-  process.stdout.write(format === 'json' ? `${JSON.stringify(json, null, 2)}\n` : human());
+  process.stdout.write(format === 'json' ? `${JSON.stringify(json, null, 2)}\n` : printable(human()));
 
 const ips = (p: any): string => p.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
 /** CRI ids (64 hex digits) are shown as crictl does, by their first 13; others whole. */
@@ -285,7 +287,7 @@ program
         if (e.type === 'backlog_end') return end();
         again();
         const ips = e.interfaces.flatMap((i: any) => i.addresses.map((a: any) => a.address)).join(',');
-        process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : `${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]\n`);
+        process.stdout.write(o.output === 'json' ? `${JSON.stringify(e)}\n` : printable(`${e.time}  ${e.type.padEnd(16)} ${shortId(e.sandbox_id)}  ${podName(e)}  ${ips || '-'}${e.message ? `  ${e.message}` : ''}  [${e.resume_token}]`) + '\n');
       }, (err) => {
         clearTimeout(quiet);
         if (err && err.code !== grpc.status.CANCELLED) fail(`${grpc.status[err.code]}: ${err.details}`);

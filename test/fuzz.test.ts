@@ -278,6 +278,9 @@ describe('hostile input (fast-check)', () => {
     ]), 'pods');
     assert.deepEqual([ib.interface, ib.infinibandGuid, ib.deviceId, old.interface, both.interface], ['net1', '24:8a:07:03:00:8d:ae:2e', '0000:03:02.3', 'data0', 'data1']);
     assert.throws(() => parseNetworkSelections('[{"name":"ib","infiniband-guid":"c2:11:22:33:44:55","deviceID":"a b"}]', 'pods'), /infiniband-guid must be eight hex pairs.*deviceID must be a device id/);
+    // Control characters never pass as a name kni shows an operator (knictl, logs).
+    assert.throws(() => parseNetworkSelections(JSON.stringify([{ name: 'a', interface: '\u001b[8mx' }]), 'pods'), /interface "\\u001b\[8mx" is not an interface name/);
+    assert.throws(() => parseNetworkSelections(JSON.stringify([{ name: 'a', deviceID: 'dev\u0007' }]), 'pods'), /deviceID must be a device id/);
     // The same texts as a pod's default network: none, exactly one on the runtime's interface, or a SelectionError.
     const { parseDefaultNetwork } = await import('../plugin/networks/network-selection');
     await check(fc.property(text, (t) => {

@@ -4,6 +4,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { watchEvents } from '../plugin/client/clients';
+import { printable } from '../plugin/client/terminal-text';
 import { packageRoot } from '../plugin/server/protos';
 import { sh } from './helpers/sh';
 import { KNICTL, knictl } from './helpers/knictl';
@@ -20,6 +21,25 @@ describe('knictl', () => {
     await d.rt().Attach({ sandbox_id: 'cli-sandbox', netns_path, pod: { name: 'cli', namespace: 'ns1' } });
   });
   after(() => d?.cleanup());
+
+  it("what a pod or runtime named reaches the terminal escaped (bidi overrides, control characters); JSON stays exact", async () => {
+    // A CRI client may name a pod anything but control characters: a right-to-left override
+    // would make "evil\u202egnp.exe" show as "evilexe.png".
+    const name = 'evil\u202egnp.exe';
+    const { netns_path } = await d.kni().CreateNetwork({});
+    try {
+      await d.rt().Attach({ sandbox_id: 'cli-bidi', netns_path, pod: { name, namespace: 'ns1' } });
+      const table = knictl('--socket', d.socket, 'pods');
+      assert.ok(!table.stdout.includes('\u202e'), 'the override reached the terminal');
+      assert.match(table.stdout, /ns1\/evil\\u202egnp\.exe/);
+      const json = JSON.parse(knictl('--socket', d.socket, 'pods', '-o', 'json').stdout);
+      assert.equal(json.find((p: any) => p.sandbox_id === 'cli-bidi').pod.name, name);
+      await d.rt().Detach({ sandbox_id: 'cli-bidi' });
+    } finally {
+      await d.kni().DeleteNetwork({ netns_path });
+    }
+    assert.equal(printable('a\x1b[8mb\tc\nd\u2066'), 'a\\x1b[8mb\\x09c\nd\\u2066');
+  });
 
   it('pods, pod, node, ipam in table and JSON form', () => {
     const pods = knictl('--socket', d.socket, 'pods', '-o', 'json');

@@ -47,13 +47,13 @@ const JSON_KEYS = new Set(['name', 'namespace', 'interface', 'interfaceRequest',
 /** An InfiniBand GUID: eight hex pairs (the form ib-sriov-cni and Multus read). */
 const GUID = /^[0-9a-fA-F]{2}(:[0-9a-fA-F]{2}){7}$/;
 /** A device id as device plugins name them (a PCI address, an auxiliary device's name): no white space, not overlong. */
-const DEVICE_ID = /^[^\s\0]{1,253}$/;
+const DEVICE_ID = /^[^\s\x00-\x1f\x7f]{1,253}$/;
 
 export const networkKey = (s: { namespace: string; name: string }): string => `${s.namespace}/${s.name}`;
 
-/** A pod interface name the kernel takes (IFNAMSIZ, no '/', ':' or white space, not . or ..). */
+/** A pod interface name the kernel takes (IFNAMSIZ, no '/', ':', white space or control character, not . or ..). */
 export function isInterfaceName(s: string): boolean {
-  return s.length > 0 && s.length < 16 && s !== '.' && s !== '..' && !/[/:\s\0%]/.test(s);
+  return s.length > 0 && s.length < 16 && s !== '.' && s !== '..' && !/[/:\s\x00-\x1f\x7f%]/.test(s);
 }
 
 /**
