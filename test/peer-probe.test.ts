@@ -108,6 +108,24 @@ describe("a probe round's changes as the Node's Events (peer-probe-answers.ts)",
     assert.match(many[0], /^PeerPodNetworkSilent: kni's probe of 9 peers' pod networks \(node n0 \(10\.244\.0\.0\/24\), .*node n4 \(10\.244\.4\.0\/24\), and 4 more: knictl node lists them\) through kni's routes gets no answer/);
     assert.deepEqual(many.slice(1), ["PeerPodNetworkAnswers: kni's probe of node n9's pod network (10.244.9.0/24) answers again", "PeerPodNetworkAnswers: kni's probe of node n10's pod network (10.244.10.0/24) answers again"]);
   });
+
+  it('counts and names Nodes, not routes: a dual-stack Node is one peer; a Node deleted during the round is not named', () => {
+    const dual: PeerRouteStatus[] = routes.flatMap((r, i) => [r, { ...r, destination: `fd00:10:244:${i}::/64` }]);
+    const v6 = (i: number): ProbeChange => ({ ...change(i, 'silent'), target: { destination: `fd00:10:244:${i}::/64`, address: `fd00:10:244:${i}::1`, source: 'fd00:10:244:99::1' } });
+    const tell = (changes: ProbeChange[], now: PeerRouteStatus[]): string[] => {
+      const probe = new PeerProbe(() => ({ port: 0, intervalSeconds: 30, timeoutSeconds: 1 }), 'kni test');
+      const events: string[] = [];
+      answerPeerProbe(probe, {} as NetworkRuntime, () => now, (reason, message) => events.push(`${reason}: ${message}`));
+      probe.onChanges!(changes);
+      return events;
+    };
+    const both = [0, 1, 2, 3].flatMap((i) => [change(i, 'silent'), v6(i)]);
+    const [one] = tell(both, dual);
+    assert.match(one, /^PeerPodNetworkSilent: kni's probe of 4 peers' pod networks \(node n0 \(10\.244\.0\.0\/24, fd00:10:244:0::\/64\), /);
+    // n3 was deleted while the round ran: three Nodes left, told one by one.
+    const left = tell(both, dual.filter((r) => r.node !== 'n3'));
+    assert.deepEqual(left.map((e) => e.replace(/ through .*/, '')), [0, 1, 2].map((i) => `PeerPodNetworkSilent: kni's probe of node n${i}'s pod network (10.244.${i}.0/24, fd00:10:244:${i}::/64)`));
+  });
 });
 
 describe('another node\'s kni asking how this one delivers (a trace\'s last hops, on the probe\'s port)', () => {

@@ -24,8 +24,7 @@ type ChangeKind = 'answers' | 'small-only' | 'silent';
 const kindOf = (c: ProbeChange): ChangeKind => (probeWorks(c.now.state) ? 'answers' : c.now.state === 'small-only' ? 'small-only' : 'silent');
 
 export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: () => PeerRouteStatus[], nodeEvent: NodeEvent): void {
-  const peerOf = (c: ProbeChange): string => `node ${routes().find((r) => r.destination === c.target.destination)?.node ?? '?'}'s pod network (${c.target.destination})`;
-  // Each kind's Event, for one peer (`one`) or several (`many`: "N peers' pod networks (…)").
+  // Each kind's Event, for one node (`one`) or several (`many`: "N peers' pod networks (…)").
   const tell = (kind: ChangeKind, peer: string, many: boolean, detail: string): void => {
     const [route, its] = many ? ["kni's routes", 'their'] : ["kni's route", 'its'];
     const look = many ? 'knictl trace to a pod there' : 'knictl node; knictl trace to a pod there';
@@ -33,22 +32,29 @@ export function answerPeerProbe(probe: PeerProbe, rt: NetworkRuntime, routes: ()
     else if (kind === 'small-only') nodeEvent('PeerPodNetworkLosesLargePackets', `kni's probe of ${peer} through ${route} connects, but ${its} full-sized packets are lost${detail}: ${LARGE_PACKETS_LOST} (${look})`);
     else nodeEvent('PeerPodNetworkSilent', `kni's probe of ${peer} through ${route} gets no answer${detail}: what is between the nodes drops pods' packets${many ? ', or those nodes are down' : ''} (${look})`);
   };
-  const one = (c: ProbeChange): void => tell(kindOf(c), peerOf(c), false, ` (${c.now.detail})`);
-  const many = (kind: ChangeKind, cs: ProbeChange[]): void => {
-    const named = cs.slice(0, NAMED).map((c) => peerOf(c).replace(/'s pod network \(/, ' (')).join(', ');
-    const rest = cs.length > NAMED ? `, and ${cs.length - NAMED} more: knictl node lists them` : '';
-    tell(kind, `${cs.length} peers' pod networks (${named}${rest})`, true, '');
-  };
   probe.onChanges = (changes) => {
-    const byKind = new Map<ChangeKind, ProbeChange[]>();
+    // The Nodes as they are now, when the Event is written: a Node deleted during the round is
+    // no peer to report, and a dual-stack Node's two routes are one peer.
+    const nodeOf = new Map(routes().map((r) => [r.destination, r.node]));
+    const byKind = new Map<ChangeKind, Map<string, ProbeChange[]>>();
     for (const c of changes) {
+      const node = nodeOf.get(c.target.destination);
+      if (node === undefined) continue;
       const k = kindOf(c);
-      if (!byKind.has(k)) byKind.set(k, []);
-      byKind.get(k)!.push(c);
+      if (!byKind.has(k)) byKind.set(k, new Map());
+      const nodes = byKind.get(k)!;
+      if (!nodes.has(node)) nodes.set(node, []);
+      nodes.get(node)!.push(c);
     }
-    for (const [kind, cs] of byKind) {
-      if (cs.length <= ONE_BY_ONE) cs.forEach(one);
-      else many(kind, cs);
+    const named = (node: string, cs: ProbeChange[]): string => `node ${node} (${cs.map((c) => c.target.destination).join(', ')})`;
+    for (const [kind, nodes] of byKind) {
+      if (nodes.size <= ONE_BY_ONE) {
+        for (const [node, cs] of nodes) tell(kind, `node ${node}'s pod network (${cs.map((c) => c.target.destination).join(', ')})`, false, ` (${cs[0].now.detail})`);
+        continue;
+      }
+      const list = [...nodes].slice(0, NAMED).map(([node, cs]) => named(node, cs)).join(', ');
+      const rest = nodes.size > NAMED ? `, and ${nodes.size - NAMED} more: knictl node lists them` : '';
+      tell(kind, `${nodes.size} peers' pod networks (${list}${rest})`, true, '');
     }
   };
   // Only from a peer's pods' gateway: an address no pod can open a connection from.
