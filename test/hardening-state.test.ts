@@ -153,6 +153,37 @@ describe('hardening: state dir', () => {
       assert.doesNotMatch(inNetns(netns, 'ip', ['-o', 'link']).out, /eth0/);
     });
 
+    it('kni restarted on a full state dir: it serves from what is on disk, refuses new attaches naming ENOSPC, and compacts its log once there is room', async () => {
+      const log = `${mnt}/state/sandboxes.log`;
+      const keep = d.makePodNetns('keep');
+      await rt.Attach(bigPod('keep', keep));
+      // Churn, so the log holds lines a compaction drops.
+      for (let i = 0; i < 3; i++) {
+        await rt.Attach({ sandbox_id: `churn${i}`, netns_path: d.makePodNetns(`churn${i}`) });
+        await rt.Detach({ sandbox_id: `churn${i}` });
+      }
+      const linesBefore = fs.readFileSync(log, 'utf8').trim().split('\n').length;
+      await d.stop('SIGKILL');
+      d.closeClients();
+      fillSpace();
+      try {
+        const from = d.output.length;
+        await d.launch();
+        rt = d.rt();
+        assert.match(d.output.slice(from), /"msg":"the state dir has no room: kni serves from the records on disk/);
+        assert.equal((await rt.GetNode({})).ready, true);
+        assert.deepEqual((await rt.Check({ sandbox_id: 'keep' })).problems, []);
+        assert.deepEqual((await rt.ListPods({})).pods.map((p: any) => p.sandbox_id), ['keep']);
+        await rejectsWith(rt.Attach(bigPod('late', d.makePodNetns('late'))), S.UNAVAILABLE, /cannot record sandbox late in the state dir: .*ENOSPC/);
+      } finally {
+        freeSpace();
+      }
+      await rt.Attach(bigPod('late', d.makePodNetns('late2')));
+      const lines = fs.readFileSync(log, 'utf8').trim().split('\n');
+      assert.ok(lines.length === 2 && linesBefore > 2, `the log was not compacted: ${linesBefore} lines before, ${lines.length} after`);
+      for (const id of ['keep', 'late']) await rt.Detach({ sandbox_id: id });
+    });
+
     it('a detach cut short after its record is written is finished at the next start, never wired again', async () => {
       const netns = d.makePodNetns('half');
       await rt.Attach({ sandbox_id: 'half', netns_path: netns });

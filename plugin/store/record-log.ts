@@ -55,6 +55,9 @@ export function replay<T>(text: string): { live: Map<string, string>; damaged: n
   return { live, damaged, tornTail: tail !== '' };
 }
 
+/** A disk with no room, or one that takes no writes: kni starts from what is there. */
+const FULL = new Set(['ENOSPC', 'EDQUOT', 'EROFS']);
+
 /** A log is rewritten once it holds this many lines more than it has live records. */
 const REWRITE_SLACK = (live: number) => Math.max(1024, 3 * live);
 
@@ -98,14 +101,33 @@ export class RecordLog<T extends object> {
     }
     const { live, damaged, tornTail } = replay<T>(text);
     if (damaged.length) {
-      fs.copyFileSync(this.file, `${this.file}.corrupt`);
-      problems.push(`${this.file}: line${damaged.length > 1 ? 's' : ''} ${damaged.slice(0, 20).join(', ')} unreadable (the log is kept as ${this.file}.corrupt)`);
+      let kept = `the log is kept as ${this.file}.corrupt`;
+      try {
+        fs.copyFileSync(this.file, `${this.file}.corrupt`);
+      } catch (e) {
+        fs.rmSync(`${this.file}.corrupt`, { force: true });
+        kept = `no copy kept: ${(e as NodeJS.ErrnoException).code ?? (e as Error).message}`;
+      }
+      problems.push(`${this.file}: line${damaged.length > 1 ? 's' : ''} ${damaged.slice(0, 20).join(', ')} unreadable (${kept})`);
     }
     if (tornTail) problems.push(`${this.file}: a torn last line dropped`);
     for (const [k, v] of legacy.records) if (!live.has(k)) live.set(k, encodeEntry({ k, v }));
     this.live = live;
-    this.rewrite();
-    legacy.remove();
+    try {
+      this.rewrite();
+      legacy.remove();
+    } catch (e) {
+      // A full (or read-only) state dir: kni starts all the same and serves what the log holds
+      // (detaches and queries need no room; a new record fails its attach with the reason), and
+      // compacts once a line goes in again. Imported records stay where they are until then.
+      if (!FULL.has((e as NodeJS.ErrnoException).code ?? '') || legacy.records.size) throw e;
+      log('error', 'the state dir has no room: kni serves from the records on disk, refuses what must write a new one, and compacts its log once there is room', { file: this.file, error: (e as NodeJS.ErrnoException).code });
+      this.fd = fs.openSync(this.file, 'a', 0o600);
+      this.size = Buffer.byteLength(text) - (tornTail ? Buffer.byteLength(text.slice(text.lastIndexOf('\n') + 1)) : 0);
+      // Appends go after the last whole line (a torn tail is written over).
+      fs.ftruncateSync(this.fd, this.size);
+      this.lines = Number.MAX_SAFE_INTEGER;
+    }
     this.problems = problems;
   }
 
