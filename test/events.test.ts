@@ -3,9 +3,11 @@
 // once; repairs by reconcile show; stale and foreign tokens are refused precisely.
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { Client, watchEvents } from '../plugin/client/clients';
 import { runtimeService } from '../plugin/server/protos';
+import { MAX_WATCHES, MAX_WATCHES_PER_CONNECTION } from '../plugin/server/watch';
 import { inParallel } from './helpers/pool';
 import { sh } from './helpers/sh';
 import { KNICTL } from './helpers/knictl';
@@ -203,6 +205,79 @@ describe('Watch: pod network events', () => {
       assert.equal(asked.mark_backlog_end, true);
     } finally {
       server.forceShutdown();
+    }
+  });
+
+  it(`watchers that resume from the oldest event and never read: at most ${MAX_WATCHES_PER_CONNECTION} a connection and ${MAX_WATCHES} in all, kni's memory bounded, other callers answered in their normal time; a reader gets the whole log`, async function () {
+    this.timeout(240_000);
+    // A backlog of a few thousand events.
+    await inParallel(8, 600, async (i) => {
+      await rt.Attach({ sandbox_id: `ev-b${i}`, netns_path: d.makePodNetns(`ev-b${i}`), pod: { name: `ev-b${i}`, namespace: 'ev', uid: `u-${i}` } });
+      await rt.Detach({ sandbox_id: `ev-b${i}` });
+    });
+    const probe = watch({ mark_backlog_end: true });
+    await waitFor(() => probe.events.length === 1, 10_000, () => JSON.stringify(probe.events));
+    probe.close();
+    const newest = probe.events[0].resume_token as string;
+    const oldest = `${newest.split('-')[0]}-0`;
+    const total = Number(newest.split('-')[1]);
+    assert.ok(total >= 1800, `${total} events`);
+    const rss = () => Number(/VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${d.proc!.pid}/status`, 'utf8'))![1]) / 1024;
+    const before = rss();
+    const Ctor = runtimeService();
+    const channels: grpc.Client[] = [];
+    const calls: grpc.ClientReadableStream<unknown>[] = [];
+    const streams: { opened: boolean; error?: grpc.ServiceError }[] = [];
+    /** One connection (a channel) with n Watch streams that never read. */
+    const open = (n: number): void => {
+      // A connection of its own (grpc-js shares one between channels to the same address otherwise).
+      const raw = new Ctor(`unix://${d.socket}`, grpc.credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+      channels.push(raw);
+      for (let i = 0; i < n; i++) {
+        const st: { opened: boolean; error?: grpc.ServiceError } = { opened: false };
+        streams.push(st);
+        const call = (raw as any).Watch({ resume_token: oldest }) as grpc.ClientReadableStream<unknown>;
+        call.once('metadata', () => (st.opened = true));
+        call.on('error', (e: grpc.ServiceError) => (st.error = e));
+        call.pause();
+        calls.push(call);
+      }
+    };
+    try {
+      open(20);
+      await waitFor(() => streams.filter((x) => x.opened || x.error).length === 20, 20_000, () => JSON.stringify(streams.map((x) => x.error?.code)));
+      const refused = streams.filter((x) => x.error);
+      assert.equal(refused.length, 20 - MAX_WATCHES_PER_CONNECTION);
+      for (const r of refused) {
+        assert.equal(r.error!.code, grpc.status.RESOURCE_EXHAUSTED);
+        assert.match(r.error!.details, /too many Watch streams: 8 on this connection \(at most 8\)/);
+      }
+      for (let c = 0; c < 10; c++) open(MAX_WATCHES_PER_CONNECTION);
+      await waitFor(() => streams.filter((x) => x.opened || x.error).length === streams.length, 30_000, () => `${streams.filter((x) => x.opened).length} open`);
+      const opened = streams.filter((x) => x.opened && !x.error).length;
+      assert.equal(opened, MAX_WATCHES, `${opened} Watch streams open`);
+      // Meanwhile another client's calls answer in their normal time.
+      const other = d.rt();
+      for (let i = 0; i < 20; i++) {
+        const t0 = performance.now();
+        assert.equal((await other.GetNode({})).ready, true);
+        const ms = performance.now() - t0;
+        assert.ok(ms < 1000, `GetNode took ${Math.round(ms)} ms beside ${opened} unread watchers`);
+      }
+      const grew = rss() - before;
+      assert.ok(grew < 100, `kni grew by ${Math.round(grew)} MB for ${opened} unread watchers of ${total} events`);
+    } finally {
+      for (const c of calls) c.cancel();
+      for (const c of channels) c.close();
+    }
+    // The streams end with their calls: a reader from the oldest event gets every one, then the mark.
+    const all = watch({ resume_token: oldest, mark_backlog_end: true });
+    try {
+      await waitFor(() => all.events.at(-1)?.type === 'backlog_end', 60_000, () => `${all.events.length} events (${all.ended?.details ?? ''})`);
+      assert.equal(all.events.length, total + 1);
+      assert.deepEqual(all.events.slice(0, -1).map(seqOf), Array.from({ length: total }, (_, i) => i + 1));
+    } finally {
+      all.close();
     }
   });
 

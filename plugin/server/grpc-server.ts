@@ -50,6 +50,9 @@ function endWith(s: H2Stream, status: Status): void {
   else s.respond([...ANSWER_HEADERS, ...fields], true);
 }
 
+/** What a server stream's answer may hold waiting for the client to read before write() says wait: grpc-js's default. */
+const STREAM_HIGH_WATER = 64 * 1024;
+
 /** What a server-streaming handler writes to, shaped as grpc-js's ServerWritableStream as kni uses it. */
 class ServerStreamCall extends EventEmitter {
   cancelled = false;
@@ -65,10 +68,30 @@ class ServerStreamCall extends EventEmitter {
     return this.s.pendingBytes;
   }
 
+  /** Which connection the call came on ("unix:<n>"): kni's callers all come over one socket. */
+  getPeer(): string {
+    return `unix:${this.s.connection}`;
+  }
+
+  /**
+   * As a Node writable: false once STREAM_HIGH_WATER bytes wait for the peer's flow control,
+   * then 'drain' when they have gone (a reader that does not read holds at most that much).
+   */
   write(message: unknown): boolean {
     if (this.done) return false;
     this.s.write(prefixed(this.method.responseSerialize(message)));
-    return true;
+    if (this.s.pendingBytes < STREAM_HIGH_WATER) return true;
+    this.full = true;
+    return false;
+  }
+
+  private full = false;
+
+  /** The stream's data has all gone out. */
+  drained(): void {
+    if (!this.full || this.done) return;
+    this.full = false;
+    this.emit('drain');
   }
 
   end(): void {
@@ -193,7 +216,7 @@ export class GrpcServer {
   private unary(s: H2Stream, def: Method, handler: (...args: unknown[]) => void, request: unknown): void {
     let done = false;
     // kni's handlers read only the request: the metadata object is made if one asks for it.
-    const call = { request, cancelled: false, get metadata() { return new grpc.Metadata(); }, getPeer: () => 'unix', getPath: () => def.path };
+    const call = { request, cancelled: false, get metadata() { return new grpc.Metadata(); }, getPeer: () => `unix:${s.connection}`, getPath: () => def.path };
     const timer = this.deadline(s, () => {
       if (done) return;
       done = true;
@@ -227,6 +250,7 @@ export class GrpcServer {
 
   private serverStream(s: H2Stream, def: Method, handler: (...args: unknown[]) => void, request: unknown): void {
     const call = new ServerStreamCall(request, s, def);
+    s.onDrain = () => call.drained();
     this.streamCalls.add(call);
     // Headers at once: a client waiting for the stream's start sees it before the first message.
     s.respond(ANSWER_HEADERS);

@@ -47,6 +47,8 @@ const PING_ACK_HOLD_MS = 5;
 /** A header block (HEADERS and its CONTINUATIONs) larger than this ends the connection. */
 const MAX_HEADER_BLOCK = 256 << 10;
 
+let connectionNumbers = 0;
+
 export class H2Connection implements StreamSink {
   private readonly reader: FrameReader;
   private readonly writer: FrameWriter;
@@ -69,6 +71,8 @@ export class H2Connection implements StreamSink {
   private pingAcks: Buffer[] = [];
   private readonly timers: { handshake?: NodeJS.Timeout; idle?: NodeJS.Timeout; age?: NodeJS.Timeout; grace?: NodeJS.Timeout } = {};
   onClose: () => void = () => undefined;
+  /** A number of its own among the server's connections (a call's peer). */
+  readonly number = ++connectionNumbers;
 
   constructor(
     private readonly socket: net.Socket,
@@ -215,7 +219,7 @@ export class H2Connection implements StreamSink {
       if (!endStream) this.queue(frame(FRAME.RST_STREAM, 0, id, u32(H2_ERROR.NO_ERROR)));
       return;
     }
-    const s = new H2Stream(id, headers, this, this.peerInitialWindow);
+    const s = new H2Stream(id, headers, this, this.peerInitialWindow, this.number);
     this.streams.set(id, s);
     clearTimeout(this.timers.idle);
     this.onStream(s);
@@ -332,6 +336,7 @@ export class H2Connection implements StreamSink {
       this.queue(frame(FRAME.DATA, 0, s.id, piece));
     }
     this.blocked.delete(s);
+    s.onDrain();
     if (s.trailers) {
       const t = s.trailers;
       s.trailers = undefined;

@@ -14,6 +14,8 @@ export class H2Stream {
   onEnd: () => void = () => undefined;
   /** The stream is gone: answered and ended both ways, reset by either side, or its connection lost. */
   onClose: (aborted: boolean) => void = () => undefined;
+  /** Everything written so far has gone out under the peer's flow control. */
+  onDrain: () => void = () => undefined;
 
   remoteEnded = false;
   localEnded = false;
@@ -32,6 +34,8 @@ export class H2Stream {
     readonly headers: HeaderList,
     private readonly sink: StreamSink,
     initialWindow: number,
+    /** Which connection it came on (a number per connection of the server's). */
+    readonly connection = 0,
   ) {
     this.sendWindow = initialWindow;
   }
