@@ -5,7 +5,10 @@ import * as grpc from '@grpc/grpc-js';
 import assert from 'node:assert/strict';
 import { Client } from '../plugin/client/clients';
 import { inParallel } from './helpers/pool';
-import { inNetns } from './helpers/sh';
+import fs from 'node:fs';
+import { existsError, HostVethExistsError, PodInterfaceExistsError } from '../plugin/pod/pod-wiring';
+import { netlinkIn } from './helpers/netlink-in';
+import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
 const S = grpc.status;
@@ -91,6 +94,30 @@ describe('races', () => {
     assert.deepEqual(failures, []);
     await rt.Detach({ sandbox_id: 'one' });
     await assertNothingLeft();
+  });
+
+  it("the state that race leaves, made on purpose: the veth create met a name that is gone by the look (a detach's retired host end, reaped meanwhile) — a stale host end to wire again, not the pod's interface", () => {
+    // Under load the reaper deleted the retired veth between the create's EEXIST and the look,
+    // and the attach failed with "the pod netns already has an interface named eth0".
+    const node = `${RUN}-exn`;
+    const pod = `${RUN}-exp`;
+    sh('ip', ['netns', 'add', node]);
+    sh('ip', ['netns', 'add', pod]);
+    const host = netlinkIn(`/run/netns/${node}`);
+    const fd = fs.openSync(`/run/netns/${pod}`, 'r');
+    try {
+      const itf = { hostVeth: `${RUN}ex`, name: 'eth0' };
+      assert.ok(existsError(host, fd, itf) instanceof HostVethExistsError, 'neither name there: not the pod\'s interface');
+      sh('ip', ['-n', pod, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p']);
+      assert.ok(existsError(host, fd, itf) instanceof PodInterfaceExistsError, "the pod's eth0 there");
+      sh('ip', ['-n', node, 'link', 'add', itf.hostVeth, 'type', 'veth', 'peer', 'name', `${itf.hostVeth}p`]);
+      assert.ok(existsError(host, fd, itf) instanceof HostVethExistsError, 'a stale host end there');
+    } finally {
+      host.close();
+      fs.closeSync(fd);
+      trySh('ip', ['netns', 'del', node]);
+      trySh('ip', ['netns', 'del', pod]);
+    }
   });
 
   it('DeleteNetwork racing AttachInterface in a kni-made netns, 30 times: no leak', async function () {

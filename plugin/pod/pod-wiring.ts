@@ -3,6 +3,7 @@
 // hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
 // pod's addresses. All over netlink from this process (the wiring itself in one native call,
 // wire-pod.c): no spawn, no iptables.
+import { socketInNetns } from '../netns/netns';
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
@@ -95,14 +96,30 @@ export function wireRequests(itf: InterfaceRecord, bridgeIndex: number, netnsFd:
   ];
 }
 
+/**
+ * Whose name the kernel's EEXIST on the veth met, as the kernel has it now: a host end of that
+ * name (a stale one, to delete and wire again), else the pod's interface, else neither any more.
+ * Neither is the retired host end of this very sandbox's last detach, deleted by the reaper
+ * between the create and this look (the names are the sandbox's): wired again, as for a stale
+ * host end. Calling it the pod's interface failed an attach that a detach a moment before had
+ * made room for ("the pod netns already has an interface named eth0", seen under load).
+ */
+export function existsError(host: NetlinkSocket, netnsFd: number, itf: Pick<InterfaceRecord, 'hostVeth' | 'name'>): HostVethExistsError | PodInterfaceExistsError {
+  if (linkByName(host, itf.hostVeth)) return new HostVethExistsError(itf.hostVeth);
+  const pod = socketInNetns(netnsFd);
+  try {
+    if (linkByName(pod, itf.name)) return new PodInterfaceExistsError(itf.name);
+  } finally {
+    pod.close();
+  }
+  return new HostVethExistsError(itf.hostVeth);
+}
+
 /** A failed native wiring as the error the TypeScript wiring threw. */
 function wireError(r: WireResult, host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): Error {
   if (r.stage === 0) return new Error(`cannot wire ${itf.hostVeth}: the wiring library refused its arguments ${JSON.stringify(wireSpec(itf, bridgeIndex, sandboxId))}`);
   if (r.stage === 1) return r.errno === EINVAL ? new NotANetnsError('not a network namespace') : new Errno('open a netlink socket in the pod netns', r.errno);
-  if (r.stage === 2 && r.errno === EEXIST && r.request === 0) {
-    if (linkByName(host, itf.hostVeth)) return new HostVethExistsError(itf.hostVeth);
-    return new PodInterfaceExistsError(itf.name);
-  }
+  if (r.stage === 2 && r.errno === EEXIST && r.request === 0) return existsError(host, netnsFd, itf);
   if (r.request < 0) return new Errno(`netlink exchange with the kernel (wiring ${itf.hostVeth})`, r.errno);
   const req = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, r.hostIndex, r.podIndex)[r.stage - 2]?.[r.request];
   return new NetlinkError(r.errno, req?.what ?? `wire ${itf.hostVeth} (step ${r.stage}, request ${r.request})`, r.kernelMessage);
