@@ -9,6 +9,7 @@ const HEADER = 8;
 /** Frames written are at most 4096 bytes, header included. */
 export const MAX_FRAME = 4096;
 const MAX_READ_PAYLOAD = 4 << 20;
+const FRAMES_PER_TURN = 16_384;
 
 export class MuxConn extends EventEmitter {
   constructor(private readonly mux: Mux, readonly id: number) {
@@ -63,10 +64,29 @@ export class Mux extends EventEmitter {
 
   private onData(chunk: Buffer): void {
     this.queue.push(chunk);
+    if (!this.yielded) this.read();
+  }
+
+  /** A turn's reading stopped at FRAMES_PER_TURN, and goes on at the next (setImmediate). */
+  private yielded = false;
+
+  /**
+   * The whole frames queued, FRAMES_PER_TURN at most in one turn of the event loop: a peer
+   * flooding the socket with frames (for conns never opened: read and dropped without a copy)
+   * cannot hold the event loop, whose other callers (gRPC, CNI) go on between turns, and the
+   * flood is gone through in tens of ms (200 000 frames), well within NRI's 2 s request timeout.
+   */
+  private read(): void {
+    this.yielded = false;
+    let budget = FRAMES_PER_TURN;
     while (this.queue.length >= HEADER) {
-      const h = this.queue.peek(HEADER);
-      const id = h.readUInt32BE(0);
-      const len = h.readUInt32BE(4);
+      if (budget-- === 0) {
+        this.yielded = true;
+        setImmediate(() => this.read());
+        return;
+      }
+      const id = this.queue.u32(0);
+      const len = this.queue.u32(4);
       if (len > MAX_READ_PAYLOAD) {
         this.queue.clear();
         this.emit('error', new Error(`multiplexer frame of ${len} bytes is larger than ${MAX_READ_PAYLOAD}`));
@@ -74,12 +94,13 @@ export class Mux extends EventEmitter {
         return;
       }
       if (this.queue.length < HEADER + len) return;
-      const payload = this.queue.take(HEADER + len).subarray(HEADER);
       const conn = this.conns.get(id);
       if (!conn) {
+        this.queue.skip(HEADER + len);
         this.dropped++;
         continue;
       }
+      const payload = this.queue.take(HEADER + len).subarray(HEADER);
       try {
         conn.emit('data', payload);
       } catch (e) {

@@ -23,6 +23,30 @@ export class ByteQueue {
     return this.join(n, true);
   }
 
+  /** A big-endian uint32 at offset o (o + 4 ≤ length), read in place when one chunk holds it. */
+  u32(o: number): number {
+    const c = this.chunks[0];
+    return c.length >= o + 4 ? c.readUInt32BE(o) : this.peek(o + 4).readUInt32BE(o);
+  }
+
+  /** Drops the first n bytes (n ≤ length) without copying them. */
+  skip(n: number): void {
+    if (n > this.length) throw new RangeError(`${n} bytes to skip, ${this.length} queued`);
+    this.length -= n;
+    let i = 0;
+    while (n > 0) {
+      const c = this.chunks[i];
+      if (c.length <= n) {
+        n -= c.length;
+        i++;
+      } else {
+        this.chunks[i] = c.subarray(n);
+        n = 0;
+      }
+    }
+    if (i) this.chunks.splice(0, i);
+  }
+
   /** Drops everything (a connection given up on). */
   clear(): void {
     this.chunks = [];
