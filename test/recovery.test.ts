@@ -12,6 +12,12 @@ import { waitFor } from './helpers/wait';
 
 const addrsOf = (p: any): string[] => p.interfaces[0].addresses.map((a: any) => a.address);
 
+/**
+ * The 30 rounds measured on this machine kind: ~40 s idle, 116 s at load 9 on 2 cores (eight
+ * CPU-bound loops beside the suite); the limit leaves a margin of 2.4 on the busy run.
+ */
+const LIMIT_MS = 280_000;
+
 describe('crash anywhere', () => {
   let d: TestDaemon;
   before(async () => {
@@ -19,10 +25,11 @@ describe('crash anywhere', () => {
   });
   after(() => d?.cleanup());
 
-  // Bound by work: 60 rounds, ~40 live pods at a round's start (each start reconciles them all). Measured
-  // here: ~70 s idle, ~110 s with the other core busy; the limit leaves a 2.5x margin on that.
-  it('60 rounds of kill -9 during concurrent attach/detach: kills land mid-attach; after restart and one GC nothing leaks and every live pod keeps its addresses', async function () {
-    this.timeout(280_000);
+  // Bound by work: ROUNDS rounds, ~40 live pods at a round's start (each start reconciles them
+  // all); each round is a daemon start, which is what a busy machine slows most.
+  const ROUNDS = 30;
+  it(`${ROUNDS} rounds of kill -9 during concurrent attach/detach: kills land mid-attach; after restart and one GC nothing leaks and every live pod keeps its addresses`, async function () {
+    this.timeout(LIMIT_MS);
     const live = new Map<string, { addrs: string[]; netns: string }>();
     let seq = 0;
     let answered = 0;
@@ -40,7 +47,7 @@ describe('crash anywhere', () => {
     const seed = Number(process.env.KNI_TEST_SEED ?? Date.now() % 2 ** 31);
     let state = seed;
     const rand = () => ((state = (state * 1103515245 + 12345) >>> 0) / 2 ** 32);
-    for (let round = 0; round < 60; round++) {
+    for (let round = 0; round < ROUNDS; round++) {
       const kni = d.kni();
       const rt = d.rt();
       await Promise.all([kni.QueryNodeNetworks({}), rt.GetNode({})]); // connected before the clock starts
@@ -97,7 +104,7 @@ describe('crash anywhere', () => {
       rolledBack += (d.output.slice(from).match(/rolling back an attach interrupted by a restart/g) ?? []).length;
     }
     assert.deepEqual(unexpected, [], `seed ${seed}: errors a kill cannot cause`);
-    assert.ok(midAttachKills >= 30, `seed ${seed}: only ${midAttachKills} of 60 kills landed in the middle of an attach`);
+    assert.ok(midAttachKills >= ROUNDS / 2, `seed ${seed}: only ${midAttachKills} of ${ROUNDS} kills landed in the middle of an attach`);
     assert.ok(rolledBack >= midAttachKills, `seed ${seed}: ${midAttachKills} kills left an uncommitted attach, only ${rolledBack} were rolled back`);
     await new Promise((r) => setTimeout(r, 1100)); // past unclaimedNetnsGraceSeconds
     const rt = d.rt();
