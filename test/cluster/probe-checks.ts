@@ -26,6 +26,17 @@ export async function peerProbeChecks(): Promise<void> {
   try {
     edit(`${original}\npeerProbe: {intervalSeconds: 2, timeoutSeconds: 1}\n`);
     await waitFor(() => all('answers'), 30_000, routesNow);
+    // The port is the peers' kni's only: a pod reaches neither its own node's listener nor another's.
+    const gatewayOf = (ip: string) => ip.replace(/\.\d+$/, '.1');
+    for (const target of [gatewayOf(a4), gatewayOf(b4)]) {
+      let out = '';
+      try {
+        out = kubectl('exec', 'who-1', '--', '/bin/busybox', 'sh', '-c', `echo probe | /bin/busybox nc -w 2 ${target} 9275`);
+      } catch (e) {
+        out = String((e as { stderr?: string }).stderr ?? e);
+      }
+      assert.doesNotMatch(out, /bytes=/, `a pod reached kni's probe port at ${target}: ${out.slice(0, 200)}`);
+    }
     const metrics = execFileSync('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' });
     assert.match(metrics, /^kni_peer_probes\{state="answers"\} 2$/m);
 
@@ -45,7 +56,7 @@ export async function peerProbeChecks(): Promise<void> {
     }
     await waitFor(() => all('answers'), 30_000, routesNow);
     assert.equal(fetchFrom('who-1', b4), a4);
-    await waitFor(() => /^Normal kni's probe of node kc-w1's pod network \(\S+\) answers again$/m.test(events('kc-w2', 'PeerPodNetworkAnswers')), 30_000, () => events('kc-w2', 'PeerPodNetworkAnswers'));
+    await waitFor(() => /^Normal kni's probe of node kc-w1's pod network \([^)]+\) answers again$/m.test(events('kc-w2', 'PeerPodNetworkAnswers')), 30_000, () => events('kc-w2', 'PeerPodNetworkAnswers'));
     assert.match(execFileSync('cat', [`${CL}/run/kni-w1.log`], { encoding: 'utf8' }), /"msg":"a peer's pod network answers kni's probe again"/);
 
     // An MTU black hole: the handshake and pods' small exchanges pass, full-sized packets not.
