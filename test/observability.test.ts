@@ -63,7 +63,7 @@ describe('observability', () => {
       ['traced', 'web', 'shop', 'kni'],
     );
     const steps = all.filter((s) => s.parentSpanId === attach.spanId).map((s) => s.name);
-    assert.deepEqual(steps, ['netns.open', 'ipam.allocate', 'store.record', 'veth.create', 'pod.addresses', 'store.commit']);
+    assert.deepEqual(steps, ['netns.open', 'ipam.allocate', 'store.record', 'veth.create', 'pod.addresses', 'source.check', 'store.commit']);
     assert.ok(all.filter((s) => s.traceId === rpc.traceId).every((s) => s.status !== 2), 'a step failed');
     const addrs = all.find((s) => s.name === 'pod.addresses' && s.parentSpanId === attach.spanId)!;
     assert.match(String(addrs.attributes['kni.addresses']), /10\.96\.0\.\d+\/32/);

@@ -102,7 +102,7 @@ export class BuiltInBackend implements NetworkBackend {
     }
     await wireInterface(this.rt, rec, itf, ns, pool);
     // Before the answer, so before any of the pod's containers runs; a failure undoes the attach.
-    if (!itf.sourceUnchecked) withSpan('source-check', {}, () => this.rt.node.guards.add(guardedEnd(itf)));
+    if (!itf.sourceUnchecked) withSpan('source.check', {}, () => this.rt.node.guards.add(guardedEnd(itf)));
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
