@@ -1,5 +1,6 @@
-// kni's gRPC server (plugin/server/grpc-server.ts) over its own HTTP/2, against the clients that
-// call it: grpc-js (the whole suite's) and grpc-go (containerd's), and random frames among calls.
+// kni's gRPC server (plugin/server/server.ts: grpc-js on kni's own listener, with its bounds),
+// against the clients that call it: grpc-js (the whole suite's) and grpc-go (containerd's), and
+// random frames among calls. HTTP/2 conformance itself is h2spec's (h2spec.test.ts).
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import http2 from 'node:http2';
@@ -8,11 +9,25 @@ import path from 'node:path';
 import { spawn } from 'node:child_process';
 import * as grpc from '@grpc/grpc-js';
 import fc from 'fast-check';
-import { GrpcServer, percentEncode } from '../plugin/server/grpc-server';
-import { FLAG, FRAME, PREFACE, frame } from '../plugin/server/http2/frames';
-import { encodeHeaders } from '../plugin/server/http2/hpack';
+import { KniServer, serveGrpc } from '../plugin/server/server';
 import { GO_CLIENT } from '../bench/go-client';
-import { H2_TEST_LIMITS as LIMITS, socketDir } from './helpers/h2-test-server';
+import { GRPC_TEST_LIMITS as LIMITS, socketDir } from './helpers/h2-test-server';
+
+/** An HTTP/2 frame, written by hand: 24-bit length, type, flags, 31-bit stream id, payload. */
+const frame = (type: number, flags: number, stream: number, payload: Buffer = Buffer.alloc(0)): Buffer => {
+  const h = Buffer.alloc(9);
+  h.writeUIntBE(payload.length, 0, 3);
+  h.writeUInt8(type, 3);
+  h.writeUInt8(flags, 4);
+  h.writeUInt32BE(stream & 0x7fffffff, 5);
+  return Buffer.concat([h, payload]);
+};
+const FRAME = { DATA: 0, HEADERS: 1, SETTINGS: 4 };
+const FLAG = { END_STREAM: 1, END_HEADERS: 4 };
+const PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+/** A header block of literals without indexing (RFC 7541 6.2.2), no Huffman: names and values under 127 bytes. */
+const encodeHeaders = (fields: [string, string][]): Buffer =>
+  Buffer.concat(fields.flatMap(([n, v]) => [Buffer.from([0, n.length]), Buffer.from(n), Buffer.from([v.length]), Buffer.from(v)]));
 
 const pass = (b: Buffer) => b;
 const method = (name: string, responseStream = false): grpc.MethodDefinition<Buffer, Buffer> => ({
@@ -24,16 +39,14 @@ describe('gRPC server: calls', () => {
   const { dir, servers: sockets } = socketDir('kni-grpc-');
 
   let sock: string;
-  let server: GrpcServer;
+  let server: KniServer;
   let client: grpc.Client & Record<string, (...a: unknown[]) => unknown>;
   let shutdownStreamEnded: Promise<grpc.StatusObject> | undefined;
   let slowStarted: () => void = () => undefined;
-  const protocolErrors: string[] = [];
 
   before(async () => {
     sock = path.join(dir, 'grpc.sock');
-    server = new GrpcServer(LIMITS, (m) => protocolErrors.push(m));
-    server.addService(PROBE, {
+    server = await serveGrpc([{ definition: PROBE, handlers: {
       Echo: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb(null, call.request),
       Fail: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => cb({ code: grpc.status.FAILED_PRECONDITION, details: call.request.toString() }),
       Slow: (call: grpc.ServerUnaryCall<Buffer, Buffer>, cb: grpc.sendUnaryData<Buffer>) => {
@@ -45,10 +58,7 @@ describe('gRPC server: calls', () => {
         for (let i = 0; i < n; i++) call.write(Buffer.alloc(1000, i % 256));
         if (n) call.end();
       },
-    });
-    const srv = net.createServer((c) => server.accept(c));
-    sockets.push(srv);
-    await new Promise<void>((r) => srv.listen(sock, r));
+    } }], sock, LIMITS);
     const Ctor = grpc.makeGenericClientConstructor(PROBE, 'Probe');
     client = new Ctor(`unix://${sock}`, grpc.credentials.createInsecure()) as typeof client;
   });
@@ -69,7 +79,6 @@ describe('gRPC server: calls', () => {
 
   it('statuses: the handler\'s code and message (non-ASCII, percent-encoded on the wire), UNIMPLEMENTED for an unknown method, RESOURCE_EXHAUSTED over 4 MiB, DEADLINE_EXCEEDED', async () => {
     const text = 'netns «/run/netns/é» 100% gone\nnext line';
-    assert.equal(percentEncode('a%b'), 'a%25b');
     await assert.rejects(unary('Fail', Buffer.from(text)), (e: grpc.ServiceError) => e.code === grpc.status.FAILED_PRECONDITION && e.details === text);
     const Other = grpc.makeGenericClientConstructor({ Nope: { ...method('Nope'), path: '/test.Probe/Nope' } }, 'Other');
     const other = new Other(`unix://${sock}`, grpc.credentials.createInsecure()) as unknown as Record<string, (r: Buffer, cb: (e: grpc.ServiceError | null) => void) => void>;
@@ -87,7 +96,7 @@ describe('gRPC server: calls', () => {
         const prefix = Buffer.from([0, 0, 0x50, 0, 0]);
         req.end(Buffer.concat([prefix, Buffer.alloc(5 << 20)]));
       });
-      assert.match(status, /^8 request message larger than 4194304 bytes/);
+      assert.match(status, /^8 /, status);
     } finally {
       session.close();
     }
@@ -160,8 +169,6 @@ describe('gRPC server: calls', () => {
         setTimeout(() => c.destroy(), 30);
       });
     }), { numRuns: 300 });
-    assert.ok(protocolErrors.length > 0, 'no frame sequence was refused: the generator is too tame');
-    assert.deepEqual(protocolErrors.filter((m) => m.startsWith('internal error')), []);
     assert.equal(String(await unary('Echo', Buffer.from('still here'))), 'still here');
   });
 

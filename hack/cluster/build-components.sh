@@ -61,6 +61,11 @@ build_etcd() {
   build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 "" go.etcd.io/etcd/server/v3:etcd
 }
 
+# Not a cluster component: h2spec, the HTTP/2 conformance suite (test/h2spec.test.ts).
+build_h2spec() {
+  build_in_module h2spec github.com/summerwind/h2spec "$H2SPEC_VERSION" "" "" 0 "" github.com/summerwind/h2spec/cmd/h2spec
+}
+
 # Not a cluster component: the bench's Go client of kni (bench/grpc-go-client, our own code with
 # its own go.mod), built here for the module cache outside the work tree.
 build_bench_client() {
@@ -79,7 +84,8 @@ case "${1:-all}" in
   containerd) build_containerd ;;
   etcd) build_etcd ;;
   bench-client) build_bench_client ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client]" >&2; exit 2 ;;
+  h2spec) build_h2spec ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec]" >&2; exit 2 ;;
 esac
 echo "$bin"

@@ -14,7 +14,7 @@ export function packageRoot(): string {
 }
 
 /**
- * Options of every gRPC client the daemon makes (its server is its own, grpc-server.ts): no
+ * Options of every gRPC client the daemon makes, and of its server (server.ts): no
  * channelz bookkeeping (counters, timestamps and per-connection trackers updated on each call).
  * kni serves no channelz service, so nobody could read it. Measured with no-op calls over a unix socket, alternating: ≈ 10 µs a
  * call saved on each side (server 0.437 → 0.425 ms p50, client 0.470 → 0.456; 7 of 10 each).

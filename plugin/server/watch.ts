@@ -59,6 +59,8 @@ export function watch(rt: NetworkRuntime, call: grpc.ServerWritableStream<{ resu
   }
   open.set(peer, mine + 1);
   openInAll++;
+  // Headers at once: a client waiting for the stream's start sees it before the first event.
+  call.sendMetadata(new grpc.Metadata());
   let ended = false;
   let waiting = false;
   let next = 0;

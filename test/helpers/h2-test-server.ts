@@ -1,12 +1,12 @@
-// What the HTTP/2 and gRPC server tests share: their limits, and a directory for their sockets.
+// What the gRPC server tests share: their limits, and a directory for their sockets.
 import fs from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import { H2Limits } from '../../plugin/server/http2/connection';
+import { GRPC_LIMITS, GrpcLimits } from '../../plugin/server/server';
 
 /** Limits for a test's server: roomy, so that only the test's own case trips one. */
-export const H2_TEST_LIMITS: H2Limits = { handshakeMs: 2000, idleMs: 60_000, maxAgeMs: 600_000, maxAgeGraceMs: 1000, maxConcurrentStreams: 100, maxHeaderListSize: 16 << 10 };
+export const GRPC_TEST_LIMITS: GrpcLimits = { ...GRPC_LIMITS, handshakeMs: 2000, idleMs: 60_000, maxAgeMs: 600_000, maxAgeGraceMs: 1000 };
 
 /** A suite's socket directory; the servers listed in `servers` are closed and the directory removed after the suite. */
 export function socketDir(prefix: string): { dir: string; servers: net.Server[] } {
