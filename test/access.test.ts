@@ -72,7 +72,7 @@ describe('access', () => {
     walk(path.join(packageRoot(), 'plugin'));
     walk(path.join(packageRoot(), 'runtime-hooks'));
     const spawning = files.filter((f) => /child_process|\b(execl|execlp|execle|execv|execvp|execve|system|popen|fork)\s*\(/.test(fs.readFileSync(f, 'utf8')));
-    // iptables (node setup, host ports; nft read when a trace asks) and CNI plugins (CNI networks only, never the built-in one).
+    // iptables (node setup, host ports), nft (kni's own tables at node setup and reconcile; read when a trace asks) and CNI plugins (CNI networks only, never the built-in one).
     assert.deepEqual(spawning.map((f) => path.relative(packageRoot(), f)).sort(), ['plugin/cni/plugin-exec.ts', 'plugin/node/iptables.ts']);
     for (const f of spawning) {
       const src = fs.readFileSync(f, 'utf8');

@@ -1,7 +1,9 @@
 // The iptables commands, kni's only child processes with the CNI plugins: node setup, peers
 // changing, and pods that ask for host ports — never the attach/detach of a pod without port
-// mappings (and `nft`, read only, when a trace asks). Through the commands (not netfilter
-// netlink) so kni uses whichever backend (nft or legacy) the node's other agents use.
+// mappings — and `nft`: kni's own tables written whole at node setup and reconcile
+// (node-guards.ts; their set elements go over nfnetlink, in the attach), and read when a trace
+// asks. iptables through the commands (not netfilter netlink) so kni uses whichever backend
+// (nft or legacy) the node's other agents use.
 // execFile, never a shell.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -146,4 +148,17 @@ export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: strin
   } catch {
     return undefined;
   }
+}
+
+/** Runs `nft -f -` with a script (one transaction: all of it or nothing); `what` names it in errors. */
+export function nftApply(script: string, what: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = execFile('nft', ['-f', '-'], (err, _out, stderr) => {
+      if (!err) return resolve();
+      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return reject(new Error(`nft is not installed: ${what} need it`));
+      reject(new Error(`nft could not write ${what}: ${String(stderr).trim() || err.message}`));
+    });
+    child.stdin?.on('error', () => undefined); // EPIPE when it exits before reading all (its status says why)
+    child.stdin?.end(script);
+  });
 }

@@ -16,8 +16,8 @@
 // reconcile finds them changed; a pod's elements are added and removed over nfnetlink
 // (nft-set.ts) inside its attach and detach, before the answer. The kernel keeps the tables
 // while kni is down, so a restart opens no window.
-import { execFile } from 'node:child_process';
 import { familyOf } from '../ipam/ip';
+import { nftApply } from './iptables';
 import { addressKey, concatKey, ifnameKey, NftFamily, SetElements, updateSetElements } from '../netlink/nft-set';
 import { nftTables } from '../netlink/nftables';
 import { NETLINK_NETFILTER, NetlinkSocket } from '../netlink/socket';
@@ -118,19 +118,6 @@ export function guardsScript(probePort: number, ends: GuardedEnd[], peers: strin
   return lines.join('\n');
 }
 
-/** Runs nft -f - with the script (setup and reconcile only: never a pod's path). */
-function nftApply(script: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = execFile('nft', ['-f', '-'], (err, _out, stderr) => {
-      if (!err) return resolve();
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return reject(new Error("nft is not installed: kni's node guards (the pods' source check, the probe port) need it"));
-      reject(new Error(`nft could not write kni's tables: ${String(stderr).trim() || err.message}`));
-    });
-    child.stdin?.on('error', () => undefined);
-    child.stdin?.end(script);
-  });
-}
-
 export class NodeGuards {
   private sock?: NetlinkSocket;
   /** The peers' gateways in the sets now. */
@@ -145,7 +132,7 @@ export class NodeGuards {
 
   /** Both tables written whole: the pods' ends, the peers' gateways and the probe's port. */
   async write(probePort: number, ends: GuardedEnd[], peers: string[]): Promise<void> {
-    await nftApply(guardsScript(probePort, ends, peers));
+    await nftApply(guardsScript(probePort, ends, peers), "kni's node guards (the pods' source check, the probe port)");
     this.port = probePort;
     this.peers = new Set(peers);
   }
@@ -184,7 +171,7 @@ export class NodeGuards {
 
   /** Takes both tables away (kni leaving the node). */
   async removeTables(): Promise<void> {
-    await nftApply(`table inet ${GUARD_TABLE} {}\ndelete table inet ${GUARD_TABLE}\ntable bridge ${GUARD_TABLE} {}\ndelete table bridge ${GUARD_TABLE}\n`);
+    await nftApply(`table inet ${GUARD_TABLE} {}\ndelete table inet ${GUARD_TABLE}\ntable bridge ${GUARD_TABLE} {}\ndelete table bridge ${GUARD_TABLE}\n`, "kni's node guards");
     this.peers.clear();
   }
 
