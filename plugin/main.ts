@@ -30,7 +30,6 @@ import { everyPodProblem } from './core/network-plan';
 import { PodNetworks } from './kube/pod-networks';
 import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
-import { compileBaselineFromNowOn } from './sys/v8-flags';
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -249,7 +248,6 @@ async function main(): Promise<void> {
   });
   serving = true;
   log('info', 'serving', { version: BUILD.version, commit: BUILD.commit, socket: opts.socket, stateDir: opts.stateDir, config: opts.config ?? '(embedded default)', node: cfg.kubernetes.nodeName || undefined, api: api?.source });
-  compileBaselineFromNowOn();
 
   const shutdown = (signal: string) => {
     // Uninstalled (--uninstall, or the preStop of a deleted DaemonSet): the node network goes

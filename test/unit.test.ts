@@ -180,23 +180,6 @@ describe('event log', () => {
   });
 });
 
-describe('protobuf strings', () => {
-  it('a string field is written by Buffer.write: the bytes of protobufjs\'s own loop, for any text and length', async () => {
-    const { writeUtf8 } = await import('../plugin/server/protobuf-strings');
-    const protobuf = (await import('protobufjs')).default;
-    assert.equal(protobuf.util.utf8.write, writeUtf8, 'installed');
-    const root = protobuf.Root.fromJSON({ nested: { M: { fields: { s: { type: 'string', id: 1 }, t: { type: 'string', id: 2 } } } } });
-    const M = root.lookupType('M');
-    fc.assert(fc.property(fc.string({ unit: 'binary', maxLength: 80 }), fc.string({ unit: 'grapheme-ascii', maxLength: 45 }), (s, t) => {
-      const bytes = Buffer.from(M.encode({ s, t }).finish());
-      // Set fields are written even when empty: the type is proto2's.
-      const want = (id: number, v: string) => Buffer.concat([Buffer.from([(id << 3) | 2]), Buffer.from(protobuf.Writer.create().uint32(Buffer.byteLength(v)).finish()), Buffer.from(v, 'utf8')]);
-      assert.equal(bytes.toString('hex'), Buffer.concat([want(1, s), want(2, t)]).toString('hex'));
-      assert.deepEqual(M.toObject(M.decode(bytes)), { s, t });
-    }), { numRuns: 1000 });
-  });
-});
-
 describe('range allocator', () => {
   it('skips network, gateway and broadcast, and runs out with a message naming the range', () => {
     const r = new RangeAllocator(parseCidr('10.99.0.0/29'));

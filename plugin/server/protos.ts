@@ -3,8 +3,6 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import fs from 'node:fs';
 import path from 'node:path';
-import { indexMessageTypes } from './codec-warmup';
-import './protobuf-strings';
 
 /** The package root (where proto/ lives), from the source tree or from dist/. */
 export function packageRoot(): string {
@@ -47,7 +45,6 @@ export function loadProto(relative: string): grpc.GrpcObject {
   let pkg = loaded.get(relative);
   if (!pkg) {
     const def = protoLoader.loadSync(relative, protoOptions());
-    indexMessageTypes(def);
     pkg = grpc.loadPackageDefinition(def);
     loaded.set(relative, pkg);
   }

@@ -13,7 +13,6 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import { kniPocHandlers } from './kni-poc-service';
 import { guardRequests, METHOD_CAPS } from './request-guard';
-import { warmCodecs } from './codec-warmup';
 import { GRPC_COMMON_OPTIONS, kniService, runtimeService } from './protos';
 import { ClusterView, runtimeHandlers } from './runtime-service';
 import { makeDir } from '../sys/make-dir';
@@ -186,8 +185,5 @@ export async function serve(rt: NetworkRuntime, socketPath: string, extra: Extra
     { definition: guardRequests(runtimeService().service), handlers: runtimeHandlers(rt, cluster) },
     ...extra.map((s) => ({ definition: guardRequests(s.definition), handlers: s.handlers })),
   ];
-  const server = await serveGrpc(services, socketPath);
-  void warmCodecs(services.map((s) => s.definition)).then(({ types, failed }) =>
-    log(failed.length ? 'warn' : 'debug', 'message codecs made ahead', { types: types.size, ...(failed.length ? { failed } : {}) }));
-  return server;
+  return serveGrpc(services, socketPath);
 }
