@@ -4,7 +4,7 @@
 # It loads with `ctr -n k8s.io images import OUT.tar` or `kind load image-archive OUT.tar`.
 # The root filesystem is assembled from this machine (Debian 12): the node binary and the
 # shared libraries it links, the compiled daemon (dist/plugin, dist/runtime-hooks), proto/,
-# production node_modules, kni-cni, the pod wiring library (libkni-wire.so), iptables (both backends) with its extensions and libraries, nft
+# production node_modules, kni-cni, iptables (both backends) with its extensions and libraries, nft
 # (masquerade and host-port rules), and Debian's CNI reference plugins (/usr/lib/cni). Containerfile builds the
 # equivalent image where a container engine exists; test/image.test.ts checks this one.
 set -euo pipefail
@@ -21,7 +21,7 @@ elif [[ $first != *.* && $first != *:* && $first != localhost ]]; then
 fi
 # shellcheck source=lib/oci-image.sh
 . "$repo/hack/lib/oci-image.sh"
-[ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/bin/libkni-wire.so" ] && [ -f "$repo/dist/plugin/main.js" ] && [ -f "$repo/dist/build-info.json" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }
+[ -x "$repo/dist/bin/kni-cni" ] && [ -f "$repo/dist/plugin/main.js" ] && [ -f "$repo/dist/build-info.json" ] || { echo "build-image: run hack/setup.sh first (no dist/)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 root=$work/rootfs
@@ -61,7 +61,7 @@ cp -r "$repo/dist/plugin" "$repo/dist/runtime-hooks" "$root/app/dist/"
 cp "$repo/dist/build-info.json" "$root/app/dist/"
 # The example extension (kind-config/mesh-redirect-daemonset.yaml runs it from this image).
 mkdir -p "$root/app/dist/hack" && cp -r "$repo/dist/hack/examples" "$root/app/dist/hack/"
-mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$repo/dist/bin/libkni-wire.so" "$root/app/dist/bin/"
+mkdir -p "$root/app/dist/bin" && cp "$repo/dist/bin/kni-cni" "$root/app/dist/bin/"
 cp -r "$repo/proto" "$root/app/"
 cp "$repo/package.json" "$repo/package-lock.json" "$root/app/"
 (cd "$root/app" && npm ci --omit=dev --no-audit --no-fund --loglevel=error > /dev/null)

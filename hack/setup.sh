@@ -36,10 +36,6 @@ mkdir -p dist/bin
 if [ ! -x dist/bin/kni-cni ] || [ runtime-hooks/cni-shim/kni-cni.c -nt dist/bin/kni-cni ]; then
   gcc -O2 -Wall -Wextra -Werror -static -o dist/bin/kni-cni runtime-hooks/cni-shim/kni-cni.c
 fi
-# The pod wiring the daemon calls through koffi (plugin/pod/wire-pod.c: why it is C, in its header)
-if [ ! -f dist/bin/libkni-wire.so ] || [ plugin/pod/wire-pod.c -nt dist/bin/libkni-wire.so ] || [ plugin/pod/netlink-message.h -nt dist/bin/libkni-wire.so ]; then
-  gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o dist/bin/libkni-wire.so plugin/pod/wire-pod.c
-fi
 # The kernel floor of an attach and a detach, which npm run bench compares kni with.
 if [ ! -x dist/bin/kernel-floor ] || [ bench/kernel-floor.c -nt dist/bin/kernel-floor ]; then
   gcc -O2 -Wall -Wextra -Werror -static -o dist/bin/kernel-floor bench/kernel-floor.c

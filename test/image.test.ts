@@ -50,9 +50,9 @@ describe('kni image', function () {
     assert.match(execFileSync('chroot', [root, '/usr/sbin/nft', '--version'], { encoding: 'utf8' }), /^nftables v/);
     const shim = spawnSync('chroot', [root, '/app/dist/bin/kni-cni'], { encoding: 'utf8', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
     assert.match(shim.stdout, /"supportedVersions"/);
-    // The pod wiring library loads with the image's own C library.
-    const wiring = spawnSync('chroot', [root, exe, '-e', "require('/app/dist/plugin/pod/wire-pod-native.js')"], { encoding: 'utf8' });
-    assert.equal(wiring.status, 0, wiring.stderr);
+    // koffi, which the netlink code calls libc through, loads with the image's own C library.
+    const koffi = spawnSync('chroot', [root, exe, '-e', "require('/app/dist/plugin/sys/libc.js')"], { encoding: 'utf8' });
+    assert.equal(koffi.status, 0, koffi.stderr);
     assert.ok(!fs.existsSync(`${root}/app/node_modules/mocha`), 'dev dependencies in the image');
     // The CNI reference plugins run from the image (for defaultNetwork.cni).
     const bridge = spawnSync('chroot', [root, '/usr/lib/cni/bridge'], { encoding: 'utf8', input: '{"cniVersion":"1.0.0"}', env: { PATH: process.env.PATH, CNI_COMMAND: 'VERSION' } });
@@ -67,7 +67,7 @@ describe('kni image', function () {
     const cf = fs.readFileSync(path.join(packageRoot(), 'kind-config/Containerfile'), 'utf8');
     assert.equal(JSON.stringify(JSON.parse(/^ENTRYPOINT (.*)$/m.exec(cf)![1])), JSON.stringify(config.config.Entrypoint));
     const copied = [...cf.matchAll(/^COPY --from=build \S+ (\S+)$/gm)].map((m) => m[1]).sort();
-    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/bin/libkni-wire.so', '/app/dist/hack/examples', '/app/dist/build-info.json'];
+    const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/hack/examples', '/app/dist/build-info.json'];
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);
     assert.deepEqual(copied, [...inImage].sort());
     assert.match(cf, /apt-get install .*iptables/);

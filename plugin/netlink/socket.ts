@@ -69,7 +69,6 @@ export function sockaddrNl(groups = 0): Buffer {
 const SOCKADDR_NL = sockaddrNl();
 
 export class NetlinkSocket {
-  /** The socket's descriptor: the native wiring (plugin/pod/wire-pod.c) sends on it too. */
   readonly fd: number;
   private seq = Math.floor(Math.random() * 0x7fffffff);
   private readonly buf = RECV;

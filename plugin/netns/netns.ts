@@ -18,9 +18,6 @@ function home(): number {
   return homeFd;
 }
 
-/** This thread's handle on the node netns (for native code that enters a pod netns and comes back). */
-export const homeNetnsFd = (): number => home();
-
 function returnHome(): void {
   // If this fails the daemon would keep working in the wrong netns: never continue.
   try {

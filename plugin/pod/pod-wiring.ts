@@ -1,8 +1,8 @@
 // The pod side of the reference network: a veth whose pod end (eth0) sits in the pod netns
 // with one address per range and default routes via the range gateways. Its host end is a
 // hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
-// pod's addresses. All over netlink from this process (the wiring itself in one native call,
-// wire-pod.c): no spawn, no iptables.
+// pod's addresses. All over netlink from this process, in three writes (the veth; the host end;
+// the pod end, through a socket living in the pod netns): no spawn, no iptables.
 import { socketInNetns } from '../netns/netns';
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
@@ -10,14 +10,8 @@ import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, 
 import { neighSet } from '../netlink/neigh';
 import { defaultRouteAdd, hostRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
-import { homeNetnsFd, NotANetnsError } from '../netns/netns';
 import { recordStep } from '../observe/tracing';
 import { InterfaceRecord } from '../store/records';
-import { Errno } from '../sys/libc';
-import { WireResult, WireSpec, wirePodNative } from './wire-pod-native';
-
-const EINVAL = 22;
-const EEXIST = 17;
 
 /** Host veths carry "kni:<sandbox id>" as their alias: lost records are rebuilt from it. */
 export const VETH_ALIAS_PREFIX = 'kni:';
@@ -44,34 +38,44 @@ export class PodInterfaceExistsError extends Error {
 }
 
 /**
- * Wires one interface (wire-pod.c, one native call: why, in its header). Throws NotANetnsError
- * before any change when netnsFd is not a netns, and HostVethExistsError when a stale host end
- * with that name is in the way. bridgeIndex is not used for a routed interface.
+ * Wires one interface. Throws NotANetnsError before any change when netnsFd is not a netns, and
+ * HostVethExistsError when a stale host end with that name is in the way. bridgeIndex is not
+ * used for a routed interface. What was made before a failure is the caller's to undo.
  */
 export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): void {
-  const r = wirePodNative(host.fd, homeNetnsFd(), netnsFd, wireSpec(itf, bridgeIndex, sandboxId));
-  const failure = r.errno ? wireError(r, host, bridgeIndex, netnsFd, itf, sandboxId) : undefined;
-  if (!failure || r.stage >= 2) {
-    recordStep('veth.create', r.started, r.hostDone, () => ({ 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name }), r.stage < 4 ? failure : undefined);
-    if (!failure || r.stage === 4) recordStep('pod.addresses', r.hostDone, r.ended, () => ({ 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) }), failure);
+  const started = process.hrtime.bigint();
+  const vethStep = () => ({ 'kni.veth.host': itf.hostVeth, 'kni.veth.pod': itf.name });
+  const addressStep = () => ({ 'kni.addresses': itf.addresses.map((a) => `${a.address}/${a.prefixLength}`) });
+  const pod = socketInNetns(netnsFd);
+  let hostDone = 0n;
+  try {
+    try {
+      host.exec(wireRequests(itf, bridgeIndex, netnsFd, sandboxId, 0, 0)[0]);
+    } catch (e) {
+      if (e instanceof NetlinkError && e.code === 'EEXIST') throw existsError(host, netnsFd, itf);
+      throw e;
+    }
+    const hostIndex = linkByName(host, itf.hostVeth)?.index;
+    const podIndex = linkByName(pod, itf.name)?.index;
+    if (!hostIndex || !podIndex) throw new Error(`the veth ${itf.hostVeth} (${itf.name} in the pod) was gone right after it was made`);
+    const [, hostEnd, podEnd] = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, hostIndex, podIndex);
+    host.exec(hostEnd);
+    hostDone = process.hrtime.bigint();
+    recordStep('veth.create', started, hostDone, vethStep);
+    pod.exec(podEnd);
+    recordStep('pod.addresses', hostDone, process.hrtime.bigint(), addressStep);
+  } catch (e) {
+    if (hostDone) recordStep('pod.addresses', hostDone, process.hrtime.bigint(), addressStep, e as Error);
+    else recordStep('veth.create', started, process.hrtime.bigint(), vethStep, e as Error);
+    throw e;
+  } finally {
+    pod.close();
   }
-  if (failure) throw failure;
-}
-
-/** What wire-pod.c is given for one interface. */
-export function wireSpec(itf: InterfaceRecord, bridgeIndex: number, sandboxId: string): WireSpec {
-  let addresses = '';
-  for (const a of itf.addresses) addresses += `${addresses ? ',' : ''}${a.address}/${a.prefixLength}>${a.gateway}`;
-  return {
-    bridgeIndex: itf.routed ? 0 : bridgeIndex, routed: Boolean(itf.routed), mtu: itf.mtu, hostVeth: itf.hostVeth, podIfName: itf.name,
-    alias: `${VETH_ALIAS_PREFIX}${sandboxId}`, hostMac: HOST_VETH_MAC, podMac: itf.mac, addresses,
-  };
 }
 
 /**
- * The requests wire-pod.c sends, as kni's builders make them, in its three writes: the veth;
- * the host end; the pod end (one write: the kernel runs the requests in order, so each route
- * finds its address). They name a failed request, and the test holds the C's bytes to them.
+ * The requests of the three writes: the veth; the host end; the pod end (one write: the kernel
+ * runs the requests in order, so each route finds its address).
  */
 export function wireRequests(itf: InterfaceRecord, bridgeIndex: number, netnsFd: number, sandboxId: string, hostIndex: number, podIndex: number): NetlinkRequest[][] {
   return [
@@ -113,16 +117,6 @@ export function existsError(host: NetlinkSocket, netnsFd: number, itf: Pick<Inte
     pod.close();
   }
   return new HostVethExistsError(itf.hostVeth);
-}
-
-/** A failed native wiring as the error the TypeScript wiring threw. */
-function wireError(r: WireResult, host: NetlinkSocket, bridgeIndex: number, netnsFd: number, itf: InterfaceRecord, sandboxId: string): Error {
-  if (r.stage === 0) return new Error(`cannot wire ${itf.hostVeth}: the wiring library refused its arguments ${JSON.stringify(wireSpec(itf, bridgeIndex, sandboxId))}`);
-  if (r.stage === 1) return r.errno === EINVAL ? new NotANetnsError('not a network namespace') : new Errno('open a netlink socket in the pod netns', r.errno);
-  if (r.stage === 2 && r.errno === EEXIST && r.request === 0) return existsError(host, netnsFd, itf);
-  if (r.request < 0) return new Errno(`netlink exchange with the kernel (wiring ${itf.hostVeth})`, r.errno);
-  const req = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, r.hostIndex, r.podIndex)[r.stage - 2]?.[r.request];
-  return new NetlinkError(r.errno, req?.what ?? `wire ${itf.hostVeth} (step ${r.stage}, request ${r.request})`, r.kernelMessage);
 }
 
 /**
