@@ -160,7 +160,7 @@ describe('host ports (real kernel, iptables)', () => {
   });
 });
 
-describe('host ports from the node on 127.0.0.1 (real kernel)', () => {
+describe('host ports from the node on 127.0.0.1 and ::1 (real kernel)', () => {
   const www = `/tmp/${RUN}-www-lo`;
   before(() => {
     fs.mkdirSync(www, { recursive: true });
@@ -169,7 +169,7 @@ describe('host ports from the node on 127.0.0.1 (real kernel)', () => {
   after(() => fs.rmSync(www, { recursive: true, force: true }));
 
   for (const podLink of ['routed', 'bridge'] as const) {
-    it(`127.0.0.1:<host port> on the node reaches the pod (${podLink}); a pod cannot reach the node's 127.0.0.1 through the way this opens`, async () => {
+    it(`127.0.0.1:<host port> and [::1]:<host port> on the node reach the pod (${podLink}); a pod cannot reach the node's 127.0.0.1 through the way this opens`, async () => {
       const d = await TestDaemon.start({ podLink, cni: { confDir: '', binDir: '' } });
       let server: ChildProcess | undefined;
       try {
@@ -181,6 +181,9 @@ describe('host ports from the node on 127.0.0.1 (real kernel)', () => {
         server = spawn('nsenter', [`--net=${netns}`, '/bin/busybox', 'httpd', '-f', '-p', '80', '-h', www], { stdio: 'ignore' });
         const get = (host: string): string => inNetns(d.nodeNetns, '/bin/busybox', ['sh', '-c', `printf 'GET / HTTP/1.0\\r\\n\\r\\n' | /bin/busybox nc -w 3 ${host} 12000`]).out;
         await waitFor(() => /hello on loopback/.test(get('127.0.0.1')), 15_000, () => `127.0.0.1:12000 from the node: ${get('127.0.0.1')}`);
+        // [::1] through kni's relay (the kernel cannot carry it), answered by the pod over IPv6.
+        const get6 = (): string => inNetns(d.nodeNetns, 'bash', ['-c', "exec 3<>/dev/tcp/::1/12000 && printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3 && timeout 3 cat <&3"]).out;
+        await waitFor(() => /hello on loopback/.test(get6()), 15_000, () => `[::1]:12000 from the node: ${get6()}`);
         // The way 127.0.0.1 now leaves the node (route_localnet) does not let a pod in to the
         // node's loopback services: an echo to 127.0.0.1 from the pod, to its first hop's MAC.
         const hop = podLink === 'routed' ? 'ee:ee:ee:ee:ee:ee' : JSON.parse(inNetns(d.nodeNetns, 'ip', ['-j', 'link', 'show', 'kni0']).out)[0].address;

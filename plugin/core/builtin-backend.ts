@@ -63,10 +63,11 @@ export class BuiltInBackend implements NetworkBackend {
 
   reserve(rec: SandboxRecord, itf: InterfaceRecord, req: AttachmentRequest): void {
     for (const m of req.ports) {
-      const taken = nodePortTaken(this.rt.cfg, m);
-      if (taken) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort}${m.hostIp ? ` on ${m.hostIp}` : ''} is the node's own: ${taken}; a pod mapped there would take the node's traffic`);
+      // Another pod's first: kni's own relay of that pod's port on [::1] listens there too.
       const holder = [...this.rt.sandboxes.values()].find((r) => r.portMappings?.some((o) => o.hostPort === m.hostPort && o.protocol === m.protocol && (!o.hostIp || !m.hostIp || o.hostIp === m.hostIp)));
       if (holder) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort} is already mapped to sandbox ${holder.id}`);
+      const taken = nodePortTaken(this.rt.cfg, m);
+      if (taken) throw new KniError('ALREADY_EXISTS', `host port ${m.protocol}/${m.hostPort}${m.hostIp ? ` on ${m.hostIp}` : ''} is the node's own: ${taken}; a pod mapped there would take the node's traffic`);
     }
     let addresses;
     try {

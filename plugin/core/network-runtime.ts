@@ -174,6 +174,7 @@ export class NetworkRuntime {
     if (this.cniFileWatch) clearInterval(this.cniFileWatch);
     this.notices.stop();
     this.node.stopPolling();
+    this.node.loopback6.close();
     saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();
     this.wiring.close();

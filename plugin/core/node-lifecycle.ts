@@ -18,6 +18,7 @@ import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { HostPortTarget, syncHostPorts } from '../node/host-ports';
 import { GuardedEnd, guardedEnd, NodeGuards } from '../node/node-guards';
+import { Loopback6Ports } from '../node/loopback6-ports';
 import { gatewayOf } from '../node/peer-routes';
 
 /** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
@@ -51,6 +52,8 @@ export class NodeLifecycle {
 
   /** kni's nftables tables: the pods' source check and the probe port's guard (node-guards.ts). */
   readonly guards = new NodeGuards();
+  /** TCP host ports on [::1], relayed to their pods by kni (the kernel cannot carry them). */
+  readonly loopback6 = new Loopback6Ports();
 
   constructor(private readonly rt: NetworkRuntime) {}
 
@@ -75,6 +78,7 @@ export class NodeLifecycle {
       // The links the pods are reached through: 127.0.0.1 may leave the node only through those.
       const links = [...new Set(targets.map((t) => t.hostVeth ?? this.rt.cfg.bridge))];
       await syncHostPorts(this.rt.cfg.ranges, targets, links);
+      this.loopback6.sync(this.rt.cfg.ranges.some((c) => c.family === 6) ? targets : []);
       this.hostPortRules = targets.length > 0;
     });
     this.hostPortWrites = next.catch(() => undefined);

@@ -40,8 +40,8 @@ const JUMP_SNAT = ['-m', 'comment', '--comment', 'kni:hostports-hairpin', '-j', 
  * The node's own connections to 127.0.0.1:<host port> leave with the pods' IPv4 gateway as their
  * source (`gateway4`): the kernel routes 127.0.0.0/8 off loopback only with route_localnet on
  * the way out (syncHostPorts sets it) and the pod could not answer 127.0.0.1, as the portmap
- * plugin's SNAT does. There is no such way for ::1: the kernel drops a reply addressed to ::1
- * that comes in on any other link than lo (kube-proxy's localhost NodePorts are IPv4 only too).
+ * plugin's SNAT does. There is no such way for ::1 (the kernel drops a reply addressed to ::1
+ * that comes in on any other link than lo): ::1 is left to kni's relay (loopback6-ports.ts).
  */
 export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: string[], gateway4 = ''): { dnat: string[][]; snat: string[][] } {
   const dnat: string[][] = [];
@@ -56,6 +56,8 @@ export function hostPortRules(f: Family, targets: HostPortTarget[], podRanges: s
       if (f === 4 && gateway4 && (!m.hostIp || m.hostIp.startsWith('127.'))) snat.push(['-s', LOOPBACK4, '-d', pod, '-p', m.protocol, '--dport', String(m.containerPort), '-m', 'conntrack', '--ctstate', 'DNAT', '-m', 'comment', '--comment', `kni:${t.sandbox}`, '-j', 'SNAT', '--to-source', gateway4]);
     }
   }
+  // ::1 is left to kni's relay (loopback6-ports.ts): a DNAT of it could never be answered.
+  if (f === 6 && dnat.length) dnat.unshift(['-d', '::1/128', '-m', 'comment', '--comment', 'kni: [::1] host ports are relayed by kni', '-j', 'RETURN']);
   return { dnat, snat };
 }
 
