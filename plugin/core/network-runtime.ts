@@ -8,7 +8,7 @@ import { KniError } from './errors';
 import { collectGarbage, GcResult, sweepUnclaimedNetns } from './garbage-collection';
 import { KeyedMutex } from './keyed-mutex';
 import { log, logMs, msSince } from './log';
-import { reconcile, ReconcileReport } from './recovery';
+import { reconcile, reconcileAfterRunning, ReconcileReport } from './recovery';
 import * as validate from './validate';
 import { Ipam, RangeStatus } from '../ipam/ipam';
 import { NetlinkSocket } from '../netlink/socket';
@@ -375,9 +375,13 @@ export class NetworkRuntime {
     return cniIpamStatus(this.cni.list, addresses);
   }
 
-  /** Compares every record with the kernel and repairs, releases or removes what drifted. */
-  reconcile(): Promise<ReconcileReport> {
-    return reconcile(this);
+  /**
+   * Compares every record with the kernel and repairs, releases or removes what drifted. `now`:
+   * one that begins after the one running (an operator's Reconcile: it must see what changed a
+   * moment ago); else a running one is shared (the periodic sweep).
+   */
+  reconcile(now = false): Promise<ReconcileReport> {
+    return now ? reconcileAfterRunning(this) : reconcile(this);
   }
 
   /** Releases every sandbox not in the live set (see garbage-collection.ts). */

@@ -187,7 +187,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     })),
     Watch: (call: grpc.ServerWritableStream<{ resume_token: string; sandbox_id: string }, unknown>) => watch(rt, call),
     Reconcile: u('Reconcile', async () => {
-      const r = await rt.reconcile();
+      const r = await rt.reconcile(true);
       return { repaired_sandbox_ids: r.repaired, released_sandbox_ids: r.released, removed_veths: r.removedVeths, findings: r.findings };
     }),
     GarbageCollect: u('GarbageCollect', async (req: { live_sandbox_ids: string[] }) => {
