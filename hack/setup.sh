@@ -40,3 +40,11 @@ fi
 if [ ! -x dist/bin/kernel-floor ] || [ bench/kernel-floor.c -nt dist/bin/kernel-floor ]; then
   gcc -O2 -Wall -Wextra -Werror -static -o dist/bin/kernel-floor bench/kernel-floor.c
 fi
+# madge, for the import-cycle test: in its own prefix outside the work tree, beside the
+# TypeScript 5 its parser loads (the project builds with TypeScript 7, which has no JS API).
+MADGE_DIR=/var/cache/kni-tools/madge-8.0.0
+if [ ! -f "$MADGE_DIR/node_modules/madge/package.json" ]; then
+  mkdir -p "$MADGE_DIR"
+  echo '{"private": true}' > "$MADGE_DIR/package.json"
+  npm install --prefix "$MADGE_DIR" --no-audit --no-fund --loglevel=error madge@8.0.0 typescript@5.9.3
+fi

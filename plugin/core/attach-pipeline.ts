@@ -7,7 +7,9 @@
 // `adding` until they are done so that a crash part way is undone at the next start.
 import { KniError } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { Ipam } from '../ipam/ipam';
+import type { StateStore } from '../store/state-store';
 import { AttachmentRequest, isBuiltIn, NetworkBackend } from './network-backend';
 import { ATTACHED } from './runtime-types';
 import { kernelError } from './sandbox-wiring';
@@ -18,6 +20,18 @@ import { socketInNetns } from '../netns/netns';
 import { NetnsHandle } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** What the attach pipeline uses of the runtime. */
+export interface PipelineParts {
+  readonly store: StateStore;
+  readonly sandboxes: Map<string, SandboxRecord>;
+  readonly ipam: Ipam;
+  readonly node: Pick<NodeLifecycle, 'syncHostPorts'>;
+  ipamChanged(): void;
+  callExtensions(rec: SandboxRecord): Promise<void>;
+  rollback(rec: SandboxRecord): Promise<void>;
+  removeInterface(rec: SandboxRecord, itf: InterfaceRecord): Promise<void>;
+}
 
 export interface PlannedInterface {
   backend: NetworkBackend;
@@ -31,14 +45,14 @@ export interface PlannedInterface {
 export const blankInterface = (name: string, extra: Partial<InterfaceRecord> = {}): InterfaceRecord => ({ name, hostVeth: '', mac: '', mtu: 0, addresses: [], ...extra });
 
 /** Releases what reserve() took for interfaces that never reached the record on disk. */
-function unreserve(rt: NetworkRuntime, rec: SandboxRecord, itfs: InterfaceRecord[]): void {
+function unreserve(rt: PipelineParts, rec: SandboxRecord, itfs: InterfaceRecord[]): void {
   const addresses = itfs.filter(isBuiltIn).flatMap((i) => i.addresses);
   if (!addresses.length) return;
   rt.ipam.release(rec.id, addresses);
   rt.ipamChanged();
 }
 
-function reserveAll(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[]): void {
+function reserveAll(rt: PipelineParts, rec: SandboxRecord, plan: PlannedInterface[]): void {
   const done: InterfaceRecord[] = [];
   try {
     for (const p of plan) {
@@ -52,7 +66,7 @@ function reserveAll(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterfa
 }
 
 /** Wires a new sandbox's planned interfaces and commits it; rec is 'attaching' with no interfaces yet. */
-export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[], ns: NetnsHandle): Promise<SandboxRecord> {
+export async function attachPlanned(rt: PipelineParts, rec: SandboxRecord, plan: PlannedInterface[], ns: NetnsHandle): Promise<SandboxRecord> {
   // Named on the record first, as addPlanned's are: a reserve sees what those before it took (vm taps).
   rec.interfaces = plan.map((p) => p.itf);
   reserveAll(rt, rec, plan);
@@ -98,7 +112,7 @@ export async function attachPlanned(rt: NetworkRuntime, rec: SandboxRecord, plan
  * Adds one interface to an attached sandbox (its lock held). The record names it, marked
  * `adding`, before any kernel work; the flag goes when it is wired. A failure removes it again.
  */
-export async function addPlanned(rt: NetworkRuntime, rec: SandboxRecord, p: PlannedInterface, ns: NetnsHandle): Promise<InterfaceRecord> {
+export async function addPlanned(rt: PipelineParts, rec: SandboxRecord, p: PlannedInterface, ns: NetnsHandle): Promise<InterfaceRecord> {
   p.itf.adding = true;
   reserveAll(rt, rec, [p]);
   rec.interfaces.push(p.itf);

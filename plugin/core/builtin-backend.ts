@@ -2,7 +2,13 @@
 // IPAM (reserved and on disk before any kernel work), a veth on the node bridge, a tap for vm
 // sandboxes and bandwidth shaping when asked. Spawn-free: all netlink from this process.
 import { invalid, KniError } from './errors';
-import type { NetworkRuntime } from './network-runtime';
+import type { PodWiring } from './config';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { PlanParts } from './network-plan';
+import type { CheckParts } from './sandbox-check';
+import type { WiringParts } from './sandbox-wiring';
+import type { Ipam } from '../ipam/ipam';
+import type { VethBatchDelete } from '../pod/veth-batch-delete';
 import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
 import { log } from './log';
 import { podAnnotation } from './network-plan';
@@ -21,12 +27,25 @@ import { podMac } from '../pod/pod-wiring';
 import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
+/** What kni's built-in network uses of the runtime. */
+export interface BuiltInParts extends WiringParts, CheckParts, Pick<PlanParts, 'podAnnotations'> {
+  readonly cfg: Config;
+  readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  readonly ipam: Ipam;
+  readonly node: Pick<NodeLifecycle, 'bridgeIndex' | 'ensure' | 'mtu' | 'guards' | 'status'>;
+  readonly podLink: PodWiring;
+  readonly attachesInFlight: number;
+  readonly wiring: WiringPool;
+  readonly vethDelete: VethBatchDelete;
+  ipamChanged(): void;
+}
+
 /**
  * Whether a pod's sources go unchecked: annotated "off", in a namespace the operator allows
  * that in (sourceCheck.optOutNamespaces). Elsewhere the annotation is refused, not ignored: the
  * pod's owner learns why at once instead of when the pod's forwarded packets vanish.
  */
-function sourceCheckOff(rt: NetworkRuntime, rec: SandboxRecord): boolean {
+function sourceCheckOff(rt: BuiltInParts, rec: SandboxRecord): boolean {
   const v = podAnnotation(rt, rec, SOURCE_CHECK_ANNOTATION);
   if (v === undefined || v === 'on') return false;
   if (v !== 'off') throw invalid(`annotation ${SOURCE_CHECK_ANNOTATION} ${JSON.stringify(v.slice(0, 64))} is not "on" or "off"`);
@@ -55,7 +74,7 @@ function nodePortTaken(cfg: Config, m: PortMapping): string {
 export class BuiltInBackend implements NetworkBackend {
   readonly kind = 'builtin';
 
-  constructor(private readonly rt: NetworkRuntime) {}
+  constructor(private readonly rt: BuiltInParts) {}
 
   get name(): string {
     return this.rt.cfg.name;

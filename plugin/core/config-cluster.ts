@@ -1,6 +1,6 @@
 // Config settings for kni in a cluster (see config.ts for the file as a whole).
 import path from 'node:path';
-import type { Config } from './config';
+import type { Config } from './config-types';
 import { Cidr, parseCidr } from '../ipam/ip';
 import { interfaceName } from './validate';
 import { DNS_LABEL, parseEveryPod } from '../networks/network-selection';

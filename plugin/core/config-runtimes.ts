@@ -1,7 +1,7 @@
 // Config settings for how kni meets the container runtimes: its CNI shim and conflist, the CRI
 // and NRI connections, which runtime handlers are VMs (see config.ts for the file as a whole).
 import path from 'node:path';
-import type { Config, SandboxKind } from './config';
+import type { Config, SandboxKind } from './config-types';
 import { socketPathProblem } from './validate';
 
 const CNI_KEYS = new Set(['socket', 'confDir', 'confName', 'binDir']);

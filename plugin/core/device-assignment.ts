@@ -5,13 +5,17 @@
 // Multus gets the same device on the same interface. The plugins get it as deviceID. The
 // kubelet is asked only when a planned network names a resource: no other attach pays for it.
 import { KniError } from './errors';
-import type { NetworkRuntime } from './network-runtime';
 import { definitionOf } from './network-backend';
 import type { PlannedInterface } from './attach-pipeline';
 import { RESOURCE_NAME_ANNOTATION } from '../networks/network-definitions';
 import { SandboxRecord } from '../store/records';
 
-export async function assignDevices(rt: NetworkRuntime, rec: SandboxRecord, plan: PlannedInterface[]): Promise<void> {
+/** What device assignment uses of the runtime. */
+export interface DeviceParts {
+  podDevices(namespace: string, name: string): Promise<Map<string, string[]>>;
+}
+
+export async function assignDevices(rt: DeviceParts, rec: SandboxRecord, plan: PlannedInterface[]): Promise<void> {
   // A device the pod names (a selection's deviceID) is one attachment's alone.
   const held = new Map(rec.interfaces.filter((i) => i.deviceId).map((i) => [i.deviceId!, i.name]));
   for (const p of plan.filter((q) => q.req.device && !q.resourceName)) {

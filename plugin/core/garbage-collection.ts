@@ -1,10 +1,16 @@
 // Garbage collection: release what the runtime no longer has (its live sandbox list, from CNI
 // GC, NRI Synchronize, CRI or the GarbageCollect RPC) and the netns kni made that nobody claims.
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { Config } from './config';
+import type { NetnsParts } from './owned-netns';
 import * as validate from './validate';
 import { EntryPoint, gcReleasedTotal } from '../observe/metrics';
 import { releaseNetns } from './owned-netns';
+
+/** What garbage collection uses of the runtime. */
+export interface GcParts extends NetnsParts {
+  readonly cfg: Pick<Config, 'netnsDir' | 'unclaimedNetnsGraceSeconds'>;
+}
 
 export interface GcResult {
   releasedSandboxes: string[];
@@ -17,7 +23,7 @@ export interface GcResult {
  * once its network is up, so a fresh one can be missing from a list taken at the same time.
  * only: judge just the sandboxes that entry point attached (a CNI GC lists its own).
  */
-export async function collectGarbage(rt: NetworkRuntime, live: string[], graceMs = 0, only?: EntryPoint): Promise<GcResult> {
+export async function collectGarbage(rt: GcParts, live: string[], graceMs = 0, only?: EntryPoint): Promise<GcResult> {
   const liveSet = new Set(live.map((id) => validate.sandboxId(id, 'live sandbox id')));
   const releasedSandboxes: string[] = [];
   const releasedOwned: string[] = [];
@@ -40,7 +46,7 @@ export async function collectGarbage(rt: NetworkRuntime, live: string[], graceMs
 }
 
 /** Netns kni created whose sandbox is gone, or that no attach claimed within the grace time. */
-export function sweepUnclaimedNetns(rt: NetworkRuntime, live?: Set<string>): string[] {
+export function sweepUnclaimedNetns(rt: GcParts, live?: Set<string>): string[] {
   const released: string[] = [];
   const cutoff = Date.now() - rt.cfg.unclaimedNetnsGraceSeconds * 1000;
   for (const n of [...rt.netns.values()]) {

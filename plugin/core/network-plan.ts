@@ -4,7 +4,9 @@
 // kni does not know, or whose definition does not parse, fails the attach with that reason.
 import { KniError, invalid } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { Config } from './config';
+import type { CniResultCache } from '../cni/cni-result-cache';
+import type { NetworkDefinitions } from '../networks/network-definitions';
 import { AttachmentRequest, definitionOf, isBuiltIn, NetworkBackend } from './network-backend';
 import { blankInterface, PlannedInterface } from './attach-pipeline';
 import { CniBackend } from './cni-backend';
@@ -14,15 +16,28 @@ import { parseIp } from '../ipam/ip';
 import { DEFAULT_NETWORK_ANNOTATION, NetworkSelection, NETWORKS_ANNOTATION, networkKey, parseDefaultNetwork, parseEveryPod, parseNetworkSelections, SelectionError } from '../networks/network-selection';
 import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
 
+/** What planning a pod's interfaces uses of the runtime. */
+export interface PlanParts {
+  readonly cfg: Config;
+  readonly defaultBackend: NetworkBackend;
+  readonly builtin: NetworkBackend;
+  readonly cni?: CniNetwork;
+  readonly networks: NetworkDefinitions;
+  readonly cniCache: CniResultCache;
+  /** A Pod's annotations from the API, for entry points that pass none. */
+  podAnnotations?: (namespace: string, name: string) => Record<string, string> | undefined;
+  refreshFileNetworks(missing?: string): void;
+}
+
 /** A pod annotation as the sandbox carries it, else as its Pod has it (the API). */
-export const podAnnotation = (rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
+export const podAnnotation = (rt: Pick<PlanParts, 'podAnnotations'>, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, key: string): string | undefined =>
   rec.annotations[key] ?? rt.podAnnotations?.(rec.pod.namespace, rec.pod.name)?.[key];
 
 /**
  * The selections a sandbox asks for: its own annotations if they carry the key, else its Pod's
  * (the API). `before`: the networks it gets ahead of them (everyPodSelections).
  */
-export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string, before: NetworkSelection[] = []): NetworkSelection[] {
+export function selectionsOf(rt: PlanParts, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, defaultIf: string, before: NetworkSelection[] = []): NetworkSelection[] {
   const text = podAnnotation(rt, rec, NETWORKS_ANNOTATION);
   let selections: NetworkSelection[];
   try {
@@ -40,7 +55,7 @@ export function selectionsOf(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' 
  * The networks every pod of a namespace gets (networks.everyPod, Multus's defaultNetworks),
  * none in networks.systemNamespaces. The operator's choice: namespace isolation does not apply.
  */
-export function everyPodSelections(rt: NetworkRuntime, namespace: string, defaultIf: string): NetworkSelection[] {
+export function everyPodSelections(rt: PlanParts, namespace: string, defaultIf: string): NetworkSelection[] {
   const n = rt.cfg.networks;
   if (!n.everyPod.length || n.systemNamespaces.includes(namespace || 'default')) return [];
   try {
@@ -52,7 +67,7 @@ export function everyPodSelections(rt: NetworkRuntime, namespace: string, defaul
 }
 
 /** What is wrong with networks.everyPod now ('' when nothing is): a definition kni does not know, or an invalid one. */
-export function everyPodProblem(rt: NetworkRuntime): string {
+export function everyPodProblem(rt: PlanParts): string {
   const n = rt.cfg.networks;
   const problems = parseEveryPod(n.everyPod).map((s) => {
     const def = rt.networks.get(networkKey(s));
@@ -74,7 +89,7 @@ export function isolationProblem(cfg: { namespaceIsolation: boolean; globalNames
 }
 
 /** The network a sandbox takes as its default network instead of the node's, if its pod chose one. */
-export function chosenDefaultNetwork(rt: NetworkRuntime, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, ifName: string): NetworkSelection | undefined {
+export function chosenDefaultNetwork(rt: PlanParts, rec: Pick<SandboxRecord, 'pod' | 'annotations'>, ifName: string): NetworkSelection | undefined {
   const text = podAnnotation(rt, rec, DEFAULT_NETWORK_ANNOTATION);
   let chosen: NetworkSelection | undefined;
   try {
@@ -94,7 +109,7 @@ export function chosenDefaultNetwork(rt: NetworkRuntime, rec: Pick<SandboxRecord
  * mappings, bandwidth, a static IP or MAC) go to them as capabilities, a selection's own
  * ips, mac and bandwidth winning, its port mappings added.
  */
-function planChosenDefault(rt: NetworkRuntime, sel: NetworkSelection, runtimeReq: AttachmentRequest): PlannedInterface {
+function planChosenDefault(rt: PlanParts, sel: NetworkSelection, runtimeReq: AttachmentRequest): PlannedInterface {
   const backend = backendForSelection(rt, sel);
   const at = `default network ${networkKey(sel)}`;
   const mac = sel.mac ?? runtimeReq.mac;
@@ -110,7 +125,7 @@ function planChosenDefault(rt: NetworkRuntime, sel: NetworkSelection, runtimeReq
 }
 
 /** The CNI network a selection names, as it is defined now. */
-export function backendForSelection(rt: NetworkRuntime, sel: Pick<NetworkSelection, 'namespace' | 'name'>): NetworkBackend {
+export function backendForSelection(rt: PlanParts, sel: Pick<NetworkSelection, 'namespace' | 'name'>): NetworkBackend {
   const key = networkKey(sel);
   rt.refreshFileNetworks(key);
   const def = rt.networks.get(key);
@@ -120,7 +135,7 @@ export function backendForSelection(rt: NetworkRuntime, sel: Pick<NetworkSelecti
 }
 
 /** One selection as a planned interface. */
-export function planSelection(rt: NetworkRuntime, sel: NetworkSelection, selectedBy: SelectedBy): PlannedInterface {
+export function planSelection(rt: PlanParts, sel: NetworkSelection, selectedBy: SelectedBy): PlannedInterface {
   const backend = backendForSelection(rt, sel);
   const at = `network ${networkKey(sel)}`;
   const req: AttachmentRequest = {
@@ -151,7 +166,7 @@ function withOwnDevice(p: PlannedInterface, sel: NetworkSelection): PlannedInter
 }
 
 /** The device plugin resource a selected definition draws a device from, if it names one. */
-function resourceOf(rt: NetworkRuntime, sel: Pick<NetworkSelection, 'namespace' | 'name'>): { resourceName?: string } {
+function resourceOf(rt: PlanParts, sel: Pick<NetworkSelection, 'namespace' | 'name'>): { resourceName?: string } {
   const resourceName = rt.networks.get(networkKey(sel))?.resourceName;
   return resourceName ? { resourceName } : {};
 }
@@ -166,7 +181,7 @@ function prefixed<T>(at: string, fn: () => T): T {
 }
 
 /** Every interface of a new sandbox: the default network's, then networks.everyPod's, then the selections'. */
-export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: string, defaultReq: AttachmentRequest): PlannedInterface[] {
+export function planSandbox(rt: PlanParts, rec: SandboxRecord, ifName: string, defaultReq: AttachmentRequest): PlannedInterface[] {
   const everyPod = everyPodSelections(rt, rec.pod.namespace, ifName);
   const selections = selectionsOf(rt, rec, ifName, everyPod);
   if (selections.filter((s) => s.defaultRoute?.length).length > 1) throw invalid(`${NETWORKS_ANNOTATION}: only one network may take the default route`);
@@ -181,7 +196,7 @@ export function planSandbox(rt: NetworkRuntime, rec: SandboxRecord, ifName: stri
  * The backend that undoes or checks an interface: the built-in network, the default CNI
  * network, or the config its ADD ran with (cached), else its definition as it is now.
  */
-export function backendOfInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
+export function backendOfInterface(rt: PlanParts, rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined {
   if (isBuiltIn(itf)) return rt.builtin;
   const definition = definitionOf(itf);
   const label = definition || rt.defaultBackend.name;

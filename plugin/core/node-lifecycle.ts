@@ -7,7 +7,11 @@ import { KniError } from './errors';
 import { isBuiltIn } from './network-backend';
 import type { SandboxRecord } from '../store/records';
 import { isoTime, log } from './log';
-import type { NetworkRuntime, NodeStatus } from './network-runtime';
+import type { Config, PodWiring } from './config';
+import type { NodeStatus } from './runtime-types';
+import type { CniNetwork } from '../cni/cni-network';
+import type { ExtensionRegistry } from '../extensions/extension-registry';
+import type { NetlinkSocket } from '../netlink/socket';
 import type { CniConfigStatus } from './runtime-types';
 import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
@@ -20,6 +24,18 @@ import { HostPortTarget, syncHostPorts } from '../node/host-ports';
 import { GuardedEnd, guardedEnd, NodeGuards } from '../node/node-guards';
 import { Loopback6Ports } from '../node/loopback6-ports';
 import { gatewayOf } from '../node/peer-routes';
+
+/** What the node's network uses of the runtime. */
+export interface NodeParts {
+  readonly cfg: Config;
+  readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  /** Replaced here by adoptRanges, while no sandbox holds an address. */
+  ipam: Ipam;
+  readonly host: NetlinkSocket;
+  readonly cni?: CniNetwork;
+  readonly extensions: Pick<ExtensionRegistry, 'gateReason'>;
+  readonly podLink: PodWiring;
+}
 
 /** A pod whose default network is a CNI network gets its host ports from those plugins (portmap), not from kni. */
 const onBuiltIn = (r: SandboxRecord): boolean => {
@@ -55,7 +71,7 @@ export class NodeLifecycle {
   /** TCP host ports on [::1], relayed to their pods by kni (the kernel cannot carry them). */
   readonly loopback6 = new Loopback6Ports();
 
-  constructor(private readonly rt: NetworkRuntime) {}
+  constructor(private readonly rt: NodeParts) {}
 
   /** The host ends whose packets' sources are checked, with their addresses, from the records now. */
   guardedEnds(): GuardedEnd[] {

@@ -12,16 +12,24 @@
 // repairOnNotice: false (a live setting) leaves it all to the sweep, to look at a broken pod with
 // knictl.
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { ReconcileParts } from './recovery';
+import type { KernelNotices } from '../node/kernel-notices';
 import { isBuiltIn } from './network-backend';
 import { reconcileAfterRunning } from './recovery';
 import { hostProblems } from './sandbox-check';
 import { InterfaceRecord } from '../store/records';
 
+/** What repair on the kernel's notices uses of the runtime. */
+export interface RepairParts extends ReconcileParts {
+  readonly notices: Pick<KernelNotices, 'onNotices'>;
+  readonly node: ReconcileParts['node'] & Pick<NodeLifecycle, 'bridgeState'>;
+}
+
 /** Notices within this long share one reconcile. */
 const GATHER_MS = 100;
 
-export function repairOnNotices(rt: NetworkRuntime): void {
+export function repairOnNotices(rt: RepairParts): void {
   let soon: NodeJS.Timeout | undefined;
   const noticed = new Set<string>();
   let lost = false;
@@ -78,7 +86,7 @@ export function repairOnNotices(rt: NetworkRuntime): void {
 }
 
 /** The bridge kni set up, if it is gone, replaced or down now (a node not set up yet has none to judge). */
-function bridgeProblems(rt: NetworkRuntime): string[] {
+function bridgeProblems(rt: RepairParts): string[] {
   if (!rt.node.bridgeIndex) return [];
   const state = rt.node.bridgeState();
   return state === 'ok' ? [] : [`bridge ${rt.cfg.bridge} is ${state}`];

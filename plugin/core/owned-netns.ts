@@ -4,13 +4,28 @@
 import crypto from 'node:crypto';
 import { KniError, invalid } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { Config } from './config';
+import type { NetnsPool } from '../netns/netns-pool';
+import type { EntryPoint } from '../observe/metrics';
+import type { StateStore } from '../store/state-store';
+import type { SandboxRecord } from '../store/records';
 import * as validate from './validate';
 import { createPinnedNetns, removePinnedNetns } from '../netns/netns';
 import { NetnsRecord, PodRef } from '../store/records';
 
+/** What the netns kni makes use of the runtime. */
+export interface NetnsParts {
+  readonly cfg: Pick<Config, 'netnsDir'>;
+  readonly store: StateStore;
+  readonly netns: Map<string, NetnsRecord>;
+  readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  readonly netnsPool: Pick<NetnsPool, 'take'>;
+  podRef(pod?: Partial<PodRef>): PodRef;
+  detach(sandboxId: string, releaseNetns?: boolean, entryPoint?: EntryPoint, netnsEnding?: boolean): Promise<boolean>;
+}
+
 /** A new netns, pinned in netnsDir, recorded as kni's (KNI CreateNetwork). */
-export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): Promise<NetnsRecord> {
+export async function createNetwork(rt: NetnsParts, pod: Partial<PodRef>): Promise<NetnsRecord> {
   const ref = rt.podRef(pod);
   const name = `kni-${crypto.randomBytes(8).toString('hex')}`;
   const rec: NetnsRecord = { name, path: `${rt.cfg.netnsDir}/${name}`, pod: ref, sandboxId: '', createdAt: new Date().toISOString() };
@@ -33,7 +48,7 @@ export async function createNetwork(rt: NetworkRuntime, pod: Partial<PodRef>): P
  * is tearing the sandbox down (the containerd fork removes its own netns next), so the answer
  * does not wait for the kernel's veth delete.
  */
-export async function deleteNetwork(rt: NetworkRuntime, sandboxId: string, netnsPath: string): Promise<void> {
+export async function deleteNetwork(rt: NetnsParts, sandboxId: string, netnsPath: string): Promise<void> {
   if (!sandboxId && !netnsPath) throw invalid('neither a sandbox id nor a netns path was given');
   if (sandboxId) {
     validate.sandboxId(sandboxId);
@@ -50,7 +65,7 @@ export async function deleteNetwork(rt: NetworkRuntime, sandboxId: string, netns
 }
 
 /** Unpins a netns kni made and forgets it. */
-export function releaseNetns(rt: NetworkRuntime, n: NetnsRecord): void {
+export function releaseNetns(rt: Pick<NetnsParts, 'store' | 'netns'>, n: NetnsRecord): void {
   removePinnedNetns(n.path);
   rt.store.netns.delete(n.name);
   rt.netns.delete(n.name);

@@ -21,9 +21,9 @@ import { isBuiltIn } from './network-backend';
 import type { NetworkRuntime } from './network-runtime';
 import { sandboxProblems } from './sandbox-check';
 import { parseTracedPort, portText, TracedPort } from '../kube/policy-verdict';
-import { PolicyContext, policyHops } from './policy-hops';
+import { policyHops } from './policy-hops';
 import { Destination, PodName, resolveDestination } from './trace-destination';
-import { ClusterLookups, Found, hopOf, lastAt, Onward, receiverOf, TraceHop } from './trace-hop';
+import { ClusterLookups, Found, hopOf, lastAt, Onward, PolicyContext, receiverOf, TraceHop } from './trace-hop';
 import { ownAddressPort } from './trace-node-port';
 import { clusterIpHops } from './trace-service';
 

@@ -4,32 +4,8 @@
 // policy agent enforces it, and the hop says so.
 import type { Direction, DirectionVerdict, TracedPort } from '../kube/policy-verdict';
 import { portText } from '../kube/policy-verdict';
-import type { TraceHop } from './trace-hop';
+import type { PolicyContext, Receiver, TraceHop } from './trace-hop';
 import type { PodName } from './trace-destination';
-
-/** What Trace asks of the cluster about policies (plugin/kube/network-policies.ts), one trace at a time. */
-export interface PolicyVerdicts {
-  /** The verdict of a pod's policies in a direction on what passes between it and a peer; undefined when they cannot be read. */
-  verdict(direction: Direction, pod: PodName, peer: { pod?: PodName; ip?: string }, port?: TracedPort): Promise<DirectionVerdict | undefined>;
-}
-
-/** Who sends what a trace follows, and to which port. */
-export interface PolicyContext {
-  lookup: PolicyVerdicts;
-  /** A pod (by name when it has one) or the node, with the address it sends from (in the destination's family). */
-  sender: { pod?: PodName; ip?: string; node: boolean };
-  port?: TracedPort;
-}
-
-/** The receiving end: a pod by name when known, its address; on this node (a pod here), or this node itself. */
-export interface Receiver {
-  pod?: PodName;
-  ip: string;
-  /** The receiver is the sender's own node, or (from the node) a pod on it: that traffic always passes. */
-  ownNode: boolean;
-  /** The port it receives on, when not the one traced (a host port's pod: its container port). */
-  port?: TracedPort;
-}
 
 const podText = (p: PodName): string => `pod ${p.namespace}/${p.name}`;
 

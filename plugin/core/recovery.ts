@@ -3,8 +3,17 @@
 // minute and on demand. Neither ever enters a netns other than the one a record was wired in.
 import fs from 'node:fs';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
-import { isHostVethName } from './network-runtime';
+import type { Config } from './config';
+import type { EventLog } from './events';
+import type { KeyedMutex } from './keyed-mutex';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { CheckParts } from './sandbox-check';
+import type { WiringParts } from './sandbox-wiring';
+import type { CniNetwork } from '../cni/cni-network';
+import type { ExtensionRegistry } from '../extensions/extension-registry';
+import type { Ipam } from '../ipam/ipam';
+import type { StateStore } from '../store/state-store';
+import { isHostVethName } from './runtime-types';
 import * as validate from './validate';
 import { addrList } from '../netlink/addr';
 import { Link, linkList } from '../netlink/link';
@@ -20,7 +29,23 @@ import { ifbName, kniIfbs, removeIfb } from '../pod/bandwidth';
 import { isBuiltIn } from './network-backend';
 import { driftFindings } from '../observe/metrics';
 import { conntrackFill, conntrackWarning } from '../node/conntrack-fill';
-import { warnOfHostFirewall } from '../node/host-firewall';
+import { hostFirewallNow } from '../node/host-firewall';
+
+/** What reconcile uses of the runtime. */
+export interface ReconcileParts extends WiringParts, CheckParts {
+  readonly cfg: Config;
+  readonly sandboxes: Map<string, SandboxRecord>;
+  readonly netns: Map<string, NetnsRecord>;
+  readonly store: StateStore;
+  readonly ipam: Ipam;
+  readonly locks: KeyedMutex;
+  readonly events: EventLog;
+  readonly cni?: CniNetwork;
+  readonly extensions: Pick<ExtensionRegistry, 'gateReason'>;
+  readonly node: Pick<NodeLifecycle, 'bridgeIndex' | 'ensure' | 'status' | 'warn' | 'warning' | 'repairDrift' | 'syncHostPorts'>;
+  release(rec: SandboxRecord, releaseNetns: boolean, netnsEnding?: boolean): Promise<void>;
+  removeInterface(rec: SandboxRecord, itf: InterfaceRecord): Promise<void>;
+}
 
 /** One finding: counted by the object it is about, logged, and answered in the report. */
 type Found = (object: 'node_network' | 'sandbox' | 'leftover' | 'host_ports', msg: string, fields: Record<string, unknown>) => void;
@@ -38,7 +63,7 @@ export interface ReconcileReport {
  * addresses and writes the sandbox record again: no address in use is ever handed out twice.
  * kni netns pins without a record get theirs back. Runs at start, before reconcile.
  */
-export function rebuildFromKernel(rt: NetworkRuntime): void {
+export function rebuildFromKernel(rt: ReconcileParts): void {
   const orphans = unownedHostVeths(rt).filter((l) => l.alias.startsWith(VETH_ALIAS_PREFIX));
   const byNsid = orphans.length ? netnsByNsid(rt) : new Map<number, NetnsHandle>();
   try {
@@ -80,20 +105,20 @@ export function rebuildFromKernel(rt: NetworkRuntime): void {
   }
 }
 
-const ownedVeths = (rt: NetworkRuntime): Set<string> => new Set([...rt.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
+const ownedVeths = (rt: ReconcileParts): Set<string> => new Set([...rt.sandboxes.values()].flatMap((r) => r.interfaces.map((i) => i.hostVeth)));
 
 /**
  * kni host veths on the node that no record names. Listed before the owners are collected:
  * an attach records its veth before it creates it, so a veth listed here has no attach in flight.
  */
-function unownedHostVeths(rt: NetworkRuntime): Link[] {
+function unownedHostVeths(rt: ReconcileParts): Link[] {
   const onNode = linkList(rt.host).filter((l) => l.kind === 'veth' && isHostVethName(l.name));
   const owned = ownedVeths(rt);
   return onNode.filter((l) => !owned.has(l.name));
 }
 
 /** kni-made netns pins (kni-<16 hex>) under netnsDir that have no record. */
-function unrecordedPins(rt: NetworkRuntime): string[] {
+function unrecordedPins(rt: ReconcileParts): string[] {
   let names: string[];
   try {
     names = fs.readdirSync(rt.cfg.netnsDir);
@@ -114,7 +139,7 @@ function unrecordedPins(rt: NetworkRuntime): string[] {
  * candidate is opened as an untrusted path is (a FIFO or any other file there is skipped, never
  * waited on); the caller closes the handles.
  */
-function netnsByNsid(rt: NetworkRuntime): Map<number, NetnsHandle> {
+function netnsByNsid(rt: ReconcileParts): Map<number, NetnsHandle> {
   const out = new Map<number, NetnsHandle>();
   const candidates: string[] = [];
   for (const root of new Set([rt.cfg.netnsDir, ...rt.cfg.allowedNetnsRoots])) {
@@ -148,7 +173,7 @@ function netnsByNsid(rt: NetworkRuntime): Map<number, NetnsHandle> {
  * The pod end of a veth as an interface record: name, MAC, MTU and kni's addresses on it.
  * routed: the host end is on no bridge, and the pod's addresses are /32 and /128.
  */
-function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth: string, routed: boolean): InterfaceRecord {
+function readPodEnd(rt: ReconcileParts, ns: NetnsHandle, index: number, hostVeth: string, routed: boolean): InterfaceRecord {
   const pod = socketInNetns(ns.fd);
   try {
     const link = linkList(pod).find((x) => x.index === index);
@@ -167,7 +192,7 @@ function readPodEnd(rt: NetworkRuntime, ns: NetnsHandle, index: number, hostVeth
   }
 }
 
-const inFlight = new WeakMap<NetworkRuntime, Promise<ReconcileReport>>();
+const inFlight = new WeakMap<ReconcileParts, Promise<ReconcileReport>>();
 
 /**
  * Compares every record with the kernel. A sandbox whose netns is gone, or whose path now
@@ -176,7 +201,7 @@ const inFlight = new WeakMap<NetworkRuntime, Promise<ReconcileReport>>();
  * not finish earlier is finished; a kni veth that no record owns is deleted. Each finding is
  * logged and reported. One reconcile at a time: a second caller shares the running one.
  */
-export function reconcile(rt: NetworkRuntime, opts: { nodeJustSetUp?: boolean } = {}): Promise<ReconcileReport> {
+export function reconcile(rt: ReconcileParts, opts: { nodeJustSetUp?: boolean } = {}): Promise<ReconcileReport> {
   let running = inFlight.get(rt);
   if (!running) {
     running = reconcileNow(rt, opts.nodeJustSetUp === true).finally(() => inFlight.delete(rt));
@@ -186,13 +211,13 @@ export function reconcile(rt: NetworkRuntime, opts: { nodeJustSetUp?: boolean } 
 }
 
 /** A reconcile that begins after the one running now, if any: it sees what changed since that one began. */
-export async function reconcileAfterRunning(rt: NetworkRuntime): Promise<ReconcileReport> {
+export async function reconcileAfterRunning(rt: ReconcileParts): Promise<ReconcileReport> {
   await inFlight.get(rt)?.catch(() => undefined);
   return reconcile(rt);
 }
 
 /** nodeJustSetUp: the node network was set up moments ago (the start): its drift is not looked for. */
-async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise<ReconcileReport> {
+async function reconcileNow(rt: ReconcileParts, nodeJustSetUp: boolean): Promise<ReconcileReport> {
   const report: ReconcileReport = { repaired: [], released: [], removedVeths: [], findings: [] };
   const found: Found = (object, msg, fields) => {
     report.findings.push(msg);
@@ -214,7 +239,7 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
   }
   const fill = conntrackFill();
   rt.node.warn('conntrack', conntrackWarning(fill, rt.node.warning('conntrack') !== undefined), { ...fill });
-  warnOfHostFirewall(rt);
+  rt.node.warn('host-firewall', hostFirewallNow(rt.cfg));
   // Then what others undo without touching the bridge: its addresses, forwarding, masquerade.
   try {
     const drift = nodeJustSetUp ? [] : await rt.node.repairDrift();
@@ -280,7 +305,7 @@ async function reconcileNow(rt: NetworkRuntime, nodeJustSetUp: boolean): Promise
 }
 
 /** A vm sandbox's taps deleted or set down behind kni's back, whatever network wired the interface: put back. */
-async function repairTaps(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
+async function repairTaps(rt: ReconcileParts, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
   for (const itf of rec.interfaces.filter((i) => i.tap)) {
     try {
       const problems = repairTap(itf, ns);
@@ -295,7 +320,7 @@ async function repairTaps(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandl
   }
 }
 
-async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
+async function repair(rt: ReconcileParts, rec: SandboxRecord, ns: NetnsHandle, report: ReconcileReport, found: Found): Promise<void> {
   if (rec.netnsInode === undefined) {
     rec.netnsInode = ns.inode; // a record from before kni kept the inode: remember it from now on
     rt.store.sandboxes.put(rec.id, rec);
@@ -321,7 +346,7 @@ async function repair(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, r
  * the sandbox's lock (an attach of it may have begun since), and the delete names the link's
  * index, so a veth an attach made meanwhile under the same name is never the one deleted.
  */
-async function removeStrayVeth(rt: NetworkRuntime, l: Link, report: ReconcileReport, found: Found): Promise<void> {
+async function removeStrayVeth(rt: ReconcileParts, l: Link, report: ReconcileReport, found: Found): Promise<void> {
   const id = l.alias.startsWith(VETH_ALIAS_PREFIX) ? l.alias.slice(VETH_ALIAS_PREFIX.length) : '';
   const remove = async () => {
     if (ownedVeths(rt).has(l.name)) return;

@@ -3,7 +3,8 @@
 // holds and no readable record describes rebuilt (recovery.ts).
 import fs from 'node:fs';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { PodWiring } from './config';
+import type { ReconcileParts } from './recovery';
 import { rebuildFromKernel } from './recovery';
 import { removePinnedNetns } from '../netns/netns';
 import { isNetnsPin } from '../netns/open-netns';
@@ -11,7 +12,12 @@ import { SandboxRecord } from '../store/records';
 import { isBuiltIn } from './network-backend';
 import { resumeAllocation } from '../ipam/allocation-cursor';
 
-export async function restoreState(rt: NetworkRuntime): Promise<void> {
+/** What restoring state at start uses of the runtime. */
+export interface RestoreParts extends ReconcileParts {
+  podLink: PodWiring;
+}
+
+export async function restoreState(rt: RestoreParts): Promise<void> {
     const netnsState = rt.store.netns.loadAll();
     const sandboxState = rt.store.sandboxes.loadAll();
     const problems = [...netnsState.problems, ...sandboxState.problems];
@@ -67,7 +73,7 @@ export async function restoreState(rt: NetworkRuntime): Promise<void> {
  * not reach each other on one node. Both kinds keep working otherwise. A podLink set against
  * the pods already there is obeyed, with a warning; recreating them (draining the node) ends it.
  */
-function choosePodLink(rt: NetworkRuntime): void {
+function choosePodLink(rt: RestoreParts): void {
   const itfs = [...rt.sandboxes.values()].flatMap((r) => r.interfaces.filter(isBuiltIn));
   const bridged = itfs.filter((i) => !i.routed);
   rt.podLink = rt.cfg.podLink !== 'auto' ? rt.cfg.podLink : bridged.length ? 'bridge' : 'routed';
@@ -83,7 +89,7 @@ function choosePodLink(rt: NetworkRuntime): void {
  * bridged traffic is passed to iptables (br_netfilter, bridge-nf-call-iptables=1, which kubeadm
  * checks for). Routed pods always go through the node's routing and need none of it.
  */
-function warnWithoutBridgeNetfilter(rt: NetworkRuntime): void {
+function warnWithoutBridgeNetfilter(rt: RestoreParts): void {
   for (const [family, key] of [[4, 'bridge-nf-call-iptables'], [6, 'bridge-nf-call-ip6tables']] as const) {
     let value = 'missing (br_netfilter not loaded)';
     try {

@@ -3,7 +3,11 @@
 // pipeline as an attach (attach-pipeline.ts addPlanned) under the sandbox's lock.
 import { KniError, invalid } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { PipelineParts } from './attach-pipeline';
+import type { DeviceParts } from './device-assignment';
+import type { EventLog } from './events';
+import type { KeyedMutex } from './keyed-mutex';
+import type { PlanParts } from './network-plan';
 import { addPlanned } from './attach-pipeline';
 import { planSelection } from './network-plan';
 import { assignDevices } from './device-assignment';
@@ -12,6 +16,13 @@ import { reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { NetworkSelection, parseNetworkSelections, SelectionError, SelectionFields } from '../networks/network-selection';
 import { InterfaceRecord, SandboxRecord, SelectedBy } from '../store/records';
+
+/** What adding and removing a running pod's networks uses of the runtime. */
+export interface NetworkParts extends PipelineParts, PlanParts, DeviceParts {
+  readonly locks: KeyedMutex;
+  readonly events: EventLog;
+  get(sandboxId: string): SandboxRecord;
+}
 
 /** One network for a running sandbox, as kni's API or the pod watcher asks for it (the rest checked as a Multus selection's). */
 export interface NetworkRequest extends SelectionFields {
@@ -25,7 +36,7 @@ export interface NetworkRequest extends SelectionFields {
  * Adds one network to an attached sandbox (kni's AttachNetwork, or the pod's networks
  * annotation changed). The interface name defaults to the first free net<N>.
  */
-export async function attachNetwork(rt: NetworkRuntime, sandboxId: string, selection: NetworkRequest, selectedBy: SelectedBy): Promise<InterfaceRecord> {
+export async function attachNetwork(rt: NetworkParts, sandboxId: string, selection: NetworkRequest, selectedBy: SelectedBy): Promise<InterfaceRecord> {
   const id = validate.sandboxId(sandboxId);
   return rt.locks.run(id, async () => {
     const rec = rt.get(id);
@@ -71,7 +82,7 @@ function parseSelection(rec: SandboxRecord, s: NetworkRequest, ifName: string): 
 }
 
 /** Removes a secondary network's interface from an attached sandbox; false when it has none of that name. */
-export async function detachNetwork(rt: NetworkRuntime, sandboxId: string, ifName: string): Promise<boolean> {
+export async function detachNetwork(rt: NetworkParts, sandboxId: string, ifName: string): Promise<boolean> {
   const id = validate.sandboxId(sandboxId);
   return rt.locks.run(id, async () => {
     const rec = rt.get(id);

@@ -1,7 +1,7 @@
 // Attaching a new sandbox, whatever the entry point: the request validated, its netns opened
 // once, then under the sandbox's lock either the attach it already has (an idempotent retry) or
 // a new record planned, wired and committed (attach-pipeline.ts). The span, log line and
-// histogram around it are NetworkRuntime.attach's.
+// histogram around it are AttachParts.attach's.
 import path from 'node:path';
 import { attachPlanned } from './attach-pipeline';
 import { assignDevices } from './device-assignment';
@@ -10,16 +10,36 @@ import { emitAttached } from './events';
 import { isoTime } from './log';
 import type { AttachmentRequest } from './network-backend';
 import { planSandbox } from './network-plan';
-import type { NetworkRuntime } from './network-runtime';
+import type { PipelineParts } from './attach-pipeline';
+import type { SandboxKind } from './config';
+import type { DeviceParts } from './device-assignment';
+import type { EventLog } from './events';
+import type { KeyedMutex } from './keyed-mutex';
+import type { PlanParts } from './network-plan';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { ExtensionRegistry } from '../extensions/extension-registry';
+import type { NetnsRecord, PodRef } from '../store/records';
 import type { AttachRequest } from './runtime-types';
 import * as validate from './validate';
 import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
 import { SandboxRecord } from '../store/records';
 
+/** What attaching a sandbox uses of the runtime. */
+export interface AttachParts extends PipelineParts, PlanParts, DeviceParts {
+  readonly locks: KeyedMutex;
+  readonly events: EventLog;
+  readonly netns: ReadonlyMap<string, NetnsRecord>;
+  readonly extensions: Pick<ExtensionRegistry, 'gateReason'>;
+  readonly node: Pick<NodeLifecycle, 'syncHostPorts' | 'ensure'>;
+  podRef(pod?: Partial<PodRef>): PodRef;
+  sandboxKind(runtimeHandler: string, annotations: Record<string, string>): SandboxKind;
+  release(rec: SandboxRecord, releaseNetns: boolean, netnsEnding?: boolean): Promise<void>;
+}
+
 type SandboxMeta = Pick<SandboxRecord, 'pod' | 'labels' | 'annotations' | 'runtimeHandler' | 'kind' | 'entryPoint' | 'cgroupParent'>;
 
-export async function attachSandbox(rt: NetworkRuntime, req: AttachRequest): Promise<SandboxRecord> {
+export async function attachSandbox(rt: AttachParts, req: AttachRequest): Promise<SandboxRecord> {
   const id = validate.sandboxId(req.sandboxId);
   const ifName = validate.interfaceName(req.interfaceName || 'eth0');
   const netnsPath = validate.netnsPath(req.netnsPath);
@@ -39,7 +59,7 @@ export async function attachSandbox(rt: NetworkRuntime, req: AttachRequest): Pro
   }
 }
 
-async function attachLocked(rt: NetworkRuntime, id: string, ifName: string, ns: NetnsHandle, meta: SandboxMeta, requested: AttachmentRequest): Promise<SandboxRecord> {
+async function attachLocked(rt: AttachParts, id: string, ifName: string, ns: NetnsHandle, meta: SandboxMeta, requested: AttachmentRequest): Promise<SandboxRecord> {
   let existing = rt.sandboxes.get(id);
   if (existing && existing.phase !== 'attached') {
     // An earlier release (or rolled-back attach) that could not finish: finish it first.

@@ -1,6 +1,10 @@
 // A record's interfaces compared with the kernel (Check, reconcile: the built-in network's here,
 // a CNI network's through its plugins), and the routes a record implies (GetPod).
-import type { NetworkRuntime, RouteInfo } from './network-runtime';
+import type { Config } from './config';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { NetworkBackend } from './network-backend';
+import type { RouteInfo } from './runtime-types';
+import type { NetlinkSocket } from '../netlink/socket';
 import { bitsOf, defaultDestination, familyOf, parseCidr, parseIp } from '../ipam/ip';
 import { addrList } from '../netlink/addr';
 import { IFF_UP, Link, linkByName } from '../netlink/link';
@@ -11,8 +15,16 @@ import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { defaultGateways, isBuiltIn } from './network-backend';
 import { tapProblems } from './vm-tap';
 
+/** What the checks use of the runtime. */
+export interface CheckParts {
+  readonly host: NetlinkSocket;
+  readonly cfg: Pick<Config, 'bridge'>;
+  readonly node: Pick<NodeLifecycle, 'bridgeIndex'>;
+  backendFor(rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined;
+}
+
 /** A sandbox's interfaces compared with the kernel, each through its backend (Check); or only `one` of them (Trace). */
-export async function sandboxProblems(rt: NetworkRuntime, rec: SandboxRecord, one?: InterfaceRecord): Promise<string[]> {
+export async function sandboxProblems(rt: CheckParts, rec: SandboxRecord, one?: InterfaceRecord): Promise<string[]> {
   const ns = reopenRecordedNetns(rec.netnsPath, rec.netnsInode);
   if (ns.state !== 'same') return [ns.reason];
   try {
@@ -37,7 +49,7 @@ function tapsProblems(rec: SandboxRecord, ns: NetnsHandle): string[] {
 }
 
 /** One interface compared with the kernel through its backend (a CNI network: the plugins' CHECK). */
-export function interfaceProblems(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {
+export function interfaceProblems(rt: CheckParts, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<string[]> {
   const backend = rt.backendFor(rec, itf);
   return backend ? backend.check(rec, itf, ns) : Promise.resolve([`${itf.name}: its network ${itf.network || 'default'} is no longer defined`]);
 }
@@ -52,7 +64,7 @@ export function podRoutes(rec: SandboxRecord): RouteInfo[] {
 }
 
 /** The host ends of built-in interfaces compared with the kernel (the node's netns only: no netns entered). */
-export function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): string[] {
+export function hostProblems(rt: CheckParts, itfs: InterfaceRecord[]): string[] {
   const problems: string[] = [];
   for (const itf of itfs) {
     const hostEnd = linkByName(rt.host, itf.hostVeth);
@@ -65,7 +77,7 @@ export function hostProblems(rt: NetworkRuntime, itfs: InterfaceRecord[]): strin
 }
 
 /** A routed host end: on no bridge, and the node's way to each of the pod's addresses. */
-function routedHostProblems(rt: NetworkRuntime, itf: InterfaceRecord, hostEnd: Link): string[] {
+function routedHostProblems(rt: CheckParts, itf: InterfaceRecord, hostEnd: Link): string[] {
   if (hostEnd.master) return [`host veth ${itf.hostVeth} of a routed pod is a port of link ${hostEnd.master}`];
   return itf.addresses
     .filter((a) => {
@@ -79,7 +91,7 @@ function routedHostProblems(rt: NetworkRuntime, itf: InterfaceRecord, hostEnd: L
  * What does not match between a record's built-in interfaces (or the ones given) and the
  * kernel, in the netns open on ns (the record's).
  */
-export function checkRecord(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle, itfs = rec.interfaces.filter(isBuiltIn)): string[] {
+export function checkRecord(rt: CheckParts, rec: SandboxRecord, ns: NetnsHandle, itfs = rec.interfaces.filter(isBuiltIn)): string[] {
   if (!itfs.length) return [];
   const problems = hostProblems(rt, itfs);
   try {

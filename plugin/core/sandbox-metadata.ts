@@ -3,10 +3,20 @@
 import type { Config, SandboxKind } from './config';
 import { invalid } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { KeyedMutex } from './keyed-mutex';
+import type { StateStore } from '../store/state-store';
+import type { SandboxRecord } from '../store/records';
 import { AttachRequest, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
 import * as validate from './validate';
 import { PodRef } from '../store/records';
+
+/** What a metadata update uses of the runtime. */
+export interface MetadataParts {
+  readonly cfg: Config;
+  readonly locks: KeyedMutex;
+  readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  readonly store: StateStore;
+}
 
 /**
  * Container or VM: from the runtime handler (CRI, NRI) through cfg.runtimeHandlers, else from
@@ -33,7 +43,7 @@ export function podRef(pod: Partial<PodRef> = {}): PodRef {
  * Adds what a later hook knows to an attached sandbox (NRI after the CNI path: uid, labels,
  * annotations, runtime handler). Fields already set are kept. Unknown ids answer false.
  */
-export async function updateMetadata(rt: NetworkRuntime, sandboxId: string, meta: Omit<AttachRequest, 'sandboxId' | 'netnsPath' | 'interfaceName'>): Promise<boolean> {
+export async function updateMetadata(rt: MetadataParts, sandboxId: string, meta: Omit<AttachRequest, 'sandboxId' | 'netnsPath' | 'interfaceName'>): Promise<boolean> {
   const id = validate.sandboxId(sandboxId);
   const pod = podRef(meta.pod);
   const labels = validate.stringMap(meta.labels, 'labels');

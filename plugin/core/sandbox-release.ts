@@ -4,13 +4,32 @@
 import { KniError } from './errors';
 import { emitDetached } from './events';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { EventLog } from './events';
+import type { NetworkBackend } from './network-backend';
+import type { NodeLifecycle } from './node-lifecycle';
+import type { ExtensionRegistry } from '../extensions/extension-registry';
+import type { Ipam } from '../ipam/ipam';
+import type { StateStore } from '../store/state-store';
+import type { NetnsRecord } from '../store/records';
 import { DetachMode, isBuiltIn } from './network-backend';
 import { restoreDefaultRoute } from './attach-pipeline';
 import { DETACHING } from './runtime-types';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
+
+/** What releasing a sandbox uses of the runtime. */
+export interface ReleaseParts {
+  readonly store: StateStore;
+  readonly netns: Map<string, NetnsRecord>;
+  readonly sandboxes: Map<string, SandboxRecord>;
+  readonly ipam: Ipam;
+  readonly node: Pick<NodeLifecycle, 'syncHostPorts'>;
+  readonly events: EventLog;
+  readonly extensions: Pick<ExtensionRegistry, 'podDetached'>;
+  ipamChanged(): void;
+  backendFor(rec: SandboxRecord, itf: InterfaceRecord): NetworkBackend | undefined;
+}
 
 /**
  * A committed sandbox is first marked "detaching" (no kernel change before that is on disk:
@@ -24,7 +43,7 @@ import { InterfaceRecord, SandboxRecord } from '../store/records';
  * tap and veth in one batch (≈ 1.4 ms here against ≈ 20 ms for deleting a veth, see
  * docs/architecture.md); the host end disappears with it shortly after.
  */
-export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, releaseNetns: boolean, netnsEnding = false): Promise<void> {
+export async function releaseSandbox(rt: ReleaseParts, rec: SandboxRecord, releaseNetns: boolean, netnsEnding = false): Promise<void> {
   // A rolled-back attach was never seen attached: no event for it.
   const wasAttached = rec.phase !== 'attaching';
   if (rec.phase === 'attached') {
@@ -68,7 +87,7 @@ export async function releaseSandbox(rt: NetworkRuntime, rec: SandboxRecord, rel
   }
 }
 
-async function detachInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
+async function detachInterface(rt: ReleaseParts, rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
   const backend = rt.backendFor(rec, itf);
   if (!backend) {
     // Nothing left to run its DEL with: neither its cached config nor its definition.
@@ -83,7 +102,7 @@ async function detachInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: Inte
  * first, then its backend's detach, the default route given back when it had it, then the
  * record without it and its addresses.
  */
-export async function removeInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+export async function removeInterface(rt: ReleaseParts, rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
   const announced = !itf.adding;
   itf.removing = true;
   try {

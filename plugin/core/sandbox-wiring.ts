@@ -3,7 +3,7 @@
 // answer with.
 import { KniError, invalid } from './errors';
 import { log } from './log';
-import type { NetworkRuntime } from './network-runtime';
+import type { NodeLifecycle } from './node-lifecycle';
 import { DetachMode, isBuiltIn } from './network-backend';
 import { unwireTap, wireTap } from './vm-tap';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
@@ -18,11 +18,18 @@ import { VethReaper } from '../pod/veth-reaper';
 import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
+/** What wiring uses of the runtime. */
+export interface WiringParts {
+  readonly host: NetlinkSocket;
+  readonly node: Pick<NodeLifecycle, 'bridgeIndex' | 'ensure'>;
+  readonly reaper: VethReaper;
+}
+
 /**
  * Makes one built-in interface in the netns open on ns: the veth on the bridge (on a wiring
  * thread when a pool is given: wiring-pool.ts), its shaping and tap.
  */
-export async function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, pool?: WiringPool): Promise<void> {
+export async function wireInterface(rt: WiringParts, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, pool?: WiringPool): Promise<void> {
   const wire = () => (pool ? pool.wire(ns.fd, rt.node.bridgeIndex, itf, rec.id) : Promise.resolve(wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id)));
   try {
     await wire();
@@ -49,14 +56,14 @@ export async function wireInterface(rt: NetworkRuntime, rec: SandboxRecord, itf:
 }
 
 /** After a kernel failure: whether the bridge was gone or replaced, and is now set up again. */
-async function bridgeReplaced(rt: NetworkRuntime): Promise<boolean> {
+async function bridgeReplaced(rt: WiringParts): Promise<boolean> {
   const before = rt.node.bridgeIndex;
   await rt.node.ensure(true);
   return rt.node.bridgeIndex !== before;
 }
 
 /** What follows the veth on the main thread: bandwidth shaping and a vm sandbox's tap. */
-function shape(rt: NetworkRuntime, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
+function shape(rt: WiringParts, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): void {
   // The pod's limits apply to its default-network interface.
   if (rec.bandwidth && !itf.network) withSpan('bandwidth', {}, () => shapePod(rt.host, rec.id, itf.hostVeth, rec.bandwidth!));
   if (itf.tap) wireTap(itf, ns);
@@ -90,7 +97,7 @@ export async function unwireInterface(rec: SandboxRecord, itf: InterfaceRecord, 
 }
 
 /** Every built-in interface of a sandbox again (reconcile's repair, on the main thread). */
-export async function wireSandbox(rt: NetworkRuntime, rec: SandboxRecord, ns: NetnsHandle): Promise<void> {
+export async function wireSandbox(rt: WiringParts, rec: SandboxRecord, ns: NetnsHandle): Promise<void> {
   for (const itf of rec.interfaces.filter(isBuiltIn)) await wireInterface(rt, rec, itf, ns);
 }
 

@@ -1,9 +1,8 @@
 // What the parts of a trace (path-trace.ts, trace-service.ts, trace-node-port.ts) share: a hop,
 // what a part found, what the trace asks of the cluster, and how a part hands the rest on.
 import type { Family } from '../ipam/ip';
-import type { TracedPort } from '../kube/policy-verdict';
+import type { Direction, DirectionVerdict, TracedPort } from '../kube/policy-verdict';
 import type { ServiceBehind } from '../kube/service-backends';
-import type { PolicyContext, PolicyVerdicts, Receiver } from './policy-hops';
 import type { AddressesOf, Destination, PodName } from './trace-destination';
 
 export interface TraceHop {
@@ -15,6 +14,30 @@ export interface TraceHop {
 }
 
 export const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at, what, problem });
+
+/** What Trace asks of the cluster about policies (plugin/kube/network-policies.ts), one trace at a time. */
+export interface PolicyVerdicts {
+  /** The verdict of a pod's policies in a direction on what passes between it and a peer; undefined when they cannot be read. */
+  verdict(direction: Direction, pod: PodName, peer: { pod?: PodName; ip?: string }, port?: TracedPort): Promise<DirectionVerdict | undefined>;
+}
+
+/** Who sends what a trace follows, and to which port. */
+export interface PolicyContext {
+  lookup: PolicyVerdicts;
+  /** A pod (by name when it has one) or the node, with the address it sends from (in the destination's family). */
+  sender: { pod?: PodName; ip?: string; node: boolean };
+  port?: TracedPort;
+}
+
+/** The receiving end: a pod by name when known, its address; on this node (a pod here), or this node itself. */
+export interface Receiver {
+  pod?: PodName;
+  ip: string;
+  /** The receiver is the sender's own node, or (from the node) a pod on it: that traffic always passes. */
+  ownNode: boolean;
+  /** The port it receives on, when not the one traced (a host port's pod: its container port). */
+  port?: TracedPort;
+}
 
 /**
  * What the destination is, from the node's side, and the hops from there. pod: the pod the

@@ -8,9 +8,9 @@ import { portText, TracedPort } from '../kube/policy-verdict';
 import type { ServiceBehind, ServiceEndpoint, ServicePort } from '../kube/service-backends';
 import { nodePortProxyRule, ProxyRule, serviceProxyRule } from '../node/service-proxy-rules';
 import type { NetworkRuntime } from './network-runtime';
-import { PolicyContext, policyHops } from './policy-hops';
+import { policyHops } from './policy-hops';
 import { Destination, destinationOf } from './trace-destination';
-import { ClusterLookups, Follow, Found, hopOf, lastAt, receiverOf, TraceHop } from './trace-hop';
+import { ClusterLookups, Follow, Found, hopOf, lastAt, PolicyContext, receiverOf, TraceHop } from './trace-hop';
 
 /** Endpoints of a Service traced one by one; the rest are counted. */
 const TRACED_ENDPOINTS = 8;

@@ -9,7 +9,7 @@
 // the Node's Event in a cluster). Worded as kubeadm's preflight warns of firewalld ("ensure …"):
 // whether its zones already let the pods through is in its rules, which kni does not judge.
 import { log } from '../core/log';
-import type { NetworkRuntime } from '../core/network-runtime';
+import type { Config } from '../core/config';
 import type { Cidr } from '../ipam/ip';
 import { NftTable, nftTables } from '../netlink/nftables';
 
@@ -43,9 +43,9 @@ export function readNftTables(): NftTable[] | undefined {
   }
 }
 
-/** Warns (knictl node; the Node's Event) while a firewall that judges pods' traffic runs here. */
-export function warnOfHostFirewall(rt: NetworkRuntime): void {
-  const cluster = rt.cfg.kubernetes.nodeName !== '' && rt.cfg.backend !== 'none';
-  const vxlanPort = rt.cfg.backend === 'vxlan' || rt.cfg.backend === 'auto' ? rt.cfg.vxlan.port : undefined;
-  rt.node.warn('host-firewall', hostFirewallWarning(readNftTables() ?? [], { ranges: rt.cfg.ranges, vxlanPort, cluster }));
+/** The warning (knictl node; the Node's Event) while a firewall that judges pods' traffic runs here. */
+export function hostFirewallNow(cfg: Pick<Config, 'kubernetes' | 'backend' | 'vxlan' | 'ranges'>): string | undefined {
+  const cluster = cfg.kubernetes.nodeName !== '' && cfg.backend !== 'none';
+  const vxlanPort = cfg.backend === 'vxlan' || cfg.backend === 'auto' ? cfg.vxlan.port : undefined;
+  return hostFirewallWarning(readNftTables() ?? [], { ranges: cfg.ranges, vxlanPort, cluster });
 }

@@ -2,18 +2,16 @@
 import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { AgentStatus } from '../kube/node-agent';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
+import { InterfaceRecord } from '../store/records';
 import { BUILD } from '../version';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
 import * as validate from '../core/validate';
-import { podRoutes } from '../core/sandbox-check';
 import { ClusterLookups, tracePath } from '../core/path-trace';
+import { family, podNetwork } from './pod-messages';
 import { watch } from './watch';
 import { extensionName, ExtensionStatus } from '../extensions/extension-registry';
-import { carriesDefaultRoute, definitionOf } from '../core/network-backend';
-
-const family = (f: number): string => (f === 4 ? 'IPV4' : 'IPV6');
+import { definitionOf } from '../core/network-backend';
 
 /**
  * One of AttachNetwork's *_json fields (a Multus selection's cni-args, portMappings, bandwidth):
@@ -33,39 +31,6 @@ function jsonField(field: string, text: string | undefined, shape: 'object' | 'l
   return v;
 }
 
-/** An interface as kni's API answers it (GetPod, ListPods, Watch). */
-export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
-  return {
-    name: i.name,
-    mac: i.mac,
-    mtu: i.mtu,
-    host_interface: i.hostVeth,
-    vm_tap: i.tap ?? '',
-    network: i.network ?? '',
-    default: carriesDefaultRoute(i),
-    selected_by: i.selectedBy ?? '',
-    default_network: i.defaultNetwork ?? '',
-    device_id: i.deviceId ?? '',
-    ...(i.dns ? { dns: i.dns } : {}),
-    addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
-  };
-}
-
-export function podNetwork(rt: NetworkRuntime, rec: SandboxRecord): Record<string, unknown> {
-  return {
-    sandbox_id: rec.id,
-    pod: rec.pod,
-    netns_path: rec.netnsPath,
-    interfaces: rec.interfaces.filter((i) => !i.adding && !i.removing).map(interfaceMessage),
-    routes: podRoutes(rec),
-    runtime_handler: rec.runtimeHandler,
-    kind: rec.kind ?? 'container',
-    created_at: rec.createdAt,
-    labels: rec.labels,
-    annotations: rec.annotations,
-  };
-}
-
 /** A page of what a ListPods response may carry: 3 MiB, a margin under gRPC's 4 MiB default. */
 const LIST_PAGE_BYTES = 3 << 20;
 
@@ -77,7 +42,7 @@ export function listPodsPage(rt: NetworkRuntime, pageSize: number, pageToken: st
   const pods: unknown[] = [];
   let bytes = 0;
   for (const r of recs) {
-    const p = podNetwork(rt, r);
+    const p = podNetwork(r);
     // JSON is longer than the protobuf encoding of the same pod: a safe bound for the page.
     const size = Buffer.byteLength(JSON.stringify(p));
     if (pods.length && (bytes + size > LIST_PAGE_BYTES || (pageSize && pods.length >= pageSize))) {
@@ -136,7 +101,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
         runtimeHandler: req.runtime_handler,
         cgroupParent: req.cgroup_parent,
       });
-      return podNetwork(rt, rec);
+      return podNetwork(rec);
     }),
     Detach: u('Detach', async (req: { sandbox_id: string; netns_ending?: boolean }) => ({ released: await rt.detach(req.sandbox_id, true, 'kni', req.netns_ending === true) })),
     Check: u('Check', async (req: { sandbox_id: string }) => {
@@ -144,7 +109,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
       return { ok: problems.length === 0, problems };
     }),
     Trace: u('Trace', (req: { sandbox_id: string; destination: string; from_node: boolean; port: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers, cluster?.services, req.from_node, req.port)),
-    GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt, rt.get(req.sandbox_id))),
+    GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt.get(req.sandbox_id))),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.node.status();
@@ -169,7 +134,7 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
         infinibandGuid: req.infiniband_guid || undefined, deviceId: req.device_id || undefined, cniArgs: jsonField('cni_args_json', req.cni_args_json, 'object') as Record<string, unknown> | undefined,
         portMappings: jsonField('port_mappings_json', req.port_mappings_json, 'list') as unknown[] | undefined, bandwidth: jsonField('bandwidth_json', req.bandwidth_json, 'object'),
       });
-      return podNetwork(rt, rt.get(req.sandbox_id));
+      return podNetwork(rt.get(req.sandbox_id));
     }),
     DetachNetwork: u('DetachNetwork', async (req: { sandbox_id: string; interface_name: string }) => ({ removed: await rt.detachNetwork(req.sandbox_id, validate.interfaceName(req.interface_name)) })),
     ListNetworks: u('ListNetworks', () => ({

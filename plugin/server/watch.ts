@@ -14,7 +14,7 @@ import { isoTime, log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import * as validate from '../core/validate';
 import { refusal } from './request-guard';
-import { interfaceMessage } from './runtime-service';
+import { interfaceMessage } from './pod-messages';
 
 /** Watch streams open at once: on one connection, and in all. */
 export const MAX_WATCHES_PER_CONNECTION = 8;
