@@ -40,6 +40,10 @@ fi
 if [ ! -x dist/bin/kernel-floor ] || [ bench/kernel-floor.c -nt dist/bin/kernel-floor ]; then
   gcc -O2 -Wall -Wextra -Werror -static -o dist/bin/kernel-floor bench/kernel-floor.c
 fi
+# The no-op CNI plugin: the floor npm run bench:containerd sets kni beside.
+if [ ! -x dist/bin/noop-cni ] || [ bench/noop-cni.c -nt dist/bin/noop-cni ]; then
+  gcc -O2 -Wall -Wextra -Werror -static -o dist/bin/noop-cni bench/noop-cni.c
+fi
 # madge, for the import-cycle test: in its own prefix outside the work tree, beside the
 # TypeScript 5 its parser loads (the project builds with TypeScript 7, which has no JS API).
 MADGE_DIR=/var/cache/kni-tools/madge-8.0.0

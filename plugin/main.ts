@@ -10,7 +10,7 @@ import { log, setLogLevel } from './core/log';
 import { socketPathProblem } from './core/validate';
 import { NetworkRuntime } from './core/network-runtime';
 import { driftFindings, parseMetricsAddr, registerRuntimeGauges, serveMetrics } from './observe/metrics';
-import { startTracingFromEnv, tracingEnabled } from './observe/tracing';
+import { startTracingFromEnv } from './observe/tracing';
 import { clearStaleSocket, serve } from './server/server';
 import { lockStateDir, StateDirInUseError } from './store/state-lock';
 import { cniInstallDrift, installCni, kniConflist, shadowingConf, uninstallCni } from '../runtime-hooks/cni/cni-install';
@@ -196,18 +196,6 @@ async function main(): Promise<void> {
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
-  // The wiring threads load a second after the network is ready, so that the node's first pods,
-  // which come together (the kubelet sees the runtime's network ready within its 5 s status
-  // poll), find them. Not at once: loading them took the CPU of a fresh daemon's first
-  // attaches, one at a time 3.1–3.9 → 5.7–11.4 ms p50 (5 daemons each). With tracing on, pods
-  // are wired on this thread.
-  rt.node.onReady(() => {
-    if (tracingEnabled()) return;
-    setTimeout(() => {
-      const started = performance.now();
-      void rt.wiring.start().then((threads) => threads && log('info', 'wiring threads loaded', { threads, ms: Math.round(performance.now() - started) }));
-    }, 1000).unref();
-  });
   // Another plugin's config may come (or go) after kni's, and kni's own may be removed or
   // rewritten behind its back: looked at again as often as reconcile runs.
   let confOrderTimer: NodeJS.Timeout | undefined;

@@ -21,10 +21,9 @@ import type { Config } from './config';
 import type { PortMapping } from '../node/host-ports';
 import { nodeListens } from '../node/node-listeners';
 import { NetnsHandle } from '../netns/open-netns';
-import { tracingEnabled, withSpan } from '../observe/tracing';
+import { withSpan } from '../observe/tracing';
 import { guardedEnd } from '../node/node-guards';
 import { podMac } from '../pod/pod-wiring';
-import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** What kni's built-in network uses of the runtime. */
@@ -34,8 +33,6 @@ export interface BuiltInParts extends WiringParts, CheckParts, Pick<PlanParts, '
   readonly ipam: Ipam;
   readonly node: Pick<NodeLifecycle, 'bridgeIndex' | 'ensure' | 'mtu' | 'guards' | 'status'>;
   readonly podLink: PodWiring;
-  readonly attachesInFlight: number;
-  readonly wiring: WiringPool;
   readonly vethDelete: VethBatchDelete;
   ipamChanged(): void;
 }
@@ -108,19 +105,7 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
-    // On a wiring thread only when other attaches are in flight (they then overlap); one alone
-    // is wired here, saving the hop. With tracing on, always here: each kernel step is then a
-    // span of its own (the wiring threads have no tracer).
-    let pool: WiringPool | undefined;
-    if (!tracingEnabled()) {
-      // One turn of the event loop first, so that requests already on the socket are read and
-      // begin: an attach has no wait of its own before this point, so without the turn each
-      // one got here before the next was even decoded, saw itself alone, and all were wired on
-      // this thread one after the other (16 at once ran no faster than one at a time).
-      await new Promise<void>((resolve) => setImmediate(resolve));
-      if (this.rt.attachesInFlight > 1) pool = this.rt.wiring;
-    }
-    await wireInterface(this.rt, rec, itf, ns, pool);
+    await wireInterface(this.rt, rec, itf, ns);
     // Before the answer, so before any of the pod's containers runs; a failure undoes the attach.
     if (!itf.sourceUnchecked) withSpan('source.check', {}, () => this.rt.node.guards.add(guardedEnd(itf)));
   }

@@ -21,7 +21,6 @@ import { withSpan } from '../observe/tracing';
 import { NodeLifecycle } from './node-lifecycle';
 import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
-import { WiringPool } from '../pod/wiring-pool';
 import { NetnsPool } from '../netns/netns-pool';
 import { restoreState } from './restore-state';
 import { repairOnNotices } from './notice-repair';
@@ -68,12 +67,8 @@ export class NetworkRuntime {
   readonly notices = new KernelNotices();
   /** Host veths deleted before the detach answers (a pod end that could not be set aside), those of concurrent detaches together. */
   readonly vethDelete = new VethBatchDelete();
-  /** Threads that make pod interfaces, so that concurrent attaches overlap. */
-  readonly wiring = new WiringPool();
   /** Network namespaces made ahead of CreateNetwork. */
   readonly netnsPool = new NetnsPool(() => this.cfg.netnsPoolSize);
-  /** Attaches being served now (one alone is wired on this thread: no hop to a wiring thread). */
-  attachesInFlight = 0;
   /** How new pods are wired: the config's podLink, "auto" resolved at start (restore-state.ts). */
   podLink: PodWiring = 'bridge';
   /** Every pod network change, for Watch. */
@@ -177,7 +172,6 @@ export class NetworkRuntime {
     this.node.loopback6.close();
     saveLastGiven(this.store.dir, this.ipam, this.lastGivenWritten);
     this.extensions.close();
-    this.wiring.close();
     this.netnsPool.close();
     try {
       this.reaper.close();
@@ -237,7 +231,6 @@ export class NetworkRuntime {
       entry: entryPoint,
     };
     const attrs = () => ({ 'kni.sandbox.id': fields.sandbox, 'k8s.pod.name': String(req.pod?.name ?? '').slice(0, 253), 'k8s.namespace.name': String(req.pod?.namespace ?? '').slice(0, 63), 'kni.entry_point': entryPoint });
-    this.attachesInFlight++;
     try {
       const rec = await withSpan('kni.attach', attrs, () => attachSandbox(this, req));
       const s = Number(process.hrtime.bigint() - started) / 1e9;
@@ -247,8 +240,6 @@ export class NetworkRuntime {
     } catch (e) {
       this.failed('attach', entryPoint, e, fields, started);
       throw e;
-    } finally {
-      this.attachesInFlight--;
     }
   }
 

@@ -302,8 +302,7 @@ export class NodeLifecycle {
   /**
    * Sets the node network up again when it is not. verify: also when the bridge kni set up is
    * gone or replaced (one RTM_GETLINK). An attach does not verify: the lookup waits for the
-   * kernel's rtnl lock, which the wiring thread's veths hold, so it made concurrent attaches
-   * take turns (≈ 1.3 ms each at 16 at once here). A veth on a bridge that is gone fails
+   * kernel's rtnl lock, which the reaper's veth deletes hold for tens of ms. A veth on a bridge that is gone fails
    * instead, and the attach then verifies and tries again (sandbox-wiring.ts).
    */
   async ensure(verify = false): Promise<void> {

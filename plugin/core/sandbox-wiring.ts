@@ -15,7 +15,6 @@ import { HostVethExistsError, PodInterfaceExistsError, unwirePod, wirePod } from
 import { vacatePodEnd } from '../pod/pod-end-vacate';
 import { VethBatchDelete } from '../pod/veth-batch-delete';
 import { VethReaper } from '../pod/veth-reaper';
-import type { WiringPool } from '../pod/wiring-pool';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** What wiring uses of the runtime. */
@@ -26,23 +25,23 @@ export interface WiringParts {
 }
 
 /**
- * Makes one built-in interface in the netns open on ns: the veth on the bridge (on a wiring
- * thread when a pool is given: wiring-pool.ts), its shaping and tap.
+ * Makes one built-in interface in the netns open on ns: the veth on the bridge, its shaping
+ * and tap.
  */
-export async function wireInterface(rt: WiringParts, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle, pool?: WiringPool): Promise<void> {
-  const wire = () => (pool ? pool.wire(ns.fd, rt.node.bridgeIndex, itf, rec.id) : Promise.resolve(wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id)));
+export async function wireInterface(rt: WiringParts, rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
+  const wire = () => wirePod(rt.host, rt.node.bridgeIndex, ns.fd, itf, rec.id);
   try {
-    await wire();
+    wire();
   } catch (e) {
     if (e instanceof NetlinkError && (await bridgeReplaced(rt))) {
-      await wire();
+      wire();
       return shape(rt, rec, itf, ns);
     }
     if (e instanceof PodInterfaceExistsError && rt.reaper.busy()) {
       // The pod end of a detach that answered already, whose veth the reaper has not deleted
       // yet (a runtime that reuses the netns at once): delete the retired veths now.
       rt.reaper.flush();
-      await wire();
+      wire();
       return shape(rt, rec, itf, ns);
     }
     if (!(e instanceof HostVethExistsError)) throw e;

@@ -1,7 +1,7 @@
 // Network namespaces: create and pin, unpin, and open netlink sockets inside one.
 //
-// Everything here runs synchronously on the calling thread (the main thread, or a wiring
-// thread: plugin/pod/wiring-pool.ts): setns moves only that thread, the socket is bound to the
+// Everything here runs synchronously on the calling thread (the main thread, or the thread
+// that makes netns ahead: plugin/netns/netns-pool.ts): setns moves only that thread, the socket is bound to the
 // netns it was created in, and the thread is moved back before any other JavaScript can run on
 // it. Each thread keeps its own handle on the node netns ("home").
 import fs from 'node:fs';

@@ -109,9 +109,8 @@ function settle<T>(fn: () => T, done: () => void, failed: (e: unknown) => void):
 type StepTimer = { observe(seconds: number): void };
 const untimed: StepTimer = { observe: () => undefined };
 /**
- * The step's observer, looked up once per name. A wiring thread's steps are not timed: the
- * thread has no metrics endpoint, and prom-client would cost each thread its own registry's
- * memory.
+ * The step's observer, looked up once per name. A step on another thread is not timed: the
+ * thread has no metrics endpoint, and prom-client would cost it its own registry's memory.
  */
 const stepTimers = new Map<string, StepTimer>();
 // Held once loaded: a require() call resolves its path again each time, which cost a fresh
