@@ -32,10 +32,10 @@ export interface BenchOpts { n: number; churnSeconds: number; scale: number[]; p
 const linkCount = (): number => spawnSync('ip', ['-o', 'link', 'show'], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).length;
 
 /**
- * In runs 1–41 a plain Detach answered once the kernel had deleted the pod's veth; since the
- * nineteenth round the reaper deletes it after the answer. The alternating blocks and the scale
- * probe wait here until the veth is unlisted. The kernel's delete goes on for 10–20 ms after
- * that; waiting it out too did not change the scale probe's attach (twenty-third round).
+ * A plain Detach answers before the kernel deletes the pod's veth (the reaper deletes it after
+ * the answer). The alternating blocks and the scale probe wait here until the veth is
+ * unlisted. The kernel's delete goes on for 10–20 ms after that; waiting it out too did not
+ * change the scale probe's attach.
  */
 async function vethsGone(sock: NetlinkSocket, ids: string[]): Promise<void> {
   for (const id of ids) for (let i = 0; i < 5000 && linkByName(sock, hostVethName(id, 'eth0')); i++) await new Promise((r) => setTimeout(r, 1));
@@ -152,11 +152,10 @@ export class Bench {
    * restart of kni, wait for. Then `goN` cycles from the Go client, whose frames take paths of
    * their own in the daemon (grpc-go's window updates and BDP pings, its Huffman-coded
    * headers): a node's daemon serves containerd's calls all along. A fresh daemon's Go-client
-   * overhead fell over its first ≈ 1,400 cycles, + 0.33–0.40 ms to + 0.23–0.24
-   * (docs/performance-rounds.md, seventeenth round); with grpc-js's warm-up only, the Go cell measured
-   * the first Go calls the daemon ever served. The grpc-js cycles warm this process's client as
-   * well: V8 compiles grpc-js's call path over its first ≈ 1,500 cycles, and with 300 the first
-   * grpc-js cell measured a client still half cold (twenty-second round).
+   * overhead fell over its first ≈ 1,400 cycles, + 0.33–0.40 ms to + 0.23–0.24; with grpc-js's
+   * warm-up only, the Go cell measured the first Go calls the daemon ever served. The grpc-js
+   * cycles warm this process's client as well: V8 compiles grpc-js's call path over its first
+   * ≈ 1,500 cycles, and with 300 the first grpc-js cell measured a client still half cold.
    */
   async warmUp(n: number, goN: number): Promise<{ grpc: Stats; inDaemon: Stats }> {
     const links = linkCount();
@@ -243,7 +242,7 @@ export class Bench {
    * comparison drift apart by 30–50 % minutes apart, and alternating cancels that drift. The
    * floor runs twice a block, in turn first: back to back, and paced, sleeping before each
    * attach as long as kni's daemon waited for the client's next call in that block (the call's
-   * p50 less the in-daemon attach's): whether the pace matters on this machine (twenty-fourth round).
+   * p50 less the in-daemon attach's): whether the pace matters on this machine.
    */
   async versusFloor(blocks: number, perBlock: number): Promise<{ inDaemon: Stats; grpc: Stats; floor: Stats; floorPaced: Stats; gapMs: number; plainDetach: Stats }> {
     const inDaemon: number[] = [];

@@ -1,13 +1,15 @@
 // Pod startup in a real cluster (hack/cluster/cluster.sh): the time from `kubectl apply` of a
 // 30-replica Deployment to every pod Ready, and the kubelet's RunPodSandbox latency, with kni as
 // the network and then with the CNI reference plugins (bridge + host-local + portmap +
-// loopback, as kindnet uses them), in the same run, ROUNDS times each, alternating.
+// loopback, as kindnet uses them), in the same run, ROUNDS times each, alternating. And kni's
+// resident memory as the node agent (Kubernetes client on) on each worker: idle, before the
+// Deployment, and with its pods.
 //   node dist/bench/cluster-bench.js [ROUNDS=3]
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { apply, CL, cluster, kubectl, kubectlJson, WEB, WORKERS } from '../test/cluster/cluster-helpers';
-import { percentile } from './stats';
+import { percentile, rssMb } from './stats';
 
 const ROUNDS = Math.max(1, Number(process.argv[2] ?? 3));
 const REPLICAS = 30;
@@ -31,10 +33,18 @@ function sandboxLatency(): { sum: number; count: number } {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-async function round(network: Network): Promise<{ readyMs: number; sandboxMs: number }> {
+/** kni's resident memory on each worker (MB), as the cluster started it (pid file under $CL/run). */
+const kniRss = (): number[] => WORKERS.map((w) => rssMb(Number(fs.readFileSync(`${CL}/run/kni-${w}.pid`, 'utf8').trim())));
+
+async function round(network: Network): Promise<{ readyMs: number; sandboxMs: number; idleRss?: number[]; podsRss?: number[] }> {
   cluster('down');
   cluster('up');
   cluster(network === 'kni' ? 'kni' : 'reference-cni');
+  let idleRss: number[] | undefined;
+  if (network === 'kni') {
+    await sleep(10_000); // the informers' first lists done, the node set up
+    idleRss = kniRss();
+  }
   const before = sandboxLatency();
   const started = Date.now();
   apply(WEB(REPLICAS));
@@ -48,17 +58,21 @@ async function round(network: Network): Promise<{ readyMs: number; sandboxMs: nu
   const readyMs = Date.now() - started;
   const after = sandboxLatency();
   const sandboxMs = ((after.sum - before.sum) / Math.max(1, after.count - before.count)) * 1000;
-  return { readyMs, sandboxMs };
+  return { readyMs, sandboxMs, idleRss, podsRss: network === 'kni' ? kniRss() : undefined };
 }
 
 async function main(): Promise<void> {
   const results: Record<Network, { readyMs: number[]; sandboxMs: number[] }> = { kni: { readyMs: [], sandboxMs: [] }, 'reference-cni': { readyMs: [], sandboxMs: [] } };
+  const idleRss: number[] = [];
+  const podsRss: number[] = [];
   try {
     for (let r = 0; r < ROUNDS; r++) {
       for (const n of ['kni', 'reference-cni'] as Network[]) {
         const x = await round(n);
         results[n].readyMs.push(x.readyMs);
         results[n].sandboxMs.push(x.sandboxMs);
+        idleRss.push(...(x.idleRss ?? []));
+        podsRss.push(...(x.podsRss ?? []));
         process.stderr.write(`round ${r + 1} ${n}: ${REPLICAS} pods Ready in ${x.readyMs} ms, RunPodSandbox mean ${x.sandboxMs.toFixed(1)} ms\n`);
       }
     }
@@ -75,9 +89,11 @@ async function main(): Promise<void> {
     `| kubelet RunPodSandbox, mean (median of ${ROUNDS}) | ${med(k.sandboxMs).toFixed(1)} ms | ${med(c.sandboxMs).toFixed(1)} ms | ${(med(k.sandboxMs) / med(c.sandboxMs)).toFixed(2)} |`,
   ];
   process.stdout.write(`${rows.join('\n')}\n`);
+  const range = (a: number[]) => `${Math.min(...a).toFixed(0)}–${Math.max(...a).toFixed(0)} MB`;
+  process.stdout.write(`kni's resident memory as the node agent (each worker, each round): ${range(idleRss)} idle, ${range(podsRss)} with ${REPLICAS / WORKERS.length} pods\n`);
   const dir = path.join(__dirname, '../../bench/results');
   fs.mkdirSync(dir, { recursive: true });
-  fs.writeFileSync(path.join(dir, 'cluster-latest.json'), JSON.stringify({ date: new Date().toISOString(), replicas: REPLICAS, rounds: ROUNDS, results }, null, 2));
+  fs.writeFileSync(path.join(dir, 'cluster-latest.json'), JSON.stringify({ date: new Date().toISOString(), replicas: REPLICAS, rounds: ROUNDS, results, idleRss, podsRss }, null, 2));
 }
 
 main().catch((e) => {

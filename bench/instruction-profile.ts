@@ -6,7 +6,7 @@
 // by up to 60 % while V8 runs a deoptimized hot function in baseline code until it is optimized
 // again (longer under valgrind, which runs the compiler's thread in turn with the main one).
 // One function's count moves by a few % at most: a change worth a few microseconds shows in
-// it (docs/performance-rounds.md, sixteenth round). The kernel's own work is not counted: valgrind
+// it. The kernel's own work is not counted: valgrind
 // sees user space only. Times under valgrind are ~30× the real ones.
 import { ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';

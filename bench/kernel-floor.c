@@ -27,8 +27,7 @@
 //           reaper thread does after the answers), reported as groupDeleteMs.
 //   gap=US: sleep US microseconds before each attach, untimed, as kni's daemon waits for a
 //           client's next call between its attaches: the bench's paced floor, which says
-//           whether the pace matters (here pauses of milliseconds slow the same kernel work;
-//           docs/performance-rounds.md, twenty-third and twenty-fourth rounds).
+//           whether the pace matters (here pauses of milliseconds slow the same kernel work).
 // Prints one line of JSON: {"attachMs":[...],"detachMs":[...],"groupDeleteMs":x}.
 #define _GNU_SOURCE
 #include <errno.h>
@@ -60,7 +59,7 @@
 #define NS_GET_NSTYPE 0xb703
 #define IFLA_BRPORT_MODE_ 4
 // One queue each way on both veth ends, as kni asks (plugin/netlink/link.ts vethAdd); built
-// with -DNUM_QUEUES=0 it asks none, as kni did before (the A/B in docs/performance-rounds.md, ninth round).
+// with -DNUM_QUEUES=0 it asks none, as kni did before (docs/performance-history.md).
 #ifndef NUM_QUEUES
 #define NUM_QUEUES 1
 #endif

@@ -35,7 +35,6 @@ async function inner(o: BenchOpts, warm: [number, number], results: string): Pro
         // kni's API from Go next to the same API from grpc-js, before the exec'd paths: a cell
         // right after the reference plugins' (300 pods of process execs and iptables) ran slower,
         // the Go client's overhead + 0.30–0.47 ms against + 0.22–0.31 after the grpc-js cell
-        // (docs/performance-rounds.md, seventeenth round).
         if (p.name === GRPC_PATH) {
           process.stderr.write(`  ${GO_PATH}, ${concurrency} at once, N = ${o.n} ...\n`);
           rows.push({ path: GO_PATH, concurrency, ...(await b.addDelGo(concurrency)) });
@@ -56,12 +55,12 @@ async function inner(o: BenchOpts, warm: [number, number], results: string): Pro
     process.stderr.write('  transport floor ...\n');
     const transport = await transportFloor(400, b.kniClient());
 
-    const { text, targets } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh });
+    const { text, figures } = benchReport({ n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh });
     process.stdout.write(text);
 
     fs.mkdirSync(results, { recursive: true });
     const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh, targets }, null, 2);
+    const json = JSON.stringify({ date: new Date().toISOString(), machine: { cpus: os.cpus().length, kernel: os.release(), node: process.version }, n: o.n, podLink: o.podLink, rows, floor, versus, concurrencyBlocks, scale, churn, transport, fresh, figures }, null, 2);
     fs.writeFileSync(path.join(results, `${stamp}.json`), json);
     fs.writeFileSync(path.join(results, 'latest.json'), json);
     fs.writeFileSync(path.join(results, 'latency.svg'), latencyChart(rows, `kni vs CNI reference plugins, N = ${o.n} (ms per pod, log scale)`));

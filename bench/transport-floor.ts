@@ -1,7 +1,7 @@
 // What a call costs before kni does anything: the round trip of a call that does nothing, over
 // a unix socket, to another Node process, through each layer a Node gRPC server can stand on —
 // raw bytes, Node's HTTP/2 with a gRPC-shaped exchange, a grpc-js server — and kni's own no-op
-// call (GetIPAMStatus, on kni's own HTTP/2 framing since the thirteenth round). Measured back to back and with 4 ms of idleness before each call, as
+// call (GetIPAMStatus, served by grpc-js). Measured back to back and with 4 ms of idleness before each call, as
 // between attaches (an attach keeps both processes waiting that long): on this VM kind a
 // process woken from idle pays the hypervisor's wake-up on every hop.
 //   node dist/bench/transport-floor.js            prints the table

@@ -32,7 +32,7 @@ export class EventLog {
    * The last `size` events, event n at (n - 1) % size. A ring, not push and shift: once the
    * log was full, each shift while the GC marked moved all 10,000 slots, with a write barrier
    * per slot, twice an attach and twice a detach (callgrind: up to 215,000 instructions a
-   * shift; docs/performance-rounds.md, sixteenth round).
+   * shift; docs/performance-history.md).
    */
   private readonly ring: PodEvent[] = [];
   private readonly listeners = new Set<(e: PodEvent) => void>();

@@ -34,7 +34,7 @@ let secondPrefix = '';
 /**
  * A time in ms since the epoch as Date's toISOString writes it. The text up to the seconds is
  * made once a second: V8 formats a date with snprintf, ≈ 7,000 instructions a line (callgrind,
- * docs/performance-rounds.md, sixteenth round), against a few hundred for this.
+ * docs/performance-history.md), against a few hundred for this.
  */
 export function isoTime(time: number = Date.now()): string {
   const ms = Math.floor(time); // as Date keeps it: whole milliseconds
@@ -65,6 +65,6 @@ export function log(level: Level, msg: string, fields: Record<string, unknown> =
   if (!logEnabled(level) || stdoutGone) return;
   const entry = { time: isoTime(), level, msg, ...fields };
   // A replacer takes V8 off its fast JSON path: an attach's line took ≈ 20 µs more with it,
-  // between requests (docs/performance-rounds.md, tenth round).
+  // between requests (docs/performance-history.md).
   process.stdout.write(`${msg.length <= MAX_FIELD && short(fields) ? JSON.stringify(entry) : JSON.stringify(entry, cut)}\n`);
 }

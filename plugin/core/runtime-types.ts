@@ -81,7 +81,7 @@ export const DETACHING = 'detaching' as const;
 
 /** The host end's name: "kni" + 12 hex digits of a hash, unique per sandbox and interface. */
 // The one-shot crypto.hash (Node 20.12) skips the Hash object's layers: run cold, as between
-// requests, a name took 57 µs with createHash and 19 with it (docs/performance-rounds.md, tenth round).
+// requests, a name took 57 µs with createHash and 19 with it (docs/performance-history.md).
 const sha256Hex: (data: string) => string =
   typeof crypto.hash === 'function' ? (data) => crypto.hash('sha256', data, 'hex') : (data) => crypto.createHash('sha256').update(data).digest('hex');
 

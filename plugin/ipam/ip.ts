@@ -71,7 +71,7 @@ const GROUPS = new Array<number>(8).fill(0);
 
 export function formatIp(family: Family, v: bigint): string {
   // Numbers, not a bigint operation per group, and strings built in loops, not arrays: every
-  // allocation formats its addresses, cold (docs/performance-rounds.md, eleventh round).
+  // allocation formats its addresses, cold (docs/performance-history.md).
   if (family === 4) {
     const n = Number(v & 0xffffffffn);
     return `${n >>> 24}.${(n >>> 16) & 255}.${(n >>> 8) & 255}.${n & 255}`;

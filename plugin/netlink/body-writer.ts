@@ -5,7 +5,7 @@
 // Why not a buffer per attribute and a concat per message, as before: the pod end's write of
 // an attach was eleven requests in ≈ 60 small buffers (a view each, most from Node's pool),
 // and run cold between requests, an attach's requests took ≈ 0.1 ms to make; written in
-// place, ≈ 30 µs less (docs/performance-rounds.md, eleventh round).
+// place, ≈ 30 µs less (docs/performance-history.md).
 import { Family, writeIp } from '../ipam/ip';
 import { align4, NLA_F_NESTED } from './attr';
 

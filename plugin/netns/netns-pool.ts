@@ -1,7 +1,7 @@
 // Network namespaces made ahead of the KNI POC CreateNetwork, where kni makes the pod's netns.
 // Making one is that call's slowest step, the kernel's (a loopback device, per-netns sysctl
-// tables, IPv4 and IPv6 set up: 0.4–0.5 ms back to back here, most of the call's 1.16 ms in the
-// daemon, bench run 18); pinning one that exists is a bind mount (≈ 0.05 ms). A thread of its
+// tables, IPv4 and IPv6 set up: 0.4–0.5 ms back to back here, most of the call's ≈ 1.2 ms in the
+// daemon); pinning one that exists is a bind mount (≈ 0.05 ms). A thread of its
 // own (netns-pool-worker.ts) makes them once the calls pause, so the main thread never blocks
 // on it and a pod's attach does not wait behind it for the kernel's locks.
 //

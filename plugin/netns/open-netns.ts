@@ -6,7 +6,7 @@
 // netns's inode to tell later whether the same path still names the same netns.
 // The calls are libc's through koffi, as the netlink sends are, rather than Node's fs: between
 // requests, as on a pod's attach, the daemon's netns open took 57 µs through Node's fs bindings
-// and 45 through these (docs/performance-rounds.md, tenth round).
+// and 45 through these (docs/performance-history.md).
 import fs from 'node:fs';
 import * as libc from '../sys/libc';
 import { KniError, invalid } from '../core/errors';

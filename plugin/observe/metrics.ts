@@ -52,7 +52,7 @@ export class PendingObservations {
  * when the metrics are read (its collect hook), or by a timer FLUSH_MS after the first one
  * waits, off the call that made it. prom-client's observe hashes the label set and searches the
  * buckets at every call: between requests, as on a pod's attach, eight of them took ≈ 50 µs
- * against ≈ 6 for the array writes (docs/performance-rounds.md, tenth round), and an attach makes
+ * against ≈ 6 for the array writes (docs/performance-history.md), and an attach makes
  * eight or more; handed on together, they cost ≈ 0.6 µs each. What is read is the same histogram.
  */
 export class BufferedHistogram {

@@ -154,7 +154,7 @@ export class RecordLog<T extends object> {
     const buf = Buffer.from(line);
     try {
       // libc's write rather than Node's writeSync: ≈ 4–5 µs less a line in the daemon, two
-      // lines an attach (docs/performance-rounds.md, tenth round).
+      // lines an attach (docs/performance-history.md).
       for (let off = 0; off < buf.length; ) off += libc.write(this.fd, off ? buf.subarray(off) : buf);
     } catch (e) {
       // A short write (a full disk) must not leave half a line for the next one to follow.
