@@ -45,7 +45,7 @@ describe("kni's links deleted by others, noticed as the kernel tells it (real ke
         assert.deepEqual(n.linksDeleted.sort(), ['kn0', 'kn1']);
         // kn1 was up when the pair went: its deletion takes it down too, and says so.
         assert.deepEqual(n.linksDown.sort(), ['kn0', 'kn1']);
-        assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2 && r.host === undefined), JSON.stringify(n));
+        assert.ok(n.routesDeleted.some((r) => r.protocol === 107 && r.family === 2 && r.host === undefined && r.destination === '10.8.0.0/16'), JSON.stringify(n));
         // A route to one address names it: a routed pod's route.
         assert.ok(n.routesDeleted.some((r) => r.family === 2 && r.host === '10.8.1.7'), JSON.stringify(n));
         assert.equal(n.messages, n.linksDeleted.length + n.linksDown.length + n.routesDeleted.length, 'a notice other than a deletion or a link going down reached the socket');

@@ -36,16 +36,13 @@ async function kniNode(i: number, backend: string): Promise<KniNode> {
 
 /** Counts the requests made on a socket (dumps are not requests) until restored. */
 function countWrites(sock: NetlinkSocket): { count: number; restore: () => void } {
-  const request = sock.request.bind(sock);
   const exec = sock.exec.bind(sock);
   const c = {
     count: 0,
-    restore: () => Object.assign(sock, { request, exec }),
+    restore: () => Object.assign(sock, { exec }),
   };
-  Object.assign(sock, {
-    request: (...args: Parameters<NetlinkSocket['request']>) => (c.count++, request(...args)),
-    exec: (...args: Parameters<NetlinkSocket['exec']>) => (c.count++, exec(...args)),
-  });
+  // request() sends through exec(): each request is counted once, there.
+  Object.assign(sock, { exec: (reqs: Parameters<NetlinkSocket['exec']>[0]) => ((c.count += reqs.length), exec(reqs)) });
   return c;
 }
 
@@ -217,6 +214,51 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       reachable(a, b);
     });
 
+    it("a Node event's sync writes only what changed: a peer added is its two routes (nothing read but the node's addresses), a route someone else made to its podCIDR is not replaced, and a peer gone is its routes deleted, whose notices kni knows for its own", () => {
+      both(a, b);
+      const ns = a.d.nodeNetnsName;
+      const others = Array.from({ length: 50 }, (_, i): NodeView => ({ name: `other-${i}`, internalIPs: ['192.168.61.2'], podCidrs: [`10.62.${i}.0/24`] }));
+      a.peers.sync(a.view, [a.view, b.view, ...others], false);
+      const fresh: NodeView = { name: 'fresh', internalIPs: ['192.168.61.2', 'fd00:6100::2'], podCidrs: ['10.61.9.0/24', 'fd00:61:9::/64'] };
+      const writes = countWrites(a.sock);
+      let st;
+      try {
+        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh], false);
+      } finally {
+        writes.restore();
+      }
+      assert.equal(writes.count, 2, 'a new peer with a /24 and a /64 is two route writes');
+      assert.deepEqual(st.filter((x) => x.node === 'fresh').map((x) => x.state), ['installed', 'installed']);
+      assert.match(routesIn(a.d.nodeNetns, '-4'), /10\.61\.9\.0\/24 via 192\.168\.61\.2/);
+      // Someone else's route to a new peer's podCIDR stays, and the peer's route is refused.
+      sh('ip', ['-n', ns, 'route', 'add', '10.61.10.0/24', 'via', '192.168.61.2', 'proto', 'static']);
+      try {
+        const taken: NodeView = { name: 'taken', internalIPs: ['192.168.61.2'], podCidrs: ['10.61.10.0/24'] };
+        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh, taken], false);
+        const t = st.find((x) => x.node === 'taken')!;
+        assert.equal(t.state, 'failed');
+        assert.match(t.error, /^a route to 10\.61\.10\.0\/24 that kni did not make is in place; kni does not replace it$/);
+        assert.match(inNetns(a.d.nodeNetns, 'ip', ['-4', 'route', 'show', '10.61.10.0/24']).out, /proto static/);
+        // The periodic check names its protocol.
+        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh, taken]);
+        assert.match(st.find((x) => x.node === 'taken')!.error, /\(proto static\)/);
+      } finally {
+        trySh('ip', ['-n', ns, 'route', 'del', '10.61.10.0/24']);
+      }
+      const gone = countWrites(a.sock);
+      try {
+        a.peers.sync(a.view, [a.view, b.view, ...others], false);
+      } finally {
+        gone.restore();
+      }
+      assert.equal(gone.count, 2, 'a peer gone is its two routes deleted');
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.9\.0/);
+      assert.equal(a.peers.deletedItself('10.61.9.0/24'), true);
+      assert.equal(a.peers.deletedItself('10.61.9.0/24'), false, 'a deletion answers once');
+      a.peers.sync(a.view, [a.view, b.view]);
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.62\./);
+    });
+
     it('a peer removed: its routes go', () => {
       a.peers.sync(a.view, [a.view]);
       assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');
@@ -326,6 +368,29 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       a.cfg.vxlan.txChecksumOffload = 'auto';
       both(a, b);
       assert.equal(txChecksumming(), 'off');
+      reachable(a, b);
+    });
+
+    it("a Node event's sync over vxlan writes only the new peer's routes, neighbours and FDB entry, and deletes only a gone peer's", () => {
+      both(a, b);
+      const fresh: NodeView = { name: 'fresh', internalIPs: ['192.168.72.9', 'fd00:72::9'], podCidrs: ['10.61.9.0/24', 'fd00:61:9::/64'] };
+      const writes = countWrites(a.sock);
+      try {
+        a.peers.sync(a.view, [a.view, b.view, fresh], false);
+      } finally {
+        writes.restore();
+      }
+      assert.equal(writes.count, 5, 'two routes, two neighbours and one FDB entry');
+      const fdb = () => inNetns(a.d.nodeNetns, 'bridge', ['fdb', 'show', 'dev', `${RUN}vx`]).out;
+      assert.match(fdb(), /dst 192\.168\.72\.9/);
+      const gone = countWrites(a.sock);
+      try {
+        a.peers.sync(a.view, [a.view, b.view], false);
+      } finally {
+        gone.restore();
+      }
+      assert.equal(gone.count, 5, 'its routes, neighbours and FDB entry deleted');
+      assert.doesNotMatch(fdb(), /192\.168\.72\.9/);
       reachable(a, b);
     });
 

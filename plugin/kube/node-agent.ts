@@ -69,6 +69,8 @@ export class NodeAgent {
   private syncTimer?: NodeJS.Timeout;
   private syncing = false;
   private syncAgain = false;
+  /** The next sync reads the kernel and compares (the periodic check, the kernel's notices, a relist); a Node event's writes only the difference. */
+  private verifyNext = true;
   /** Each Node's routing fields as last seen (routingChanged). */
   private readonly routingOf = new Map<string, string>();
   private stopped = false;
@@ -130,13 +132,13 @@ export class NodeAgent {
     for (const verb of ['add', 'update'] as const) {
       informer.on(verb, (n) => {
         restart.connected();
-        if (this.routingChanged(n)) this.schedule();
+        if (this.routingChanged(n)) this.schedule(false);
       });
     }
     informer.on('delete', (n) => {
       restart.connected();
       this.routingOf.delete(n.metadata?.name ?? '');
-      this.schedule();
+      this.schedule(false);
     });
     informer.on('connect', () => this.schedule());
     this.rt.onIpamChange(() => this.checkIpam());
@@ -153,7 +155,8 @@ export class NodeAgent {
     this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
     this.routeTimer.unref();
     this.rt.notices.onNotices((n) => {
-      const routes = n.routesDeleted.filter((r) => r.protocol === RTPROT_KNI).length;
+      // Routes kni deleted itself (a peer gone) are no news: only others' deletions are.
+      const routes = n.routesDeleted.filter((r) => r.protocol === RTPROT_KNI && !(r.destination && this.peers.deletedItself(r.destination))).length;
       const vxlan = n.linksDeleted.includes(this.cfg.vxlan.device) || n.linksDown.includes(this.cfg.vxlan.device);
       if (!this.cfg.repairOnNotice || !(n.lost || routes || vxlan)) return;
       log('info', "the kernel says a route of kni's was deleted, or its vxlan device deleted or set down: checking the routes to other nodes' pods now", { routes, lost: n.lost });
@@ -204,7 +207,8 @@ export class NodeAgent {
     if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${error})`);
   }
 
-  private schedule(): void {
+  private schedule(verify = true): void {
+    if (verify) this.verifyNext = true;
     if (this.syncTimer || this.stopped) return;
     this.syncTimer = setTimeout(() => {
       this.syncTimer = undefined;
@@ -229,7 +233,9 @@ export class NodeAgent {
       const views = nodes.map(nodeView);
       this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
       const started = performance.now();
-      const status = this.peers.sync(nodeView(self), views);
+      const verify = this.verifyNext;
+      this.verifyNext = false;
+      const status = this.peers.sync(nodeView(self), views, verify);
       // On the event loop: what it costs grows with the cluster (docs/node-agent.md, "At scale").
       stepSeconds.of('peers.sync').observe((performance.now() - started) / 1000);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);
@@ -355,7 +361,7 @@ export class NodeAgent {
     const ready = this.rt.node.status().ready;
     this.writer.setCondition(
       ready && !bad.length
-        ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: `kni: node network set up, routes to the pods of ${new Set(status.map((st) => st.node)).size} other node(s) in place` }
+        ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: "kni: node network set up, routes to every other node's pods in place" }
         : {
             type: 'NetworkUnavailable',
             status: 'True',

@@ -1,6 +1,10 @@
 // What kni writes on its Node: conditions (NetworkUnavailable, kni.dev/IPAMExhausted) and the
-// NoSchedule taint kni.dev/ipam-exhausted. Writes go out only when the wanted state changes,
-// and are retried until the API server takes them (it may be away for a while).
+// NoSchedule taint kni.dev/ipam-exhausted. A condition is written only when its status or
+// reason changes, never for its message alone: every Node watcher in the cluster receives each
+// write, so a message that followed a count (the peers, the routes missing) would make every
+// node's join a write by every kni. The message is the state when the condition last changed;
+// knictl node and the metrics have the current one. Writes are retried until the API server
+// takes them (it may be away for a while).
 import { log } from '../core/log';
 import { apiError, isConflict, KubeApi, withTimeout } from './kube-api';
 import { recordEvent } from './kube-events';
@@ -16,6 +20,9 @@ export interface WantedCondition {
 }
 
 const RETRY_MS = 5000;
+
+/** What decides whether a condition is written again. */
+const stateOf = (c: WantedCondition): string => `${c.status}\u0000${c.reason}`;
 
 export class NodeStatusWriter {
   private wanted = new Map<string, WantedCondition>();
@@ -59,14 +66,14 @@ export class NodeStatusWriter {
 
   private async flush(): Promise<void> {
     try {
-      const due = [...this.wanted.values()].filter((c) => this.written.get(c.type) !== JSON.stringify(c));
+      const due = [...this.wanted.values()].filter((c) => this.written.get(c.type) !== stateOf(c));
       if (due.length) {
         const now = new Date().toISOString();
         // Strategic merge: conditions merge by type, so the kubelet's own are untouched.
         const body = { status: { conditions: due.map((c) => ({ ...c, lastHeartbeatTime: now, lastTransitionTime: now })) } };
         await withTimeout(this.api.core.patchNodeStatus({ name: this.node, body }, this.api.k8s.setHeaderOptions('Content-Type', this.api.k8s.PatchStrategy.StrategicMergePatch)), 10_000, 'patch Node status');
         for (const c of due) {
-          this.written.set(c.type, JSON.stringify(c));
+          this.written.set(c.type, stateOf(c));
           log('info', 'Node condition set', { node: this.node, condition: c.type, status: c.status, message: c.message });
         }
       }

@@ -36,7 +36,7 @@ export interface Notices {
   /** Names of links that went down (up before, not up now). */
   linksDown: string[];
   /** Routes deleted: family (AF_INET 2, AF_INET6 10), the protocol that made them and, for a route to one address (a /32 or /128), that address. */
-  routesDeleted: { family: number; protocol: number; host?: string }[];
+  routesDeleted: { family: number; protocol: number; host?: string; destination?: string }[];
   /** The socket's buffer overflowed: notices were lost, anything may have changed. */
   lost: boolean;
   /** Messages read in all (with the filter on, only deletions and links going down). */
@@ -138,11 +138,12 @@ export class NoticeSocket {
         } else if (m.type === RTM_DELROUTE && m.body.length >= RTMSG) {
           const route: Notices['routesDeleted'][number] = { family: m.body.readUInt8(RTMSG_FAMILY), protocol: m.body.readUInt8(RTMSG_PROTOCOL) };
           const dstLen = m.body.readUInt8(RTMSG_DST_LEN);
-          if (dstLen === 32 || dstLen === 128) {
-            forEachAttr(m.body, RTMSG, m.body.length, (t, start, end) => {
-              if (t === RTA_DST && end - start === dstLen / 8) route.host = formatIpBytes(m.body, start, end - start);
-            });
-          }
+          forEachAttr(m.body, RTMSG, m.body.length, (t, start, end) => {
+            if (t !== RTA_DST || (end - start !== 4 && end - start !== 16)) return;
+            const ip = formatIpBytes(m.body, start, end - start);
+            route.destination = `${ip}/${dstLen}`;
+            if (dstLen === (end - start) * 8) route.host = ip;
+          });
           out.routesDeleted.push(route);
         }
       }

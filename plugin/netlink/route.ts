@@ -2,7 +2,7 @@
 import { bitsOf, Cidr, Family, formatIp, parseIp } from '../ipam/ip';
 import { forEachAttr, readIpAt } from './attr';
 import { BodyWriter, bodyWriter } from './body-writer';
-import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_REPLACE } from './socket';
+import { NetlinkError, NetlinkRequest, NetlinkSocket, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from './socket';
 
 const RTM_NEWROUTE = 24;
 const RTM_DELROUTE = 25;
@@ -64,14 +64,17 @@ export interface PeerRoute {
 
 const routeWhat = (r: PeerRoute): string => `route ${r.destination.text} via ${r.gateway}${r.onlink ? ' onlink' : ''} (link ${r.index})`;
 
-/** A route to another node's pods, marked as kni's (RTPROT_KNI); replaces what is there. */
-export function peerRouteAdd(r: PeerRoute): NetlinkRequest {
+/**
+ * A route to another node's pods, marked as kni's (RTPROT_KNI): replaces what is there, or with
+ * `exclusive` fails (EEXIST) where any route to that destination is in place.
+ */
+export function peerRouteAdd(r: PeerRoute, exclusive = false): NetlinkRequest {
   const f = r.destination.family;
   const w = rtmsg(f, r.destination.prefixLength, RTPROT_KNI, r.onlink ? RTNH_F_ONLINK : 0);
   w.ip(RTA_DST, f, r.destination.base);
   w.ip(RTA_GATEWAY, f, parseIp(r.gateway).value);
   w.u32(RTA_OIF, r.index);
-  return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `add ${routeWhat(r)}`, body: w.take() };
+  return { type: RTM_NEWROUTE, flags: NLM_F_CREATE | (exclusive ? NLM_F_EXCL : NLM_F_REPLACE), what: `add ${routeWhat(r)}`, body: w.take() };
 }
 
 /** Deletes kni's route to a destination (whatever its gateway). */

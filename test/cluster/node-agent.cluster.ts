@@ -222,6 +222,27 @@ status: {addresses: [{type: InternalIP, address: ${i ? `10.240.0.${100 + i}` : '
     assert.doesNotMatch(kernelRoutes('w1'), /10\.244\.1[0-4][0-9]\./);
   });
 
+  it("peers joining and leaving are not written to this node's Node: NetworkUnavailable changes only with its status or reason", async () => {
+    const unavailable = () => condition(node('kc-w1'), 'NetworkUnavailable');
+    await waitFor(() => unavailable()?.status === 'False', 30_000, () => JSON.stringify(unavailable()));
+    const before = unavailable();
+    const joining = Array.from({ length: 20 }, (_, i) => `apiVersion: v1
+kind: Node
+metadata: {name: kc-join-${i}, labels: {kni.test/join: "1"}}
+spec: {podCIDRs: ["10.244.${150 + i}.0/24"], podCIDR: "10.244.${150 + i}.0/24", taints: [{key: example.com/not-real, effect: NoSchedule}]}
+status: {addresses: [{type: InternalIP, address: 10.240.0.${150 + i}}]}
+`).join('---\n');
+    apply(joining);
+    try {
+      await waitFor(() => peerRoutes('w1').filter((r: any) => r.node.startsWith('kc-join-') && r.state === 'installed').length === 20, 30_000, () => JSON.stringify(peerRoutes('w1')));
+    } finally {
+      kubectl('delete', 'node', '-l', 'kni.test/join=1');
+    }
+    await waitFor(() => !peerRoutes('w1').some((r: any) => r.node.startsWith('kc-join-')), 30_000, () => JSON.stringify(peerRoutes('w1')));
+    await new Promise((r) => setTimeout(r, 2000)); // a write kni might still send has gone out
+    assert.deepEqual(unavailable(), before, 'kni wrote its Node for peers coming and going');
+  });
+
   it('API server away: pods keep talking across nodes; kni restarted meanwhile comes back from its state and wires a sandbox made through CRI; when the API returns it catches up', async () => {
     const podsBefore = knictl('w1', 'pods').length;
     cluster('apiserver-stop');
