@@ -147,9 +147,9 @@ describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
 describe('where pod traffic keeps its source address (KNI-MASQ\'s returns)', () => {
   const c = (...t: string[]) => t.map(parseCidr);
   const texts = (l: ReturnType<typeof parseCidr>[]) => l.map((x) => x.text);
-  it('is every pod CIDR of the cluster and nonMasqueradeCIDRs; with nodeIpam the cluster\'s CIDRs stand for the nodes\' blocks in them', () => {
+  it('is every pod CIDR of the cluster (side by side ones merged) and nonMasqueradeCIDRs; with nodeIpam the cluster\'s CIDRs stand for the nodes\' blocks in them', () => {
     const none = { clusterCIDRs: [], nodeMaskSizeIPv4: 24, nodeMaskSizeIPv6: 64, configMap: 'kube-system/kni-node-cidrs' };
-    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: none }, c('10.1.1.0/24'))), ['10.1.0.0/24', 'fd00:1::/64', '10.1.1.0/24', '192.0.2.0/24']);
+    assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: none }, c('10.1.1.0/24'))), ['10.1.0.0/23', 'fd00:1::/64', '192.0.2.0/24']);
     const pool = { ...none, clusterCIDRs: c('10.1.0.0/16', 'fd00:1::/48') };
     // A peer's block outside the pool (set by another node IPAM before nodeIpam) still returns.
     assert.deepEqual(texts(unmasqueraded({ ranges: c('10.1.0.0/24', 'fd00:1::/64'), nonMasqueradeCIDRs: c('192.0.2.0/24'), nodeIpam: pool }, c('10.1.1.0/24', 'fd00:1:0:1::/64', '10.9.0.0/24'))), ['10.1.0.0/16', 'fd00:1::/48', '10.9.0.0/24', '192.0.2.0/24']);

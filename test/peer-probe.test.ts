@@ -62,6 +62,31 @@ describe('peer probe (loopback)', () => {
     assert.match(answer.toString('latin1', 0, 40), /^kni node-a bytes=9216\n\.\.\./);
   });
 
+  it('a round ends within its interval however many peers stay silent, and the next goes on with the targets it did not reach', async () => {
+    const held: net.Socket[] = [];
+    const mute = net.createServer((s) => held.push(s)).listen({ host: '127.0.0.1', port: port + 3 });
+    try {
+      await new Promise((r) => mute.once('listening', r));
+      // 100 peers that take the whole 1 s timeout each, 32 at a time: 4 s for all, more than the 2 s interval.
+      probe = new PeerProbe(() => ({ port: port + 3, intervalSeconds: 2, timeoutSeconds: 1 }), 'kni test');
+      const targets = Array.from({ length: 100 }, (_, i) => ({ destination: `10.7.${i}.0/24`, address: '127.0.0.1', source: '127.0.0.1' }));
+      const rounds: { ms: number; probed: number }[] = [];
+      for (let r = 0; r < 2; r++) {
+        const before = held.length;
+        const t0 = performance.now();
+        await probe.probeAll(targets);
+        rounds.push({ ms: performance.now() - t0, probed: held.length - before });
+        for (const h of held) h.destroy();
+      }
+      for (const r of rounds) assert.ok(r.ms < 2900, `a round took ${Math.round(r.ms)} ms for a 2 s interval`);
+      assert.ok(rounds[0].probed < 100, `the first round probed all ${rounds[0].probed}: the bound was not reached`);
+      assert.ok(rounds[0].probed + rounds[1].probed >= 100, `two rounds reached ${rounds[0].probed} + ${rounds[1].probed} of 100`);
+    } finally {
+      for (const h of held) h.destroy();
+      mute.close();
+    }
+  });
+
   it('connected, and the kni there sends nothing in time (busy, stuck): no verdict, the last one kept — not an MTU black hole', async () => {
     const held: net.Socket[] = [];
     let mute = false;

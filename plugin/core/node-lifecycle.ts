@@ -269,12 +269,16 @@ export class NodeLifecycle {
     return unmasqueraded(this.rt.cfg, this.peerCidrs);
   }
 
-  /** Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). */
+  /**
+   * Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). The
+   * list is kni's once the chain holds it: reconcile, comparing the chain with the list, waits
+   * for a write under way (it found "drift" in a chain half written before).
+   */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
+    if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
     // Compared as the chain's returns: with nodeIpam's pools there, a peer coming or going changes none.
-    const key = (l: Cidr[]) => unmasqueraded(this.rt.cfg, l).map((c) => c.text).sort().join(',');
+    const key = (l: Cidr[]) => unmasqueraded(this.rt.cfg, l).map((c) => c.text).join(',');
     const same = key(cidrs) === key(this.peerCidrs);
-    this.peerCidrs = cidrs;
     if (this.ready && !this.rt.cni) {
       try {
         this.guards.setPeers(cidrs.map(gatewayOf));
@@ -282,8 +286,16 @@ export class NodeLifecycle {
         log('error', "cannot update the peers the probe port takes; reconcile rewrites kni's tables", { error: (e as Error).message });
       }
     }
-    if (!same && this.ready && this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
+    if (!same && this.ready && this.rt.cfg.masquerade) {
+      const write = syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
+      this.masqueradeWrite = write.catch(() => undefined);
+      await write;
+    }
+    this.peerCidrs = cidrs;
   }
+
+  /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */
+  private masqueradeWrite: Promise<void> = Promise.resolve();
 
   /** allowPodForwarding turned on or off live. */
   async applyForwarding(): Promise<void> {
@@ -350,6 +362,7 @@ export class NodeLifecycle {
    */
   async repairDrift(): Promise<string[]> {
     if (!this.ready || this.rt.cni) return [];
+    await this.masqueradeWrite;
     const drift = [...(await nodeNetworkDrift(this.rt.host, this.rt.cfg, this.rt.ipam, this.bridgeIndex, this.peerCidrs)), ...this.guards.drift()];
     if (drift.length) {
       await this.setup();

@@ -8,7 +8,7 @@ import { Config } from '../core/config';
 import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
-import { Cidr, parseCidr } from '../ipam/ip';
+import { Cidr } from '../ipam/ip';
 import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { RTPROT_KNI } from '../netlink/route';
 import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
@@ -245,8 +245,7 @@ export class NodeAgent {
       }
       // Traffic to other nodes' pods keeps its source address; a podCIDR refused as a route (a
       // default route, say) must not switch masquerading off for what it covers either.
-      const peerCidrs: Cidr[] = status.filter((st) => st.state !== 'failed').map((st) => parseCidr(st.destination));
-      await this.rt.node.setPeerCidrs(peerCidrs).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
+      await this.rt.node.setPeerCidrs(this.peers.routedCidrs()).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
       this.report(views.length - 1, status);
     } catch (e) {
       log('error', 'node agent sync failed', { error: (e as Error).message });
@@ -355,9 +354,19 @@ export class NodeAgent {
   /** NetworkUnavailable False once every peer route is in place; metrics. */
   private report(peerCount: number, status: PeerRouteStatus[]): void {
     peerNodes.set(peerCount);
+    // Counted here, set once per label pair: prom-client hashes the labels of every call.
+    const counts = new Map<string, number>();
+    const bad: PeerRouteStatus[] = [];
+    for (const s of status) {
+      const k = `${s.backend || 'none'} ${s.state}`;
+      counts.set(k, (counts.get(k) ?? 0) + 1);
+      if (s.state !== 'installed') bad.push(s);
+    }
     peerRoutes.reset();
-    for (const s of status) peerRoutes.inc({ backend: s.backend || 'none', state: s.state });
-    const bad = status.filter((s) => s.state !== 'installed');
+    for (const [k, n] of counts) {
+      const [backend, state] = k.split(' ');
+      peerRoutes.set({ backend, state }, n);
+    }
     const ready = this.rt.node.status().ready;
     this.writer.setCondition(
       ready && !bad.length

@@ -8,6 +8,7 @@
 // the gateway's address. Installed at node setup and when peers come or go, never per pod.
 import type { Config } from '../core/config';
 import { Cidr, cidrCovers, Family } from '../ipam/ip';
+import { mergeCidrs } from '../ipam/cidr-merge';
 import { chainDrift, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
 
 export const MASQ_CHAIN = 'KNI-MASQ';
@@ -22,12 +23,13 @@ const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', '
  * each peer's) and the destinations the config names (nonMasqueradeCIDRs). With nodeIpam the
  * cluster's pod CIDRs are known whole: they stand for the nodes' blocks inside them, so a pod on
  * a node whose block kni has not yet seen is reached with the pod's own address too, and the
- * chain does not change as nodes come and go.
+ * chain does not change as nodes come and go. Without them the pod CIDRs are merged where they
+ * sit side by side (cidr-merge.ts): a few rules for a cluster's blocks handed out in order.
  */
 export function unmasqueraded(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>, peerCidrs: Cidr[]): Cidr[] {
   const pool = cfg.nodeIpam.clusterCIDRs;
   const outsidePool = [...cfg.ranges, ...peerCidrs].filter((c) => !pool.some((p) => cidrCovers(p, c)));
-  return [...pool, ...outsidePool, ...cfg.nonMasqueradeCIDRs];
+  return [...pool, ...mergeCidrs(outsidePool), ...cfg.nonMasqueradeCIDRs];
 }
 
 const NEVER_MASQUERADED: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };

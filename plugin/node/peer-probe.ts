@@ -263,21 +263,51 @@ export class PeerProbe {
     }
   }
 
-  /** One round: every target probed, AT_ONCE at a time; the results of destinations no longer targets dropped. */
+  /**
+   * One round, AT_ONCE probes at a time, within 80 % of the interval: no probe starts after
+   * that, so rounds never pile up however many peers stay silent (each taking the whole
+   * timeout). A round begins with up to AT_ONCE of the targets whose last verdict was not an
+   * answer (a recovery shows soon), then goes on through every target from where the last round
+   * stopped, so each is reached within ⌈targets ÷ probes a round⌉ rounds. The results of
+   * destinations no longer targets are dropped.
+   */
   async probeAll(targets: ProbeTarget[]): Promise<void> {
     const keep = new Set(targets.map((t) => t.destination));
     for (const k of this.results.keys()) if (!keep.has(k)) this.results.delete(k);
+    const deadline = performance.now() + this.settings().intervalSeconds * 800;
+    const rotate = <T>(l: T[], from: number): T[] => (l.length ? [...l.slice(from % l.length), ...l.slice(0, from % l.length)] : l);
+    const failing = targets.filter((t) => {
+      const r = this.results.get(t.destination);
+      return r !== undefined && r.state !== 'answers';
+    });
+    const first = rotate(failing, this.failingCursor).slice(0, AT_ONCE);
+    const order = [...first, ...rotate(targets, this.cursor)];
+    const done = new Set<string>();
     let next = 0;
+    let fromRotation = 0;
     const changes: ProbeChange[] = [];
     const worker = async (): Promise<void> => {
-      while (next < targets.length) await this.probe(targets[next++], changes);
+      while (next < order.length && performance.now() < deadline) {
+        const i = next++;
+        const t = order[i];
+        if (i >= first.length) fromRotation++;
+        if (done.has(t.destination)) continue;
+        done.add(t.destination);
+        await this.probe(t, changes);
+      }
     };
-    await Promise.all(Array.from({ length: Math.min(AT_ONCE, targets.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(AT_ONCE, order.length) }, worker));
+    this.failingCursor += first.length;
+    this.cursor = targets.length ? (this.cursor + fromRotation) % targets.length : 0;
     if (changes.length) this.onChanges?.(changes);
     const counts = new Map<ProbeState, number>(PROBE_STATES.map((st) => [st, 0]));
     for (const r of this.results.values()) counts.set(r.state, counts.get(r.state)! + 1);
     for (const [state, n] of counts) peerProbes.set({ state }, n);
   }
+
+  /** Where the rotation through every target, and through the failing ones, goes on next round. */
+  private cursor = 0;
+  private failingCursor = 0;
 
   result(destination: string): ProbeResult | undefined {
     return this.results.get(destination);

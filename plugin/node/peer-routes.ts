@@ -40,7 +40,13 @@ interface Planned {
   vtep?: { ip: string; mac: string; neighKey: string; fdbKey: string };
   /** Passed every check but the kernel's: refused still where a route kni did not make is in place. */
   contestable: boolean;
+  /** Its status once installed, made once (the periodic check finds most plans installed). */
+  installedStatus?: PeerRouteStatus;
+  /** Its route and vxlan entries for the vxlan device of that index, made once per device. */
+  onDevice?: { index: number; route: PeerRoute; entries: [string, Neighbour][] };
 }
+
+const installedStatus = (p: Planned): PeerRouteStatus => (p.installedStatus ??= { ...p.status, state: 'installed' });
 
 /** An address's family; 0 for text that is not an IP address (a Node's status is input too). */
 const familyOf = (ip: string): Family | 0 => {
@@ -86,13 +92,16 @@ function foreignRoutes(routes: Route[]): Map<string, string> {
   return out;
 }
 
-/** One peer as last planned: its Node's routing fields, its claims parsed, its plans. */
+/** One peer as last planned: its Node's routing fields, its claims parsed, its plans and their outcome. */
 interface PeerEntry {
   key: string;
   claims: { text: string; cidr?: Cidr; error?: string }[];
   /** Which other node contests each claim ('' for none), when the plans were made. */
   rivals: string;
+  /** What each podCIDR needs (never changed once made: a new plan replaces it). */
   plans: Planned[];
+  /** What the last sync made of each plan. */
+  statuses: PeerRouteStatus[];
 }
 
 /** What every peer's plan depends on besides the peer: the config and this node. */
@@ -104,19 +113,36 @@ interface PlanContext {
 
 const peerKey = (p: NodeView): string => `${p.internalIPs.join(',')}\n${p.podCidrs.join(',')}`;
 
+/** A vxlan plan on the device of that index: its route, its neighbour and its peer's FDB entry (shared by both families). */
+function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
+  if (p.onDevice?.index === index) return p.onDevice;
+  p.onDevice = {
+    index,
+    route: { ...p.route!, index },
+    entries: [
+      [p.vtep!.neighKey, { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac }],
+      [p.vtep!.fdbKey, { family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac }],
+    ],
+  };
+  return p.onDevice;
+}
+const vxlanEntries = (p: Planned, index: number): [string, Neighbour][] => onDevice(p, index).entries;
+
 export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
   /** The routes the last sync found gone from the kernel and installed again. */
   restored: PeerRouteStatus[] = [];
-  /** Each peer's plan, by Node name, kept while its routing fields and rivals stay the same. */
+  /** Each peer, by Node name, planned again only when its routing fields or its rivals change. */
   private readonly peers = new Map<string, PeerEntry>();
+  /** The peers in the order of the last sync (statuses are listed in it). */
+  private order: string[] = [];
   private context: PlanContext = { own: [], selfIps: [] };
   private contextKey = '';
   /** Which claims contest each other (contested-cidrs.ts), found again only when a claim changes. */
   private rivals = new Map<string, Claim>();
-  /** What kni put in the kernel at the last sync: routes by destination, vxlan entries by key. */
+  /** What kni has in the kernel: routes by destination, and the vxlan entries with how many plans use each. */
   private installed = new Map<string, { index: number; gateway: string }>();
-  private neighbours = new Map<string, Neighbour>();
+  private neighbours = new Map<string, { n: Neighbour; users: number }>();
   private vxlanIndex = 0;
   /** Routes kni deleted itself, by destination → when: their kernel notices are not news. */
   private readonly deleted = new Map<string, number>();
@@ -129,10 +155,11 @@ export class PeerNetwork {
 
   /**
    * Makes the kernel hold the routes these peers need; never throws for one route. Work follows
-   * what changed: a peer whose Node's routing fields are the same keeps its plan. `verify`
-   * (the periodic check, the kernel's notices, the first sync): the kernel is read and compared
-   * with the plan, and what drifted is put back; otherwise only the difference from the last
-   * sync is written, and nothing is read but this node's addresses.
+   * what changed: a peer keeps its plan while its Node's routing fields and its rivals stay the
+   * same. `verify` (the periodic check, the kernel's notices, the first sync): the kernel is read
+   * and compared with every plan, and what drifted is put back; otherwise only the plans that
+   * changed are written (a peer added, changed or gone), and nothing is read but this node's
+   * addresses.
    */
   sync(self: NodeView, allPeers: NodeView[], verify = true): PeerRouteStatus[] {
     const backend: Backend = this.cfg.backend;
@@ -147,24 +174,44 @@ export class PeerNetwork {
       this.peers.clear();
       verify = true;
     }
-    const plans = this.plan(peers).map((p) => ({ ...p, status: { ...p.status }, route: p.route && { ...p.route } }));
+    const { changed, gone } = this.plan(peers);
     this.restored = [];
-    if (verify) this.applyVerified(plans);
-    else this.applyDifference(plans);
-    this.last = plans.map((p) => p.status);
+    if (verify) this.applyVerified(peers.map((p) => this.peers.get(p.name)!));
+    else this.applyDifference(changed, gone);
+    if (verify || changed.length || gone.length || this.order.length !== peers.length) {
+      this.order = peers.map((p) => p.name);
+      this.last = this.order.flatMap((n) => this.peers.get(n)!.statuses);
+      const cidrs = this.order.flatMap((n) => {
+        const e = this.peers.get(n)!;
+        return e.claims.flatMap((c, i) => (c.cidr && e.statuses[i].state !== 'failed' ? [c.cidr] : []));
+      });
+      if (cidrs.length !== this.routed.length || cidrs.some((c, i) => c !== this.routed[i])) this.routed = cidrs;
+    }
     return this.last;
   }
 
-  /** The plans of every peer, each peer planned again only when its Node or its rivals changed. */
-  private plan(peers: NodeView[]): Planned[] {
+  /**
+   * The peers' podCIDRs not refused (a default route, say, must not switch masquerading off for
+   * what it covers either): the same array as long as it holds the same CIDRs.
+   */
+  routedCidrs(): Cidr[] {
+    return this.routed;
+  }
+
+  private routed: Cidr[] = [];
+
+  /**
+   * Each peer's entry brought up to date: planned again when its Node's routing fields or its
+   * rivals changed. Returns those planned again (with what they replaced) and those gone.
+   */
+  private plan(peers: NodeView[]): { changed: { entry: PeerEntry; before: PeerEntry | undefined }[]; gone: PeerEntry[] } {
     const seen = new Set<string>();
-    let claimsChanged = false;
+    const fresh = new Map<string, PeerEntry | undefined>();
     for (const peer of peers) {
       seen.add(peer.name);
       const k = peerKey(peer);
       const had = this.peers.get(peer.name);
       if (had?.key === k) continue;
-      claimsChanged = true;
       const claims = peer.podCidrs.map((text) => {
         try {
           return { text, cidr: parseCidr(text) };
@@ -172,28 +219,36 @@ export class PeerNetwork {
           return { text, error: (e as Error).message };
         }
       });
-      this.peers.set(peer.name, { key: k, claims, rivals: '', plans: [] });
+      fresh.set(peer.name, had);
+      this.peers.set(peer.name, { key: k, claims, rivals: '', plans: [], statuses: [] });
     }
-    for (const name of [...this.peers.keys()]) {
-      if (seen.has(name)) continue;
-      this.peers.delete(name);
-      claimsChanged = true;
-    }
-    // The claims that can contest another peer's (a default route is refused on its own).
-    if (claimsChanged) {
-      this.rivals = contestedClaims(peers.flatMap((p) => this.peers.get(p.name)!.claims.flatMap((c) => (c.cidr?.prefixLength ? [{ node: p.name, cidr: c.cidr }] : []))));
-    }
-    const out: Planned[] = [];
-    for (const peer of peers) {
-      const entry = this.peers.get(peer.name)!;
-      const rivals = entry.claims.map((c) => (c.cidr ? this.rivals.get(rivalKey(peer.name, c.cidr))?.node ?? '' : '')).join(',');
-      if (!entry.plans.length || rivals !== entry.rivals) {
-        entry.plans = this.planPeer(peer, entry);
-        entry.rivals = rivals;
+    const gone: PeerEntry[] = [];
+    if (this.peers.size !== seen.size) {
+      for (const [name, entry] of [...this.peers]) {
+        if (seen.has(name)) continue;
+        this.peers.delete(name);
+        gone.push(entry);
       }
-      out.push(...entry.plans);
     }
-    return out;
+    const changed: { entry: PeerEntry; before: PeerEntry | undefined }[] = [];
+    const replan = (peer: NodeView, entry: PeerEntry, rivals: string) => {
+      if (!fresh.has(peer.name)) fresh.set(peer.name, { ...entry });
+      entry.plans = this.planPeer(peer, entry);
+      entry.rivals = rivals;
+      changed.push({ entry, before: fresh.get(peer.name) });
+    };
+    const rivalsOf = (peer: NodeView, entry: PeerEntry) => entry.claims.map((c) => (c.cidr ? this.rivals.get(rivalKey(peer.name, c.cidr))?.node ?? '' : '')).join(',');
+    if (fresh.size || gone.length) {
+      // The claims that can contest another peer's (a default route is refused on its own): a
+      // change may contest, or free, a claim of a peer that did not change.
+      this.rivals = contestedClaims(peers.flatMap((p) => this.peers.get(p.name)!.claims.flatMap((c) => (c.cidr?.prefixLength ? [{ node: p.name, cidr: c.cidr }] : []))));
+      for (const peer of peers) {
+        const entry = this.peers.get(peer.name)!;
+        const rivals = rivalsOf(peer, entry);
+        if (fresh.has(peer.name) || rivals !== entry.rivals) replan(peer, entry, rivals);
+      }
+    }
+    return { changed, gone };
   }
 
   /** This node's subnets and the underlay vxlan goes over: its first InternalIP found on one of its links (IPv4 first). */
@@ -275,170 +330,212 @@ export class PeerNetwork {
     return plans;
   }
 
-  /** The vxlan device when some peer needs it (its routes fail without it), gone when none does. */
-  private vxlanFor(overlay: Planned[], ensure: boolean): void {
-    if (!overlay.length) {
+  /** The vxlan device when some plan needs it, gone when none does. False when it cannot be made. */
+  private vxlanFor(wanted: boolean, ensure: boolean): boolean {
+    if (!wanted) {
       if (this.vxlanIndex || ensure) removeVxlanDevice(this.sock, this.cfg.vxlan.device);
       this.vxlanIndex = 0;
       this.neighbours.clear();
-      return;
+      return true;
     }
-    if (this.vxlanIndex && !ensure) return;
+    if (this.vxlanIndex && !ensure) return true;
     const { underlay } = this.context;
     try {
       this.vxlanIndex = ensureVxlanDevice(this.sock, this.cfg.vxlan, underlay!.ip, underlay!.link.index).index;
+      return true;
     } catch (e) {
       this.vxlanIndex = 0;
-      for (const p of overlay) Object.assign(p.status, { state: 'failed', error: `vxlan device: ${(e as Error).message}` });
-      for (const p of overlay) p.route = undefined;
+      this.vxlanProblem = `vxlan device: ${(e as Error).message}`;
+      return false;
     }
   }
 
-  /** The kernel read and compared with the plan: what is missing is put back, what is stale goes. */
-  private applyVerified(plans: Planned[]): void {
+  private vxlanProblem = '';
+
+  /** A plan's route as it goes to the kernel (a vxlan route through the device as it is now). */
+  private routeOf(p: Planned): PeerRoute {
+    return p.vtep ? onDevice(p, this.vxlanIndex).route : p.route!;
+  }
+
+  /** Every plan compared with the kernel, read first: what is missing is put back, what is stale goes. */
+  private applyVerified(entries: PeerEntry[]): void {
     // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
     const routes = mainRoutes(this.sock);
     const foreign = foreignRoutes(routes);
-    for (const p of plans) {
-      const other = p.contestable ? foreign.get(p.status.destination) : undefined;
-      if (other === undefined) continue;
-      Object.assign(p.status, { backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` });
-      p.route = undefined;
-      p.vtep = undefined;
-    }
-    // What is in place already is left as it is (a periodic sync writes nothing); a route that
-    // was in place and is gone (a link that went down takes its routes along) is named.
     const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
-    const wasInstalled = new Set(this.last.filter((s) => s.state === 'installed').map((s) => s.destination));
-    const overlay = plans.filter((p) => p.vtep && p.route);
-    this.vxlanFor(overlay, true);
-    if (this.vxlanIndex) this.syncNeighbours(this.vxlanIndex, overlay);
-    for (const p of plans) {
-      if (!p.route) continue;
-      if (p.vtep) p.route.index = this.vxlanIndex;
-      const had = inPlace.get(p.status.destination);
-      if (had && had.index === p.route.index && had.gateway === p.route.gateway) {
-        p.status.state = 'installed';
-        continue;
-      }
-      try {
-        this.sock.request(peerRouteAdd(p.route));
-        p.status.state = 'installed';
-        if (!had && wasInstalled.has(p.status.destination)) {
-          driftFindings.inc({ object: 'peer_route' });
-          this.restored.push(p.status);
-          log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
-        }
-      } catch (e) {
-        Object.assign(p.status, { state: 'failed', error: (e as Error).message });
+    const wasInstalled = this.installed;
+    // What each plan comes to: a route someone else made refuses it first.
+    const outcome = new Map<Planned, PeerRouteStatus>();
+    const live: Planned[] = [];
+    for (const e of entries) {
+      for (const p of e.plans) {
+        const other = p.contestable ? foreign.get(p.status.destination) : undefined;
+        if (other !== undefined) outcome.set(p, { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` });
+        else if (!p.route) outcome.set(p, p.status);
+        else live.push(p);
       }
     }
-    this.removeStale(new Set(plans.filter((p) => p.status.state === 'installed').map((p) => p.status.destination)), routes);
-    this.noteInstalled(plans);
+    const overlay = live.filter((p) => p.vtep);
+    if (!this.vxlanFor(overlay.length > 0, true)) for (const p of overlay) outcome.set(p, { ...p.status, state: 'failed', error: this.vxlanProblem });
+    if (this.vxlanIndex) this.syncNeighbours(overlay, outcome);
+    this.installed = new Map();
+    for (const p of live) {
+      if (outcome.has(p)) continue;
+      const route = this.routeOf(p);
+      const had = inPlace.get(p.status.destination);
+      const done = installedStatus(p);
+      if (had && had.index === route.index && had.gateway === route.gateway) {
+        outcome.set(p, done);
+      } else {
+        try {
+          this.sock.request(peerRouteAdd(route));
+          outcome.set(p, done);
+          if (!had && wasInstalled.has(p.status.destination)) {
+            driftFindings.inc({ object: 'peer_route' });
+            this.restored.push(done);
+            log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
+          }
+        } catch (e) {
+          outcome.set(p, { ...p.status, state: 'failed', error: (e as Error).message });
+          continue;
+        }
+      }
+      this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway });
+    }
+    this.removeStale(new Set(this.installed.keys()), routes);
+    for (const e of entries) e.statuses = e.plans.map((p) => outcome.get(p)!);
   }
 
-  /** Only what differs from the last sync is written: new or changed routes and entries in, gone ones out. */
-  private applyDifference(plans: Planned[]): void {
-    const overlay = plans.filter((p) => p.vtep && p.route);
-    this.vxlanFor(overlay, false);
-    if (this.vxlanIndex) this.neighboursDifference(this.vxlanIndex, overlay);
-    const wanted = new Set<string>();
-    for (const p of plans) {
-      if (!p.route) continue;
-      if (p.vtep) p.route.index = this.vxlanIndex;
-      wanted.add(p.status.destination);
-      const had = this.installed.get(p.status.destination);
-      if (had && had.index === p.route.index && had.gateway === p.route.gateway) {
-        p.status.state = 'installed';
-        continue;
-      }
-      try {
-        // A destination kni has no route to yet is added only where no route to it is in place:
-        // one kni did not make is never replaced (the next check names its protocol).
-        this.sock.request(peerRouteAdd(p.route, !had));
-        p.status.state = 'installed';
-      } catch (e) {
-        const exists = e instanceof NetlinkError && e.code === 'EEXIST';
-        Object.assign(p.status, exists ? { backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place; kni does not replace it` } : { state: 'failed', error: (e as Error).message });
-        if (exists) p.route = undefined;
-      }
+  /**
+   * Only the plans that changed are written: a gone or replaced plan's route and vxlan entries
+   * out (unless a new plan keeps them), a new plan's in. A destination kni has no route to yet is
+   * added only where no route to it is in place: one kni did not make is never replaced (the
+   * next check names its protocol).
+   */
+  private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): void {
+    const before = [...gone, ...changed.flatMap((c) => (c.before ? [c.before] : []))];
+    const added = changed.map((c) => c.entry);
+    const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
+    // The device for the first vxlan peer; gone with the last (the others' plans are as they were).
+    if (added.some(wantsOverlay) && !this.vxlanIndex && !this.vxlanFor(true, false)) {
+      // the plans below fail with the device's error
+    }
+    const addedDestinations = new Set(added.flatMap((e) => e.plans.filter((p) => p.route).map((p) => p.status.destination)));
+    // Entries the new plans use, first: a peer planned again through the same vtep keeps its FDB entry.
+    for (const e of added) {
+      e.statuses = e.plans.map((p) => {
+        if (!p.route) return p.status;
+        if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
+        if (p.vtep) {
+          const problem = this.useNeighbours(p);
+          if (problem) return { ...p.status, state: 'failed', error: problem };
+        }
+        const route = this.routeOf(p);
+        const had = this.installed.get(p.status.destination);
+        if (had && had.index === route.index && had.gateway === route.gateway) return installedStatus(p);
+        try {
+          this.sock.request(peerRouteAdd(route, !had));
+        } catch (err) {
+          if (p.vtep) this.dropNeighbours(p);
+          const exists = err instanceof NetlinkError && err.code === 'EEXIST';
+          return exists ? { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place; kni does not replace it` } : { ...p.status, state: 'failed', error: (err as Error).message };
+        }
+        this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway });
+        return installedStatus(p);
+      });
     }
     const now = Date.now();
-    for (const [destination] of this.installed) {
-      if (wanted.has(destination)) continue;
+    for (const e of before) {
+      e.plans.forEach((p, i) => {
+        if (e.statuses[i]?.state !== 'installed') return;
+        if (p.vtep) this.dropNeighbours(p);
+        const d = p.status.destination;
+        if (addedDestinations.has(d) || !this.installed.has(d)) return;
+        this.installed.delete(d);
+        try {
+          this.deleted.set(d, now);
+          this.sock.request(peerRouteDel(parseCidr(d)));
+        } catch {
+          // gone already
+        }
+      });
+    }
+    if (this.vxlanIndex && !this.neighbours.size && ![...this.peers.values()].some(wantsOverlay)) this.vxlanFor(false, false);
+  }
+
+  /** A plan's vxlan entries written where no other plan has them yet; the error when one cannot be. */
+  private useNeighbours(p: Planned): string {
+    const entries = vxlanEntries(p, this.vxlanIndex);
+    for (const [key, n] of entries) {
+      const had = this.neighbours.get(key);
+      if (had) continue;
       try {
-        this.deleted.set(destination, now);
-        this.sock.request(peerRouteDel(parseCidr(destination)));
+        this.sock.request(neighSet(n));
+      } catch (e) {
+        return (e as Error).message;
+      }
+      this.neighbours.set(key, { n, users: 0 });
+    }
+    for (const [key] of entries) this.neighbours.get(key)!.users++;
+    return '';
+  }
+
+  /** A plan's vxlan entries let go: deleted when no plan uses them any more. */
+  private dropNeighbours(p: Planned): void {
+    for (const [key] of vxlanEntries(p, this.vxlanIndex)) {
+      const had = this.neighbours.get(key);
+      if (!had) continue;
+      if (--had.users > 0) continue;
+      this.neighbours.delete(key);
+      try {
+        this.sock.request(neighDel(had.n));
       } catch {
         // gone already
       }
     }
-    this.noteInstalled(plans);
   }
 
-  private noteInstalled(plans: Planned[]): void {
-    this.installed = new Map(plans.filter((p) => p.route && p.status.state === 'installed').map((p) => [p.status.destination, { index: p.route!.index, gateway: p.route!.gateway }]));
-  }
-
-  /** The vxlan device's entries the plans want against those kni wrote last: the difference written. */
-  private neighboursDifference(index: number, overlay: Planned[]): void {
-    const wanted = this.wantedNeighbours(index, overlay);
-    for (const [key, n] of this.neighbours) {
+  /** The vxlan device's entries read from the kernel: those no plan wants go, the missing ones are written. */
+  private syncNeighbours(overlay: Planned[], outcome: Map<Planned, PeerRouteStatus>): void {
+    const index = this.vxlanIndex;
+    const wanted = new Map<string, { n: Neighbour; users: Planned[] }>();
+    for (const p of overlay) {
+      if (outcome.has(p)) continue;
+      for (const [key, n] of vxlanEntries(p, index)) {
+        const w = wanted.get(key);
+        if (w) w.users.push(p);
+        else wanted.set(key, { n, users: [p] });
+      }
+    }
+    const present = new Set<string>();
+    for (const n of neighList(this.sock, index)) {
+      const key = neighKey(n.family, n.ip, n.mac);
+      present.add(key);
       if (wanted.has(key)) continue;
       try {
         this.sock.request(neighDel(n));
       } catch {
         // gone already
       }
-      this.neighbours.delete(key);
     }
-    for (const [key, { n, p }] of wanted) {
-      if (this.neighbours.has(key)) continue;
-      this.setNeighbour(key, n, p, overlay);
-    }
-  }
-
-  private wantedNeighbours(index: number, overlay: Planned[]): Map<string, { n: Neighbour; p: Planned }> {
-    // Each entry's key → the plan wanting it (an FDB entry serves a peer's routes of both families).
-    const wanted = new Map<string, { n: Neighbour; p: Planned }>();
-    for (const p of overlay) {
-      const v = p.vtep!;
-      wanted.set(v.neighKey, { p, n: { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: v.mac } });
-      if (!wanted.has(v.fdbKey)) wanted.set(v.fdbKey, { p, n: { family: 'fdb', index, ip: v.ip, mac: v.mac } });
-    }
-    return wanted;
-  }
-
-  private setNeighbour(key: string, n: Neighbour, p: Planned, overlay: Planned[]): void {
-    try {
-      this.sock.request(neighSet(n));
-      this.neighbours.set(key, n);
-    } catch (e) {
-      // Without its FDB entry neither of the peer's routes works.
-      for (const o of n.family === 'fdb' ? overlay.filter((q) => q.vtep!.mac === n.mac) : [p]) {
-        Object.assign(o.status, { state: 'failed', error: (e as Error).message });
-        o.route = undefined;
-      }
-    }
-  }
-
-  /** The vxlan device's entries read from the kernel: those no plan wants go, the missing ones are written. */
-  private syncNeighbours(index: number, overlay: Planned[]): void {
-    const wanted = this.wantedNeighbours(index, overlay);
-    this.neighbours.clear();
-    for (const n of neighList(this.sock, index)) {
-      const key = neighKey(n.family, n.ip, n.mac);
-      if (wanted.has(key)) {
-        this.neighbours.set(key, n);
-        continue;
-      }
+    const failed = new Set<Planned>();
+    for (const [key, w] of wanted) {
+      if (present.has(key)) continue;
       try {
-        this.sock.request(neighDel(n));
-      } catch {
-        // gone already
+        this.sock.request(neighSet(w.n));
+      } catch (e) {
+        // Without its FDB entry neither of the peer's routes works.
+        for (const p of w.users) {
+          outcome.set(p, { ...p.status, state: 'failed', error: (e as Error).message });
+          failed.add(p);
+        }
       }
     }
-    for (const [key, { n, p }] of wanted) if (!this.neighbours.has(key)) this.setNeighbour(key, n, p, overlay);
+    this.neighbours = new Map();
+    for (const [key, w] of wanted) {
+      const users = failed.size ? w.users.filter((p) => !failed.has(p)).length : w.users.length;
+      if (users) this.neighbours.set(key, { n: w.n, users });
+    }
   }
 
   /**
@@ -476,6 +573,7 @@ export class PeerNetwork {
     this.neighbours.clear();
     this.vxlanIndex = 0;
     this.peers.clear();
+    this.order = [];
     this.contextKey = '';
   }
 }
