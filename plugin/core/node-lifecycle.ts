@@ -277,8 +277,9 @@ export class NodeLifecycle {
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
     if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
     // Compared as the chain's returns: with nodeIpam's pools there, a peer coming or going changes none.
-    const key = (l: Cidr[]) => unmasqueraded(this.rt.cfg, l).map((c) => c.text).join(',');
-    const same = key(cidrs) === key(this.peerCidrs);
+    const returns = unmasqueraded(this.rt.cfg, cidrs);
+    const key = returns.map((c) => c.text).join(',');
+    const same = key === this.masqueradeKey;
     if (this.ready && !this.rt.cni) {
       try {
         this.guards.setPeers(cidrs.map(gatewayOf));
@@ -287,12 +288,16 @@ export class NodeLifecycle {
       }
     }
     if (!same && this.ready && this.rt.cfg.masquerade) {
-      const write = syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, cidrs));
+      const write = syncMasquerade(this.rt.cfg.ranges, returns);
       this.masqueradeWrite = write.catch(() => undefined);
       await write;
     }
     this.peerCidrs = cidrs;
+    this.masqueradeKey = key;
   }
+
+  /** The masquerade returns of peerCidrs, as text (what setPeerCidrs compares a new list with). */
+  private masqueradeKey = '';
 
   /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */
   private masqueradeWrite: Promise<void> = Promise.resolve();

@@ -13,7 +13,7 @@ import { linkByName } from '../netlink/link';
 import { neighDel, neighList, Neighbour, neighSet } from '../netlink/neigh';
 import { PeerRoute, peerRouteAdd, peerRouteDel, Route, routeList, RTPROT_KNI } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
-import { Claim, contestedClaims, rivalKey } from './contested-cidrs';
+import { Claim, ClaimIndex } from './contested-cidrs';
 import { ensureVxlanDevice, removeVxlanDevice, vtepMac } from './vxlan-device';
 
 /** What kni needs of a Node: its name, InternalIPs and spec.podCIDRs. */
@@ -94,9 +94,11 @@ function foreignRoutes(routes: Route[]): Map<string, string> {
 
 /** One peer as last planned: its Node's routing fields, its claims parsed, its plans and their outcome. */
 interface PeerEntry {
-  key: string;
+  /** The Node as it was planned for. */
+  view: NodeView;
   claims: { text: string; cidr?: Cidr; error?: string }[];
-  /** Which other node contests each claim ('' for none), when the plans were made. */
+  /** Which other node's claim contests each claim, when the plans were made (and as text, to compare). */
+  rivalClaims: (Claim | undefined)[];
   rivals: string;
   /** What each podCIDR needs (never changed once made: a new plan replaces it). */
   plans: Planned[];
@@ -111,7 +113,9 @@ interface PlanContext {
   selfIps: string[];
 }
 
-const peerKey = (p: NodeView): string => `${p.internalIPs.join(',')}\n${p.podCidrs.join(',')}`;
+const sameList = (a: string[], b: string[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+/** Whether a Node's routing fields are those a peer was planned for. */
+const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
 
 /** A vxlan plan on the device of that index: its route, its neighbour and its peer's FDB entry (shared by both families). */
 function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
@@ -138,8 +142,10 @@ export class PeerNetwork {
   private order: string[] = [];
   private context: PlanContext = { own: [], selfIps: [] };
   private contextKey = '';
-  /** Which claims contest each other (contested-cidrs.ts), found again only when a claim changes. */
-  private rivals = new Map<string, Claim>();
+  /** Every peer's claims by block (contested-cidrs.ts): which contest a changed one is a few lookups. */
+  private claimIndex = new ClaimIndex();
+  /** Each peer's place in the list: of several rivals, the first in it is named. */
+  private position = new Map<string, number>();
   /** What kni has in the kernel: routes by destination, and the vxlan entries with how many plans use each. */
   private installed = new Map<string, { index: number; gateway: string }>();
   private neighbours = new Map<string, { n: Neighbour; users: number }>();
@@ -172,6 +178,7 @@ export class PeerNetwork {
       this.context = this.planContext(self, own);
       this.contextKey = key;
       this.peers.clear();
+      this.claimIndex = new ClaimIndex();
       verify = true;
     }
     const { changed, gone } = this.plan(peers);
@@ -180,11 +187,17 @@ export class PeerNetwork {
     else this.applyDifference(changed, gone);
     if (verify || changed.length || gone.length || this.order.length !== peers.length) {
       this.order = peers.map((p) => p.name);
-      this.last = this.order.flatMap((n) => this.peers.get(n)!.statuses);
-      const cidrs = this.order.flatMap((n) => {
+      const last: PeerRouteStatus[] = [];
+      const cidrs: Cidr[] = [];
+      for (const n of this.order) {
         const e = this.peers.get(n)!;
-        return e.claims.flatMap((c, i) => (c.cidr && e.statuses[i].state !== 'failed' ? [c.cidr] : []));
-      });
+        e.statuses.forEach((st, i) => {
+          last.push(st);
+          const c = e.claims[i].cidr;
+          if (c && st.state !== 'failed') cidrs.push(c);
+        });
+      }
+      this.last = last;
       if (cidrs.length !== this.routed.length || cidrs.some((c, i) => c !== this.routed[i])) this.routed = cidrs;
     }
     return this.last;
@@ -209,9 +222,8 @@ export class PeerNetwork {
     const fresh = new Map<string, PeerEntry | undefined>();
     for (const peer of peers) {
       seen.add(peer.name);
-      const k = peerKey(peer);
       const had = this.peers.get(peer.name);
-      if (had?.key === k) continue;
+      if (had && sameRouting(had.view, peer)) continue;
       const claims = peer.podCidrs.map((text) => {
         try {
           return { text, cidr: parseCidr(text) };
@@ -220,7 +232,7 @@ export class PeerNetwork {
         }
       });
       fresh.set(peer.name, had);
-      this.peers.set(peer.name, { key: k, claims, rivals: '', plans: [], statuses: [] });
+      this.peers.set(peer.name, { view: peer, claims, rivalClaims: [], rivals: '', plans: [], statuses: [] });
     }
     const gone: PeerEntry[] = [];
     if (this.peers.size !== seen.size) {
@@ -231,24 +243,55 @@ export class PeerNetwork {
       }
     }
     const changed: { entry: PeerEntry; before: PeerEntry | undefined }[] = [];
-    const replan = (peer: NodeView, entry: PeerEntry, rivals: string) => {
-      if (!fresh.has(peer.name)) fresh.set(peer.name, { ...entry });
-      entry.plans = this.planPeer(peer, entry);
-      entry.rivals = rivals;
-      changed.push({ entry, before: fresh.get(peer.name) });
+    if (!fresh.size && !gone.length) return { changed, gone };
+    // The claims that can contest another peer's (a default route is refused on its own). A
+    // change may contest, or free, a claim of a peer that did not change: those peers are
+    // found by lookup (the claims overlapping the changed ones, before and after).
+    const claimsOf = (e: PeerEntry): Claim[] => e.claims.flatMap((c) => (c.cidr?.prefixLength ? [{ node: e.view.name, cidr: c.cidr }] : []));
+    const affected = new Set<string>(fresh.keys());
+    const touch = (claims: Claim[]) => {
+      for (const c of claims) for (const o of this.claimIndex.overlapping(c.node, c.cidr)) affected.add(o.node);
     };
-    const rivalsOf = (peer: NodeView, entry: PeerEntry) => entry.claims.map((c) => (c.cidr ? this.rivals.get(rivalKey(peer.name, c.cidr))?.node ?? '' : '')).join(',');
-    if (fresh.size || gone.length) {
-      // The claims that can contest another peer's (a default route is refused on its own): a
-      // change may contest, or free, a claim of a peer that did not change.
-      this.rivals = contestedClaims(peers.flatMap((p) => this.peers.get(p.name)!.claims.flatMap((c) => (c.cidr?.prefixLength ? [{ node: p.name, cidr: c.cidr }] : []))));
-      for (const peer of peers) {
-        const entry = this.peers.get(peer.name)!;
-        const rivals = rivalsOf(peer, entry);
-        if (fresh.has(peer.name) || rivals !== entry.rivals) replan(peer, entry, rivals);
-      }
+    const before = [...gone, ...[...fresh.values()].filter((e): e is PeerEntry => e !== undefined)];
+    for (const e of before) {
+      const claims = claimsOf(e);
+      touch(claims);
+      for (const c of claims) this.claimIndex.remove(c);
+    }
+    for (const name of fresh.keys()) for (const c of claimsOf(this.peers.get(name)!)) this.claimIndex.add(c);
+    for (const name of fresh.keys()) touch(claimsOf(this.peers.get(name)!));
+    this.position = new Map(peers.map((p, i) => [p.name, i]));
+    for (const name of affected) {
+      const entry = this.peers.get(name);
+      if (!entry) continue;
+      const rivalClaims = this.rivalsOf(entry);
+      const rivals = rivalClaims.map((c) => (c ? `${c.node} ${c.cidr.text}` : '')).join(',');
+      if (!fresh.has(name) && rivals === entry.rivals) continue;
+      const was = fresh.has(name) ? fresh.get(name) : { ...entry };
+      entry.rivalClaims = rivalClaims;
+      entry.rivals = rivals;
+      entry.plans = this.planPeer(entry.view, entry);
+      changed.push({ entry, before: was });
     }
     return { changed, gone };
+  }
+
+  /** For each claim of a peer, the first other peer's claim overlapping it, in the peers' order. */
+  private rivalsOf(entry: PeerEntry): (Claim | undefined)[] {
+    const place = (o: Claim): [number, number] => [this.position.get(o.node) ?? Infinity, this.peers.get(o.node)?.claims.findIndex((c) => c.cidr === o.cidr) ?? 0];
+    return entry.claims.map((c) => {
+      if (!c.cidr?.prefixLength) return undefined;
+      let first: Claim | undefined;
+      let at: [number, number] = [Infinity, Infinity];
+      for (const o of this.claimIndex.overlapping(entry.view.name, c.cidr)) {
+        const p = place(o);
+        if (p[0] < at[0] || (p[0] === at[0] && p[1] < at[1])) {
+          first = o;
+          at = p;
+        }
+      }
+      return first;
+    });
   }
 
   /** This node's subnets and the underlay vxlan goes over: its first InternalIP found on one of its links (IPv4 first). */
@@ -273,7 +316,7 @@ export class PeerNetwork {
     };
     const ownRanges = this.cfg.ranges;
     const plans: Planned[] = [];
-    for (const claim of entry.claims) {
+    for (const [i, claim] of entry.claims.entries()) {
       const status: PeerRouteStatus = { node: peer.name, destination: claim.text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
       const planned: Planned = { status, contestable: false };
       plans.push(planned);
@@ -288,7 +331,7 @@ export class PeerNetwork {
       // default route, its own subnets, a route someone else made: checked against the kernel)
       // or that another peer claims is refused, never installed over what is there.
       const subnet = own.find((a) => a.family === c.family && cidrsOverlap(a.subnet, c));
-      const rival = this.rivals.get(rivalKey(peer.name, c));
+      const rival = entry.rivalClaims[i];
       const refusal =
         c.prefixLength === 0 ? `podCIDR ${c.text} is a default route, never a pod range`
         : ownRanges.some((o) => cidrsOverlap(o, c)) ? `overlaps this node's pod range`
@@ -573,6 +616,7 @@ export class PeerNetwork {
     this.neighbours.clear();
     this.vxlanIndex = 0;
     this.peers.clear();
+    this.claimIndex = new ClaimIndex();
     this.order = [];
     this.contextKey = '';
   }
