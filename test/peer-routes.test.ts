@@ -218,12 +218,13 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       both(a, b);
       const ns = a.d.nodeNetnsName;
       const others = Array.from({ length: 50 }, (_, i): NodeView => ({ name: `other-${i}`, internalIPs: ['192.168.61.2'], podCidrs: [`10.62.${i}.0/24`] }));
-      a.peers.sync(a.view, [a.view, b.view, ...others], false);
+      a.peers.sync(a.view, [a.view, b.view, ...others], 'difference');
+      while (a.peers.pendingWrites()) a.peers.sync(a.view, [a.view, b.view, ...others], 'difference');
       const fresh: NodeView = { name: 'fresh', internalIPs: ['192.168.61.2', 'fd00:6100::2'], podCidrs: ['10.61.9.0/24', 'fd00:61:9::/64'] };
       const writes = countWrites(a.sock);
       let st;
       try {
-        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh], false);
+        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh], 'difference');
       } finally {
         writes.restore();
       }
@@ -234,7 +235,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       sh('ip', ['-n', ns, 'route', 'add', '10.61.10.0/24', 'via', '192.168.61.2', 'proto', 'static']);
       try {
         const taken: NodeView = { name: 'taken', internalIPs: ['192.168.61.2'], podCidrs: ['10.61.10.0/24'] };
-        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh, taken], false);
+        st = a.peers.sync(a.view, [a.view, b.view, ...others, fresh, taken], 'difference');
         const t = st.find((x) => x.node === 'taken')!;
         assert.equal(t.state, 'failed');
         assert.match(t.error, /^a route to 10\.61\.10\.0\/24 that kni did not make is in place; kni does not replace it$/);
@@ -247,7 +248,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       }
       const gone = countWrites(a.sock);
       try {
-        a.peers.sync(a.view, [a.view, b.view, ...others], false);
+        a.peers.sync(a.view, [a.view, b.view, ...others], 'difference');
       } finally {
         gone.restore();
       }
@@ -257,6 +258,42 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       assert.equal(a.peers.deletedItself('10.61.9.0/24'), false, 'a deletion answers once');
       a.peers.sync(a.view, [a.view, b.view]);
       assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.62\./);
+    });
+
+    it('a bulk join is written a slice at a time: 2,000 peers at once need several syncs, each leaving the rest for the next, and all end installed', () => {
+      both(a, b);
+      const bulk = Array.from({ length: 2000 }, (_, i): NodeView => ({ name: `bulk-${i}`, internalIPs: ['192.168.61.2'], podCidrs: [`10.${70 + (i >> 8)}.${i & 255}.0/24`] }));
+      const all = [a.view, b.view, ...bulk];
+      let syncs = 1;
+      let st = a.peers.sync(a.view, all, 'difference');
+      assert.ok(a.peers.pendingWrites(), 'one sync wrote 2,000 routes');
+      while (a.peers.pendingWrites() && syncs < 1000) {
+        st = a.peers.sync(a.view, all, 'difference');
+        syncs++;
+      }
+      assert.equal(st.filter((x) => x.node.startsWith('bulk-') && x.state === 'installed').length, 2000, `after ${syncs} syncs`);
+      assert.equal(inNetns(a.d.nodeNetns, 'ip', ['-4', 'route', 'show', 'proto', '107']).out.trim().split('\n').length, 2001);
+      a.peers.sync(a.view, [a.view, b.view], 'difference');
+      while (a.peers.pendingWrites()) a.peers.sync(a.view, [a.view, b.view], 'difference');
+      assert.equal(routesIn(a.d.nodeNetns, '-4').trim().split('\n').length, 1);
+      reachable(a, b);
+    });
+
+    it('the periodic check in parts: one family\'s routes read and put back at a time, a stale route of that family removed, the other family left for its own part', () => {
+      both(a, b);
+      const ns = a.d.nodeNetnsName;
+      sh('ip', ['-n', ns, 'route', 'del', '10.61.2.0/24']);
+      sh('ip', ['-n', ns, 'route', 'add', '10.99.0.0/24', 'via', '192.168.61.2', 'proto', '107']);
+      sh('ip', ['-n', ns, '-6', 'route', 'del', 'fd00:61:2::/64']);
+      a.peers.sync(a.view, [a.view, b.view], 'routes6');
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0/, 'the IPv6 part put an IPv4 route back');
+      assert.match(routesIn(a.d.nodeNetns, '-6'), /fd00:61:2::\/64 via fd00:6100::2/);
+      const logged = captureStdout(() => a.peers.sync(a.view, [a.view, b.view], 'routes4'));
+      assert.match(logged, /"msg":"the route to node node1's pods 10\.61\.2\.0\/24 was gone from the kernel; installed again"/);
+      assert.match(routesIn(a.d.nodeNetns, '-4'), /10\.61\.2\.0\/24 via 192\.168\.61\.2/);
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.99\.0\.0/);
+      assert.deepEqual(a.peers.status().map((x) => x.state), ['installed', 'installed']);
+      reachable(a, b);
     });
 
     it('a peer removed: its routes go', () => {
@@ -376,7 +413,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       const fresh: NodeView = { name: 'fresh', internalIPs: ['192.168.72.9', 'fd00:72::9'], podCidrs: ['10.61.9.0/24', 'fd00:61:9::/64'] };
       const writes = countWrites(a.sock);
       try {
-        a.peers.sync(a.view, [a.view, b.view, fresh], false);
+        a.peers.sync(a.view, [a.view, b.view, fresh], 'difference');
       } finally {
         writes.restore();
       }
@@ -385,12 +422,29 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       assert.match(fdb(), /dst 192\.168\.72\.9/);
       const gone = countWrites(a.sock);
       try {
-        a.peers.sync(a.view, [a.view, b.view], false);
+        a.peers.sync(a.view, [a.view, b.view], 'difference');
       } finally {
         gone.restore();
       }
       assert.equal(gone.count, 5, 'its routes, neighbours and FDB entry deleted');
       assert.doesNotMatch(fdb(), /192\.168\.72\.9/);
+      reachable(a, b);
+    });
+
+    it('the periodic check in parts: an FDB entry deleted behind kni\'s back is written again by the FDB part, not by the neighbours\' parts', () => {
+      both(a, b);
+      const dev = `${RUN}vx`;
+      const fdb = () => inNetns(a.d.nodeNetns, 'bridge', ['fdb', 'show', 'dev', dev]).out;
+      const line = fdb().split('\n').find((l) => /dst 192\.168\.72\./.test(l))!;
+      assert.ok(line, fdb());
+      const [mac] = line.split(' ');
+      const dst = /dst (\S+)/.exec(line)![1];
+      sh('ip', ['netns', 'exec', a.d.nodeNetnsName, 'bridge', 'fdb', 'del', mac, 'dev', dev, 'dst', dst]);
+      a.peers.sync(a.view, [a.view, b.view], 'neighbours4');
+      a.peers.sync(a.view, [a.view, b.view], 'neighbours6');
+      assert.doesNotMatch(fdb(), new RegExp(`dst ${dst.replace(/\./g, '\\.')}`));
+      a.peers.sync(a.view, [a.view, b.view], 'fdb');
+      assert.match(fdb(), new RegExp(`dst ${dst.replace(/\./g, '\\.')}`));
       reachable(a, b);
     });
 

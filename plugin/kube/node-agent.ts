@@ -9,7 +9,7 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import { Cidr } from '../ipam/ip';
-import { gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { CHECK_SLICES, gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { RTPROT_KNI } from '../netlink/route';
 import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
@@ -69,8 +69,14 @@ export class NodeAgent {
   private syncTimer?: NodeJS.Timeout;
   private syncing = false;
   private syncAgain = false;
-  /** The next sync reads the kernel and compares (the periodic check, the kernel's notices, a relist); a Node event's writes only the difference. */
-  private verifyNext = true;
+  /**
+   * What the next sync compares with the kernel: all of it (the kernel's notices, a relist, a
+   * config change), the next part of the periodic check, or nothing (a Node event: only the
+   * difference is written).
+   */
+  private nextCheck: 'all' | 'part' | 'difference' = 'all';
+  /** Which part of the periodic check is next (CHECK_SLICES, in turn). */
+  private part = 0;
   /** Each Node's routing fields as last seen (routingChanged). */
   private readonly routingOf = new Map<string, string>();
   private stopped = false;
@@ -132,13 +138,13 @@ export class NodeAgent {
     for (const verb of ['add', 'update'] as const) {
       informer.on(verb, (n) => {
         restart.connected();
-        if (this.routingChanged(n)) this.schedule(false);
+        if (this.routingChanged(n)) this.schedule('difference');
       });
     }
     informer.on('delete', (n) => {
       restart.connected();
       this.routingOf.delete(n.metadata?.name ?? '');
-      this.schedule(false);
+      this.schedule('difference');
     });
     informer.on('connect', () => this.schedule());
     this.rt.onIpamChange(() => this.checkIpam());
@@ -149,10 +155,11 @@ export class NodeAgent {
     restart.begin();
     this.owners.start();
     // Routes go without a Node event: a link going down takes the routes through it along, and
-    // an admin or another agent may delete them. Checked as often as flannel checks its own, and
+    // an admin or another agent may delete them. Checked as often as flannel checks its own (each
+    // of CHECK_SLICES every 10 s, one every 2 s: no check reads all of a large cluster at once), and
     // at once when the kernel says a route of kni's went, or its vxlan device went or went down
     // (IPv4 drops the routes through a link set down without a notice of their own: kernel-notices.ts).
-    this.routeTimer = setInterval(() => this.schedule(), ROUTE_CHECK_MS);
+    this.routeTimer = setInterval(() => this.schedule('part'), ROUTE_CHECK_MS / CHECK_SLICES.length);
     this.routeTimer.unref();
     this.rt.notices.onNotices((n) => {
       // Routes kni deleted itself (a peer gone) are no news: only others' deletions are.
@@ -207,8 +214,9 @@ export class NodeAgent {
     if (!this.cfg.ranges.length) this.rt.node.waitForRanges(`waiting for the pod ranges of Node ${this.nodeName}: cannot read it from the API server (${error})`);
   }
 
-  private schedule(verify = true): void {
-    if (verify) this.verifyNext = true;
+  private schedule(check: 'all' | 'part' | 'difference' = 'all'): void {
+    const rank = { difference: 0, part: 1, all: 2 };
+    if (rank[check] > rank[this.nextCheck]) this.nextCheck = check;
     if (this.syncTimer || this.stopped) return;
     this.syncTimer = setTimeout(() => {
       this.syncTimer = undefined;
@@ -233,9 +241,11 @@ export class NodeAgent {
       const views = nodes.map(nodeView);
       this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
       const started = performance.now();
-      const verify = this.verifyNext;
-      this.verifyNext = false;
-      const status = this.peers.sync(nodeView(self), views, verify);
+      const next = this.nextCheck;
+      this.nextCheck = 'difference';
+      const status = this.peers.sync(nodeView(self), views, next === 'part' ? CHECK_SLICES[this.part++ % CHECK_SLICES.length] : next);
+      // A bulk join is written a slice at a time: the rest goes on at the next turn.
+      if (this.peers.pendingWrites()) this.schedule('difference');
       // On the event loop: what it costs grows with the cluster (docs/node-agent.md, "At scale").
       stepSeconds.of('peers.sync').observe((performance.now() - started) / 1000);
       const restored = this.peers.restored.map((r) => `${r.destination} (node ${r.node})`);

@@ -55,10 +55,10 @@ export function neighDel(n: Neighbour): NetlinkRequest {
   return { type: RTM_DELNEIGH, flags: 0, what: `delete ${describe(n)} (link ${n.index})`, body: w.take() };
 }
 
-/** The permanent entries of one link (IPv4, IPv6 and FDB), read in place (a vxlan node holds two per other node). */
-export function neighList(sock: NetlinkSocket, index: number): Neighbour[] {
+/** The permanent entries of one link (IPv4, IPv6 and FDB, or those asked), read in place (a vxlan node holds two per other node). */
+export function neighList(sock: NetlinkSocket, index: number, families: Neighbour['family'][] = [4, 6, 'fdb']): Neighbour[] {
   const out: Neighbour[] = [];
-  for (const fam of [2, 10, AF_BRIDGE]) {
+  for (const fam of families.map((f) => (f === 4 ? 2 : f === 6 ? 10 : AF_BRIDGE))) {
     for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0).take(), 'list neighbours')) {
       const b = m.body;
       if (b.readInt32LE(4) !== index || !(b.readUInt16LE(8) & NUD_PERMANENT)) continue;

@@ -46,6 +46,9 @@ interface Planned {
   onDevice?: { index: number; route: PeerRoute; entries: [string, Neighbour][] };
 }
 
+/** The longest a sync writes a Node event's changes before leaving the rest to the next. */
+const WRITE_SLICE_MS = 20;
+
 const installedStatus = (p: Planned): PeerRouteStatus => (p.installedStatus ??= { ...p.status, state: 'installed' });
 
 /** An address's family; 0 for text that is not an IP address (a Node's status is input too). */
@@ -132,6 +135,14 @@ function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
 }
 const vxlanEntries = (p: Planned, index: number): [string, Neighbour][] => onDevice(p, index).entries;
 
+/**
+ * What a sync compares with the kernel: everything ('all': the kernel's notices, a relist, the
+ * first sync), one part of it (the periodic check goes through them in turn, so that no check
+ * holds the event loop long at thousands of peers), or nothing ('difference': a Node event).
+ */
+export const CHECK_SLICES = ['routes4', 'routes6', 'neighbours4', 'neighbours6', 'fdb'] as const;
+export type Check = 'all' | 'difference' | (typeof CHECK_SLICES)[number];
+
 export class PeerNetwork {
   private last: PeerRouteStatus[] = [];
   /** The routes the last sync found gone from the kernel and installed again. */
@@ -147,7 +158,10 @@ export class PeerNetwork {
   /** Each peer's place in the list: of several rivals, the first in it is named. */
   private position = new Map<string, number>();
   /** What kni has in the kernel: routes by destination, and the vxlan entries with how many plans use each. */
-  private installed = new Map<string, { index: number; gateway: string }>();
+  private installed = new Map<string, { index: number; gateway: string; plan: Planned }>();
+  /** Changes planned and not yet written: a bulk join is written a slice at a time (WRITE_SLICE_MS). */
+  private pending: { entry?: PeerEntry; before?: PeerEntry }[] = [];
+  private readonly pendingEntries = new Set<PeerEntry>();
   private neighbours = new Map<string, { n: Neighbour; users: number }>();
   private vxlanIndex = 0;
   /** Routes kni deleted itself, by destination → when: their kernel notices are not news. */
@@ -162,12 +176,11 @@ export class PeerNetwork {
   /**
    * Makes the kernel hold the routes these peers need; never throws for one route. Work follows
    * what changed: a peer keeps its plan while its Node's routing fields and its rivals stay the
-   * same. `verify` (the periodic check, the kernel's notices, the first sync): the kernel is read
-   * and compared with every plan, and what drifted is put back; otherwise only the plans that
-   * changed are written (a peer added, changed or gone), and nothing is read but this node's
-   * addresses.
+   * same. `check` (see Check): what of the kernel is read and compared with the plans, what
+   * drifted put back; with 'difference' only the plans that changed are written (a peer added,
+   * changed or gone), and nothing is read but this node's addresses.
    */
-  sync(self: NodeView, allPeers: NodeView[], verify = true): PeerRouteStatus[] {
+  sync(self: NodeView, allPeers: NodeView[], check: Check = 'all'): PeerRouteStatus[] {
     const backend: Backend = this.cfg.backend;
     // backend none: the network's own plugins route between nodes; kni's routes are removed.
     const peers = backend === 'none' ? [] : allPeers.filter((p) => p.name !== self.name);
@@ -179,13 +192,21 @@ export class PeerNetwork {
       this.contextKey = key;
       this.peers.clear();
       this.claimIndex = new ClaimIndex();
-      verify = true;
+      check = 'all';
     }
     const { changed, gone } = this.plan(peers);
     this.restored = [];
-    if (verify) this.applyVerified(peers.map((p) => this.peers.get(p.name)!));
-    else this.applyDifference(changed, gone);
-    if (verify || changed.length || gone.length || this.order.length !== peers.length) {
+    // A part of the check begins with what changed since the last sync, written as a Node event's.
+    let written = 0;
+    if (check === 'all') {
+      this.pending = [];
+      this.pendingEntries.clear();
+    } else written = this.applyDifference(changed, gone);
+    const entries = () => peers.map((p) => this.peers.get(p.name)!);
+    if (check === 'all') this.applyVerified(entries());
+    else if (check === 'routes4' || check === 'routes6') this.checkRoutes(entries(), check === 'routes4' ? 4 : 6);
+    else if (check !== 'difference') this.checkNeighbours(check === 'neighbours4' ? 4 : check === 'neighbours6' ? 6 : 'fdb');
+    if (check !== 'difference' || written || this.order.length !== peers.length) {
       this.order = peers.map((p) => p.name);
       const last: PeerRouteStatus[] = [];
       const cidrs: Cidr[] = [];
@@ -443,39 +464,140 @@ export class PeerNetwork {
           continue;
         }
       }
-      this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway });
+      this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
     }
     this.removeStale(new Set(this.installed.keys()), routes);
     for (const e of entries) e.statuses = e.plans.map((p) => outcome.get(p)!);
   }
 
   /**
-   * Only the plans that changed are written: a gone or replaced plan's route and vxlan entries
-   * out (unless a new plan keeps them), a new plan's in. A destination kni has no route to yet is
-   * added only where no route to it is in place: one kni did not make is never replaced (the
-   * next check names its protocol).
+   * One family's routes read and compared with the plans (the vxlan entries as kni wrote them:
+   * their own part of the check): what is missing is put back, what is stale goes. A vxlan
+   * device made again (gone, or changed) is a full check instead.
    */
-  private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): void {
-    const before = [...gone, ...changed.flatMap((c) => (c.before ? [c.before] : []))];
-    const added = changed.map((c) => c.entry);
-    const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
-    // The device for the first vxlan peer; gone with the last (the others' plans are as they were).
-    if (added.some(wantsOverlay) && !this.vxlanIndex && !this.vxlanFor(true, false)) {
-      // the plans below fail with the device's error
-    }
-    const addedDestinations = new Set(added.flatMap((e) => e.plans.filter((p) => p.route).map((p) => p.status.destination)));
-    // Entries the new plans use, first: a peer planned again through the same vtep keeps its FDB entry.
-    for (const e of added) {
-      e.statuses = e.plans.map((p) => {
+  private checkRoutes(entries: PeerEntry[], family: Family): void {
+    const overlay = entries.some((e) => e.plans.some((p) => p.vtep && p.route));
+    const device = this.vxlanIndex;
+    this.vxlanFor(overlay, true);
+    if (this.vxlanIndex !== device) return this.applyVerified(entries);
+    const routes = routeList(this.sock, family);
+    const foreign = foreignRoutes(routes);
+    const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
+    const wasInstalled = new Set(this.installed.keys());
+    const waiting = new Set(this.pending.flatMap((w) => w.before?.plans ?? []));
+    for (const [d, at] of [...this.installed]) if (d.includes(':') === (family === 6) && !waiting.has(at.plan)) this.installed.delete(d);
+    for (const e of entries) {
+      if (this.pendingEntries.has(e)) continue; // written by its own turn
+      e.statuses = e.plans.map((p, i) => {
+        const c = e.claims[i].cidr;
+        if (!c || c.family !== family) return e.statuses[i] ?? p.status;
+        const other = p.contestable ? foreign.get(p.status.destination) : undefined;
+        if (other !== undefined) return { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` };
         if (!p.route) return p.status;
         if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
-        if (p.vtep) {
-          const problem = this.useNeighbours(p);
-          if (problem) return { ...p.status, state: 'failed', error: problem };
-        }
         const route = this.routeOf(p);
-        const had = this.installed.get(p.status.destination);
-        if (had && had.index === route.index && had.gateway === route.gateway) return installedStatus(p);
+        const had = inPlace.get(p.status.destination);
+        if (!had || had.index !== route.index || had.gateway !== route.gateway) {
+          try {
+            this.sock.request(peerRouteAdd(route));
+          } catch (err) {
+            return { ...p.status, state: 'failed', error: (err as Error).message };
+          }
+          if (!had && wasInstalled.has(p.status.destination)) {
+            driftFindings.inc({ object: 'peer_route' });
+            this.restored.push(installedStatus(p));
+            log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
+          }
+        }
+        this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
+        return installedStatus(p);
+      });
+    }
+    this.removeStale(new Set(this.installed.keys()), routes);
+  }
+
+  /** The vxlan device's entries (of these families) read: those not wanted deleted; the keys of those present returned. */
+  private keepOnly(wanted: Map<string, unknown>, families?: Neighbour['family'][]): Set<string> {
+    const present = new Set<string>();
+    for (const n of neighList(this.sock, this.vxlanIndex, families)) {
+      const key = neighKey(n.family, n.ip, n.mac);
+      present.add(key);
+      if (wanted.has(key)) continue;
+      try {
+        this.sock.request(neighDel(n));
+      } catch {
+        // gone already
+      }
+    }
+    return present;
+  }
+
+  /** One family of the vxlan device's entries read and compared with those the plans use. */
+  private checkNeighbours(family: Neighbour['family']): void {
+    if (!this.vxlanIndex) return;
+    const wanted = new Map([...this.neighbours].filter(([, w]) => w.n.family === family));
+    const present = this.keepOnly(wanted, [family]);
+    for (const [key, w] of wanted) {
+      if (present.has(key)) continue;
+      try {
+        this.sock.request(neighSet(w.n));
+        driftFindings.inc({ object: 'peer_route' });
+        log('warn', `a vxlan entry of kni's was gone from the kernel; written again`, { entry: key });
+      } catch (e) {
+        log('error', "a vxlan entry of kni's cannot be written again; the next check retries", { entry: key, error: (e as Error).message });
+      }
+    }
+  }
+
+  /**
+   * Only the plans that changed are written, in the order they changed: a new plan's route and
+   * vxlan entries in, then the plan it replaces (or a gone peer's) out, unless the new one keeps
+   * them. A destination kni has no route to yet is added only where no route to it is in place:
+   * one kni did not make is never replaced (the next check names its protocol). At most
+   * WRITE_SLICE_MS of writes a sync: the rest waits for the next (pendingWrites), so that a bulk
+   * join never holds the event loop long.
+   */
+  private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): number {
+    for (const e of gone) this.pending.push({ before: e });
+    for (const c of changed) {
+      this.pending.push({ entry: c.entry, before: c.before });
+      this.pendingEntries.add(c.entry);
+    }
+    const until = performance.now() + WRITE_SLICE_MS;
+    let written = 0;
+    while (this.pending.length && performance.now() < until) {
+      written++;
+      const { entry, before } = this.pending.shift()!;
+      if (entry) {
+        this.pendingEntries.delete(entry);
+        this.writeEntry(entry);
+      }
+      if (before) this.dropEntry(before);
+    }
+    const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
+    if (this.vxlanIndex && !this.neighbours.size && !this.pending.length && ![...this.peers.values()].some(wantsOverlay)) this.vxlanFor(false, false);
+    return written;
+  }
+
+  /** Whether changes wait for the next sync (a bulk join's next slice). */
+  pendingWrites(): boolean {
+    return this.pending.length > 0;
+  }
+
+  /** A peer's new plans written: each one's vxlan entries and route. */
+  private writeEntry(e: PeerEntry): void {
+    // The device for the first vxlan peer (the others' plans are as they were).
+    if (!this.vxlanIndex && e.plans.some((p) => p.vtep && p.route)) this.vxlanFor(true, false);
+    e.statuses = e.plans.map((p) => {
+      if (!p.route) return p.status;
+      if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
+      if (p.vtep) {
+        const problem = this.useNeighbours(p);
+        if (problem) return { ...p.status, state: 'failed', error: problem };
+      }
+      const route = this.routeOf(p);
+      const had = this.installed.get(p.status.destination);
+      if (!had || had.index !== route.index || had.gateway !== route.gateway) {
         try {
           this.sock.request(peerRouteAdd(route, !had));
         } catch (err) {
@@ -483,27 +605,28 @@ export class PeerNetwork {
           const exists = err instanceof NetlinkError && err.code === 'EEXIST';
           return exists ? { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place; kni does not replace it` } : { ...p.status, state: 'failed', error: (err as Error).message };
         }
-        this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway });
-        return installedStatus(p);
-      });
-    }
+      }
+      this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
+      return installedStatus(p);
+    });
+  }
+
+  /** A replaced or gone peer's plans let go: their vxlan entries, and each route no newer plan has taken over. */
+  private dropEntry(e: PeerEntry): void {
     const now = Date.now();
-    for (const e of before) {
-      e.plans.forEach((p, i) => {
-        if (e.statuses[i]?.state !== 'installed') return;
-        if (p.vtep) this.dropNeighbours(p);
-        const d = p.status.destination;
-        if (addedDestinations.has(d) || !this.installed.has(d)) return;
-        this.installed.delete(d);
-        try {
-          this.deleted.set(d, now);
-          this.sock.request(peerRouteDel(parseCidr(d)));
-        } catch {
-          // gone already
-        }
-      });
-    }
-    if (this.vxlanIndex && !this.neighbours.size && ![...this.peers.values()].some(wantsOverlay)) this.vxlanFor(false, false);
+    e.plans.forEach((p, i) => {
+      if (e.statuses[i]?.state !== 'installed') return;
+      if (p.vtep) this.dropNeighbours(p);
+      const d = p.status.destination;
+      if (this.installed.get(d)?.plan !== p) return;
+      this.installed.delete(d);
+      try {
+        this.deleted.set(d, now);
+        this.sock.request(peerRouteDel(parseCidr(d)));
+      } catch {
+        // gone already
+      }
+    });
   }
 
   /** A plan's vxlan entries written where no other plan has them yet; the error when one cannot be. */
@@ -550,17 +673,7 @@ export class PeerNetwork {
         else wanted.set(key, { n, users: [p] });
       }
     }
-    const present = new Set<string>();
-    for (const n of neighList(this.sock, index)) {
-      const key = neighKey(n.family, n.ip, n.mac);
-      present.add(key);
-      if (wanted.has(key)) continue;
-      try {
-        this.sock.request(neighDel(n));
-      } catch {
-        // gone already
-      }
-    }
+    const present = this.keepOnly(wanted);
     const failed = new Set<Planned>();
     for (const [key, w] of wanted) {
       if (present.has(key)) continue;
@@ -613,6 +726,8 @@ export class PeerNetwork {
     removeVxlanDevice(this.sock, this.cfg.vxlan.device);
     this.last = [];
     this.installed.clear();
+    this.pending = [];
+    this.pendingEntries.clear();
     this.neighbours.clear();
     this.vxlanIndex = 0;
     this.peers.clear();
