@@ -100,9 +100,8 @@ interface PeerEntry {
   /** The Node as it was planned for. */
   view: NodeView;
   claims: { text: string; cidr?: Cidr; error?: string }[];
-  /** Which other node's claim contests each claim, when the plans were made (and as text, to compare). */
+  /** Which other node's claim contests each claim, when the plans were made. */
   rivalClaims: (Claim | undefined)[];
-  rivals: string;
   /** What each podCIDR needs (never changed once made: a new plan replaces it). */
   plans: Planned[];
   /** What the last sync made of each plan. */
@@ -117,6 +116,7 @@ interface PlanContext {
 }
 
 const sameList = (a: string[], b: string[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
+const sameClaim = (a: Claim | undefined, b: Claim | undefined): boolean => a?.node === b?.node && a?.cidr.text === b?.cidr.text;
 /** Whether a Node's routing fields are those a peer was planned for. */
 const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
 
@@ -161,7 +161,6 @@ export class PeerNetwork {
   private installed = new Map<string, { index: number; gateway: string; plan: Planned }>();
   /** Changes planned and not yet written: a bulk join is written a slice at a time (WRITE_SLICE_MS). */
   private pending: { entry?: PeerEntry; before?: PeerEntry }[] = [];
-  private readonly pendingEntries = new Set<PeerEntry>();
   private neighbours = new Map<string, { n: Neighbour; users: number }>();
   private vxlanIndex = 0;
   /** Routes kni deleted itself, by destination → when: their kernel notices are not news. */
@@ -198,10 +197,8 @@ export class PeerNetwork {
     this.restored = [];
     // A part of the check begins with what changed since the last sync, written as a Node event's.
     let written = 0;
-    if (check === 'all') {
-      this.pending = [];
-      this.pendingEntries.clear();
-    } else written = this.applyDifference(changed, gone);
+    if (check === 'all') this.pending = [];
+    else written = this.applyDifference(changed, gone);
     const entries = () => peers.map((p) => this.peers.get(p.name)!);
     if (check === 'all') this.applyVerified(entries());
     else if (check === 'routes4' || check === 'routes6') this.checkRoutes(entries(), check === 'routes4' ? 4 : 6);
@@ -253,7 +250,7 @@ export class PeerNetwork {
         }
       });
       fresh.set(peer.name, had);
-      this.peers.set(peer.name, { view: peer, claims, rivalClaims: [], rivals: '', plans: [], statuses: [] });
+      this.peers.set(peer.name, { view: peer, claims, rivalClaims: [], plans: [], statuses: [] });
     }
     const gone: PeerEntry[] = [];
     if (this.peers.size !== seen.size) {
@@ -286,11 +283,9 @@ export class PeerNetwork {
       const entry = this.peers.get(name);
       if (!entry) continue;
       const rivalClaims = this.rivalsOf(entry);
-      const rivals = rivalClaims.map((c) => (c ? `${c.node} ${c.cidr.text}` : '')).join(',');
-      if (!fresh.has(name) && rivals === entry.rivals) continue;
+      if (!fresh.has(name) && rivalClaims.every((c, i) => sameClaim(c, entry.rivalClaims[i]))) continue;
       const was = fresh.has(name) ? fresh.get(name) : { ...entry };
       entry.rivalClaims = rivalClaims;
-      entry.rivals = rivals;
       entry.plans = this.planPeer(entry.view, entry);
       changed.push({ entry, before: was });
     }
@@ -424,50 +419,15 @@ export class PeerNetwork {
   /** Every plan compared with the kernel, read first: what is missing is put back, what is stale goes. */
   private applyVerified(entries: PeerEntry[]): void {
     // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
-    const routes = mainRoutes(this.sock);
-    const foreign = foreignRoutes(routes);
-    const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
-    const wasInstalled = this.installed;
-    // What each plan comes to: a route someone else made refuses it first.
+    const kernel = this.readRoutes(mainRoutes(this.sock));
+    // The vxlan entries of the plans no route someone else made refuses; one failing fails its plans.
     const outcome = new Map<Planned, PeerRouteStatus>();
-    const live: Planned[] = [];
-    for (const e of entries) {
-      for (const p of e.plans) {
-        const other = p.contestable ? foreign.get(p.status.destination) : undefined;
-        if (other !== undefined) outcome.set(p, { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` });
-        else if (!p.route) outcome.set(p, p.status);
-        else live.push(p);
-      }
-    }
-    const overlay = live.filter((p) => p.vtep);
-    if (!this.vxlanFor(overlay.length > 0, true)) for (const p of overlay) outcome.set(p, { ...p.status, state: 'failed', error: this.vxlanProblem });
+    const overlay = entries.flatMap((e) => e.plans.filter((p) => p.vtep && p.route && !(p.contestable && kernel.foreign.has(p.status.destination))));
+    this.vxlanFor(overlay.length > 0, true);
     if (this.vxlanIndex) this.syncNeighbours(overlay, outcome);
     this.installed = new Map();
-    for (const p of live) {
-      if (outcome.has(p)) continue;
-      const route = this.routeOf(p);
-      const had = inPlace.get(p.status.destination);
-      const done = installedStatus(p);
-      if (had && had.index === route.index && had.gateway === route.gateway) {
-        outcome.set(p, done);
-      } else {
-        try {
-          this.sock.request(peerRouteAdd(route));
-          outcome.set(p, done);
-          if (!had && wasInstalled.has(p.status.destination)) {
-            driftFindings.inc({ object: 'peer_route' });
-            this.restored.push(done);
-            log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
-          }
-        } catch (e) {
-          outcome.set(p, { ...p.status, state: 'failed', error: (e as Error).message });
-          continue;
-        }
-      }
-      this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
-    }
-    this.removeStale(new Set(this.installed.keys()), routes);
-    for (const e of entries) e.statuses = e.plans.map((p) => outcome.get(p)!);
+    for (const e of entries) e.statuses = e.plans.map((p) => outcome.get(p) ?? this.verifyPlan(p, kernel));
+    this.removeStale(new Set(this.installed.keys()), kernel.routes);
   }
 
   /**
@@ -480,40 +440,49 @@ export class PeerNetwork {
     const device = this.vxlanIndex;
     this.vxlanFor(overlay, true);
     if (this.vxlanIndex !== device) return this.applyVerified(entries);
-    const routes = routeList(this.sock, family);
-    const foreign = foreignRoutes(routes);
-    const inPlace = new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r]));
-    const wasInstalled = new Set(this.installed.keys());
-    const waiting = new Set(this.pending.flatMap((w) => w.before?.plans ?? []));
-    for (const [d, at] of [...this.installed]) if (d.includes(':') === (family === 6) && !waiting.has(at.plan)) this.installed.delete(d);
+    const kernel = this.readRoutes(routeList(this.sock, family));
+    // Changes not yet written are their own turn's (applyDifference).
+    const unwritten = new Set(this.pending.flatMap((w) => (w.entry ? [w.entry] : [])));
+    const leaving = new Set(this.pending.flatMap((w) => w.before?.plans ?? []));
+    for (const [d, at] of [...this.installed]) if (d.includes(':') === (family === 6) && !leaving.has(at.plan)) this.installed.delete(d);
     for (const e of entries) {
-      if (this.pendingEntries.has(e)) continue; // written by its own turn
-      e.statuses = e.plans.map((p, i) => {
-        const c = e.claims[i].cidr;
-        if (!c || c.family !== family) return e.statuses[i] ?? p.status;
-        const other = p.contestable ? foreign.get(p.status.destination) : undefined;
-        if (other !== undefined) return { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` };
-        if (!p.route) return p.status;
-        if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
-        const route = this.routeOf(p);
-        const had = inPlace.get(p.status.destination);
-        if (!had || had.index !== route.index || had.gateway !== route.gateway) {
-          try {
-            this.sock.request(peerRouteAdd(route));
-          } catch (err) {
-            return { ...p.status, state: 'failed', error: (err as Error).message };
-          }
-          if (!had && wasInstalled.has(p.status.destination)) {
-            driftFindings.inc({ object: 'peer_route' });
-            this.restored.push(installedStatus(p));
-            log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
-          }
-        }
-        this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
-        return installedStatus(p);
-      });
+      if (unwritten.has(e)) continue;
+      e.statuses = e.plans.map((p, i) => (e.claims[i].cidr?.family === family ? this.verifyPlan(p, kernel) : e.statuses[i] ?? p.status));
     }
-    this.removeStale(new Set(this.installed.keys()), routes);
+    this.removeStale(new Set(this.installed.keys()), kernel.routes);
+  }
+
+  /** What a check compares plans with: the routes read, those someone else made, kni's, and what kni had installed. */
+  private readRoutes(routes: Route[]): { routes: Route[]; foreign: Map<string, string>; inPlace: Map<string, Route>; wasInstalled: Set<string> } {
+    return { routes, foreign: foreignRoutes(routes), inPlace: new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r])), wasInstalled: new Set(this.installed.keys()) };
+  }
+
+  /**
+   * One plan compared with the routes a check read: refused where a route someone else made is
+   * in place, its route written where missing or changed (a route kni had installed and found
+   * gone is named), and noted as installed.
+   */
+  private verifyPlan(p: Planned, kernel: ReturnType<PeerNetwork['readRoutes']>): PeerRouteStatus {
+    const other = p.contestable ? kernel.foreign.get(p.status.destination) : undefined;
+    if (other !== undefined) return { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` };
+    if (!p.route) return p.status;
+    if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
+    const route = this.routeOf(p);
+    const had = kernel.inPlace.get(p.status.destination);
+    if (!had || had.index !== route.index || had.gateway !== route.gateway) {
+      try {
+        this.sock.request(peerRouteAdd(route));
+      } catch (err) {
+        return { ...p.status, state: 'failed', error: (err as Error).message };
+      }
+      if (!had && kernel.wasInstalled.has(p.status.destination)) {
+        driftFindings.inc({ object: 'peer_route' });
+        this.restored.push(installedStatus(p));
+        log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
+      }
+    }
+    this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
+    return installedStatus(p);
   }
 
   /** The vxlan device's entries (of these families) read: those not wanted deleted; the keys of those present returned. */
@@ -559,19 +528,13 @@ export class PeerNetwork {
    */
   private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): number {
     for (const e of gone) this.pending.push({ before: e });
-    for (const c of changed) {
-      this.pending.push({ entry: c.entry, before: c.before });
-      this.pendingEntries.add(c.entry);
-    }
+    for (const c of changed) this.pending.push({ entry: c.entry, before: c.before });
     const until = performance.now() + WRITE_SLICE_MS;
     let written = 0;
     while (this.pending.length && performance.now() < until) {
       written++;
       const { entry, before } = this.pending.shift()!;
-      if (entry) {
-        this.pendingEntries.delete(entry);
-        this.writeEntry(entry);
-      }
+      if (entry) this.writeEntry(entry);
       if (before) this.dropEntry(before);
     }
     const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
@@ -727,7 +690,6 @@ export class PeerNetwork {
     this.last = [];
     this.installed.clear();
     this.pending = [];
-    this.pendingEntries.clear();
     this.neighbours.clear();
     this.vxlanIndex = 0;
     this.peers.clear();
