@@ -2,22 +2,18 @@
 // IPAM (reserved and on disk before any kernel work), a veth on the node bridge, a tap for vm
 // sandboxes and bandwidth shaping when asked. Spawn-free: all netlink from this process.
 import { invalid, KniError } from './errors';
-import type { PodWiring } from './config';
+import type { Config, PodWiring } from './config';
 import type { NodeLifecycle } from './node-lifecycle';
-import type { PlanParts } from './network-plan';
-import type { CheckParts } from './sandbox-check';
-import type { WiringParts } from './sandbox-wiring';
+import { PlanParts, podAnnotation } from './network-plan';
+import { CheckParts, checkRecord } from './sandbox-check';
+import { unwireInterface, wireInterface, WiringParts } from './sandbox-wiring';
 import type { Ipam } from '../ipam/ipam';
 import type { VethBatchDelete } from '../pod/veth-batch-delete';
 import type { AttachmentRequest, DetachMode, NetworkBackend } from './network-backend';
 import { log } from './log';
-import { podAnnotation } from './network-plan';
 import { hostVethName, SOURCE_CHECK_ANNOTATION } from './runtime-types';
-import { checkRecord } from './sandbox-check';
-import { unwireInterface, wireInterface } from './sandbox-wiring';
 import { assignTap } from './vm-tap';
 import { bitsOf, parseIp } from '../ipam/ip';
-import type { Config } from './config';
 import type { PortMapping } from '../node/host-ports';
 import { nodeListens } from '../node/node-listeners';
 import { NetnsHandle } from '../netns/open-netns';

@@ -2,10 +2,9 @@
 // GC, NRI Synchronize, CRI or the GarbageCollect RPC) and the netns kni made that nobody claims.
 import { log } from './log';
 import type { Config } from './config';
-import type { NetnsParts } from './owned-netns';
+import { NetnsParts, releaseNetns } from './owned-netns';
 import * as validate from './validate';
 import { EntryPoint, gcReleasedTotal } from '../observe/metrics';
-import { releaseNetns } from './owned-netns';
 
 /** What garbage collection uses of the runtime. */
 export interface GcParts extends NetnsParts {

@@ -13,10 +13,9 @@
 // knictl.
 import { log } from './log';
 import type { NodeLifecycle } from './node-lifecycle';
-import type { ReconcileParts } from './recovery';
+import { reconcileAfterRunning, ReconcileParts } from './recovery';
 import type { KernelNotices } from '../node/kernel-notices';
 import { isBuiltIn } from './network-backend';
-import { reconcileAfterRunning } from './recovery';
 import { hostProblems } from './sandbox-check';
 import { InterfaceRecord } from '../store/records';
 

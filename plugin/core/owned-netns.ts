@@ -8,10 +8,9 @@ import type { Config } from './config';
 import type { NetnsPool } from '../netns/netns-pool';
 import type { EntryPoint } from '../observe/metrics';
 import type { StateStore } from '../store/state-store';
-import type { SandboxRecord } from '../store/records';
+import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import * as validate from './validate';
 import { createPinnedNetns, removePinnedNetns } from '../netns/netns';
-import { NetnsRecord, PodRef } from '../store/records';
 
 /** What the netns kni makes use of the runtime. */
 export interface NetnsParts {

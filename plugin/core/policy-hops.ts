@@ -2,8 +2,7 @@
 // the receiver's ingress policies from the sender, each with whether it lets the packet through
 // (plugin/kube/policy-verdict.ts). kni enforces none: a policy denying it is a problem only where a
 // policy agent enforces it, and the hop says so.
-import type { Direction, DirectionVerdict, TracedPort } from '../kube/policy-verdict';
-import { portText } from '../kube/policy-verdict';
+import { Direction, DirectionVerdict, portText, TracedPort } from '../kube/policy-verdict';
 import type { PolicyContext, Receiver, TraceHop } from './trace-hop';
 import type { PodName } from './trace-destination';
 

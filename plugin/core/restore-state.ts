@@ -4,8 +4,7 @@
 import fs from 'node:fs';
 import { log } from './log';
 import type { PodWiring } from './config';
-import type { ReconcileParts } from './recovery';
-import { rebuildFromKernel } from './recovery';
+import { rebuildFromKernel, ReconcileParts } from './recovery';
 import { removePinnedNetns } from '../netns/netns';
 import { isNetnsPin } from '../netns/open-netns';
 import { SandboxRecord } from '../store/records';

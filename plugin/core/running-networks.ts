@@ -3,14 +3,11 @@
 // pipeline as an attach (attach-pipeline.ts addPlanned) under the sandbox's lock.
 import { KniError, invalid } from './errors';
 import { log } from './log';
-import type { PipelineParts } from './attach-pipeline';
-import type { DeviceParts } from './device-assignment';
+import { addPlanned, PipelineParts } from './attach-pipeline';
+import { assignDevices, DeviceParts } from './device-assignment';
 import type { EventLog } from './events';
 import type { KeyedMutex } from './keyed-mutex';
-import type { PlanParts } from './network-plan';
-import { addPlanned } from './attach-pipeline';
-import { planSelection } from './network-plan';
-import { assignDevices } from './device-assignment';
+import { PlanParts, planSelection } from './network-plan';
 import * as validate from './validate';
 import { reopenRecordedNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';

@@ -1,29 +1,24 @@
 // Attaching a new sandbox, whatever the entry point: the request validated, its netns opened
 // once, then under the sandbox's lock either the attach it already has (an idempotent retry) or
 // a new record planned, wired and committed (attach-pipeline.ts). The span, log line and
-// histogram around it are AttachParts.attach's.
+// histogram around it are NetworkRuntime.attach's.
 import path from 'node:path';
-import { attachPlanned } from './attach-pipeline';
-import { assignDevices } from './device-assignment';
+import { attachPlanned, PipelineParts } from './attach-pipeline';
+import { assignDevices, DeviceParts } from './device-assignment';
 import { KniError } from './errors';
-import { emitAttached } from './events';
+import { emitAttached, EventLog } from './events';
 import { isoTime } from './log';
 import type { AttachmentRequest } from './network-backend';
-import { planSandbox } from './network-plan';
-import type { PipelineParts } from './attach-pipeline';
+import { PlanParts, planSandbox } from './network-plan';
 import type { SandboxKind } from './config';
-import type { DeviceParts } from './device-assignment';
-import type { EventLog } from './events';
 import type { KeyedMutex } from './keyed-mutex';
-import type { PlanParts } from './network-plan';
 import type { NodeLifecycle } from './node-lifecycle';
 import type { ExtensionRegistry } from '../extensions/extension-registry';
-import type { NetnsRecord, PodRef } from '../store/records';
+import { NetnsRecord, PodRef, SandboxRecord } from '../store/records';
 import type { AttachRequest } from './runtime-types';
 import * as validate from './validate';
 import { NetnsHandle, openNetns } from '../netns/open-netns';
 import { withSpan } from '../observe/tracing';
-import { SandboxRecord } from '../store/records';
 
 /** What attaching a sandbox uses of the runtime. */
 export interface AttachParts extends PipelineParts, PlanParts, DeviceParts {

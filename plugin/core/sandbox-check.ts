@@ -2,7 +2,7 @@
 // a CNI network's through its plugins), and the routes a record implies (GetPod).
 import type { Config } from './config';
 import type { NodeLifecycle } from './node-lifecycle';
-import type { NetworkBackend } from './network-backend';
+import { defaultGateways, isBuiltIn, NetworkBackend } from './network-backend';
 import type { RouteInfo } from './runtime-types';
 import type { NetlinkSocket } from '../netlink/socket';
 import { bitsOf, defaultDestination, familyOf, parseCidr, parseIp } from '../ipam/ip';
@@ -12,7 +12,6 @@ import { routeGetOif } from '../netlink/route';
 import { socketInNetns } from '../netns/netns';
 import { NetnsHandle, reopenRecordedNetns } from '../netns/open-netns';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
-import { defaultGateways, isBuiltIn } from './network-backend';
 import { tapProblems } from './vm-tap';
 
 /** What the checks use of the runtime. */

@@ -5,10 +5,9 @@ import { invalid } from './errors';
 import { log } from './log';
 import type { KeyedMutex } from './keyed-mutex';
 import type { StateStore } from '../store/state-store';
-import type { SandboxRecord } from '../store/records';
+import { PodRef, SandboxRecord } from '../store/records';
 import { AttachRequest, HANDLER_ANNOTATION, KIND_ANNOTATION } from './runtime-types';
 import * as validate from './validate';
-import { PodRef } from '../store/records';
 
 /** What a metadata update uses of the runtime. */
 export interface MetadataParts {

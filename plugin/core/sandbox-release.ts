@@ -2,21 +2,18 @@
 // reconcile, a restart finishing what a crash cut short) or one interface of a running one
 // (dynamic networks).
 import { KniError } from './errors';
-import { emitDetached } from './events';
+import { emitDetached, EventLog } from './events';
 import { log } from './log';
-import type { EventLog } from './events';
-import type { NetworkBackend } from './network-backend';
+import { DetachMode, isBuiltIn, NetworkBackend } from './network-backend';
 import type { NodeLifecycle } from './node-lifecycle';
 import type { ExtensionRegistry } from '../extensions/extension-registry';
 import type { Ipam } from '../ipam/ipam';
 import type { StateStore } from '../store/state-store';
-import type { NetnsRecord } from '../store/records';
-import { DetachMode, isBuiltIn } from './network-backend';
+import { InterfaceRecord, NetnsRecord, SandboxRecord } from '../store/records';
 import { restoreDefaultRoute } from './attach-pipeline';
 import { DETACHING } from './runtime-types';
 import { releaseNetns as unpinOwnedNetns } from './owned-netns';
 import { reopenRecordedNetns } from '../netns/open-netns';
-import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** What releasing a sandbox uses of the runtime. */
 export interface ReleaseParts {
