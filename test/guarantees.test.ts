@@ -18,7 +18,7 @@ describe('guarantees', () => {
   });
   after(() => d?.cleanup());
 
-  // Its own daemon: reconcile looks at the masquerade rules with iptables, and must not run in
+  // Its own daemon: reconcile lists the masquerade table with nft, and must not run in
   // the window watched (reconcile is never on a pod's path).
   describe('spawn-free pod path', () => {
     let sd: TestDaemon;

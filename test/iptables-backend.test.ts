@@ -6,7 +6,7 @@ import { inNetns, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 
 const hint = (backend: 'nft' | 'legacy') => (ns: string) => sh('ip', ['netns', 'exec', ns, `iptables-${backend}`, '-t', 'mangle', '-N', 'KUBE-IPTABLES-HINT']);
-const masq = (d: TestDaemon, tool: string) => inNetns(d.nodeNetns, tool, ['-t', 'nat', '-S', 'POSTROUTING']).out;
+const forward = (d: TestDaemon, tool: string) => inNetns(d.nodeNetns, tool, ['-t', 'filter', '-S', 'FORWARD']).out;
 const chosen = (d: TestDaemon) => d.output.split('\n').filter((l) => l.includes('"msg":"iptables backend chosen"')).map((l) => JSON.parse(l));
 
 describe('the iptables backend kni writes with (real kernel, both backends)', () => {
@@ -24,8 +24,8 @@ describe('the iptables backend kni writes with (real kernel, both backends)', ()
       try {
         const other = c.want === 'nft' ? 'legacy' : 'nft';
         for (const t of ['iptables', 'ip6tables']) {
-          assert.match(masq(d, `${t}-${c.want}`), /-j KNI-MASQ/, `${t}-${c.want} has no masquerade jump`);
-          assert.doesNotMatch(masq(d, `${t}-${other}`), /KNI-MASQ/, `${t}-${other} has kni's rules too`);
+          assert.match(forward(d, `${t}-${c.want}`), /-j KNI-FWD/, `${t}-${c.want} has no forwarding jump`);
+          assert.doesNotMatch(forward(d, `${t}-${other}`), /KNI-FWD/, `${t}-${other} has kni's rules too`);
         }
         const lines = chosen(d);
         const typo = c.env?.KNI_IPTABLES_MODE === 'legcy';

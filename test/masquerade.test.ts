@@ -2,15 +2,20 @@
 // config names in nonMasqueradeCIDRs (ip-masq-agent's setting): there the pod's own address
 // arrives. A real "outside" netns behind the node, UDP from a pod to it, the source read there.
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { once } from 'node:events';
 import { Client } from '../plugin/client/clients';
 import { ConfigError, parseConfig } from '../plugin/core/config';
+import { parseCidr } from '../plugin/ipam/ip';
+import { keepSetChanges } from '../plugin/node/masquerade';
+import { packageRoot } from '../plugin/server/protos';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { knictl } from './helpers/knictl';
+import { masqueradeTable } from './helpers/masquerade-table';
 import { TestDaemon } from './helpers/test-daemon';
 
-describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
+describe('masquerade and nonMasqueradeCIDRs (real kernel, nftables)', () => {
   let d: TestDaemon;
   let rt: Client;
   const outside = `${RUN}-outside`;
@@ -61,11 +66,12 @@ describe('masquerade and nonMasqueradeCIDRs (real kernel, iptables)', () => {
     const ip = pod.interfaces[0].addresses[0].address;
     assert.equal(await sourceSeenAt(netns, '192.0.2.10'), ip);
     assert.equal(await sourceSeenAt(netns, '198.51.100.10'), '198.51.100.1');
-    // The chain: multicast, broadcast, the pod range and each network once, in the config's order, then MASQUERADE.
-    assert.deepEqual(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S', 'KNI-MASQ']).out.split('\n').filter((l) => l.startsWith('-A')), [
-      '-A KNI-MASQ -d 224.0.0.0/4 -j RETURN', '-A KNI-MASQ -d 255.255.255.255/32 -j RETURN', '-A KNI-MASQ -d 10.72.0.0/24 -j RETURN', '-A KNI-MASQ -d 192.0.2.0/24 -j RETURN', '-A KNI-MASQ -d 203.0.113.7/32 -j RETURN', '-A KNI-MASQ -j MASQUERADE',
-    ]);
-    // Reconcile reads the chain as written: no drift.
+    // The table: one rule per family; the pod range, multicast, broadcast and each network in the keep set.
+    const table = masqueradeTable(d.nodeNetns)!;
+    assert.deepEqual(table.sets.pods4, ['10.72.0.0/24']);
+    assert.deepEqual([...table.sets.keep4].sort(), ['10.72.0.0/24', '192.0.2.0/24', '203.0.113.7', '224.0.0.0/4', '255.255.255.255']);
+    assert.equal(table.rules.length, 2, table.rules.join('\n'));
+    // Reconcile reads the table as written: no drift.
     assert.deepEqual((await rt.Reconcile({})).findings, []);
     // The one place an operator looks says so.
     const node = (await rt.GetNode({})).networks[0];
@@ -108,7 +114,7 @@ describe('masquerade leaves multicast and broadcast alone (real kernel, bridge w
     }
   }
 
-  // br_netfilter hands bridged frames to POSTROUTING: without the chain's RETURNs for them the
+  // br_netfilter hands bridged frames to the postrouting hook: without the keep set's multicast and broadcast the
   // pods beside the sender heard the gateway's address.
   it("a pod's multicast and limited broadcast reach the pods of its bridge from the pod's own address", async () => {
     const rt = d.rt();
@@ -119,5 +125,54 @@ describe('masquerade leaves multicast and broadcast alone (real kernel, bridge w
     assert.equal(await heardFrom(a, b, '255.255.255.255', false), ipA);
     await rt.Detach({ sandbox_id: 'mca' });
     await rt.Detach({ sandbox_id: 'mcb' });
+  });
+});
+
+describe('the masquerade table follows the peers by element (real kernel, nftables)', () => {
+  const ns = `${RUN}-masqset`;
+  before(() => sh('ip', ['netns', 'add', ns]));
+  after(() => trySh('ip', ['netns', 'del', ns]));
+
+  /** The i-th of 5,000 peers' blocks, every other /24 of 10.0.0.0/8: none side by side, nothing merges. */
+  const peer = (i: number) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`;
+  const peers = (n: number, skip = -1) => Array.from({ length: n }, (_, i) => i).filter((i) => i !== skip).map(peer);
+
+  it('5,000 peers none of which merge: one rule per family, one element per peer; a peer leaving or coming is one element deleted or added; reconcile reads each step as written', () => {
+    const ranges = ['10.254.0.0/24', 'fd00:254::/64'];
+    const lists = [[...ranges, ...peers(5000)], [...ranges, ...peers(5000, 1234)], [...ranges, ...peers(5000)], [...ranges, ...peers(5000), '10.0.1.0/24']];
+    const run = spawnSync('ip', ['netns', 'exec', ns, process.execPath, path.join(packageRoot(), 'dist/test/helpers/masquerade-in-netns.js')], { input: JSON.stringify({ ranges, lists }), encoding: 'utf8' });
+    assert.equal(run.status, 0, `${run.error ?? ''} ${run.stderr}`);
+    // No drift after any step: the elements are what kni computed.
+    assert.deepEqual(run.stdout.trim().split('\n').filter((l) => !l.startsWith('{')), ['[]', '[]', '[]', '[]']);
+    const table = masqueradeTable(ns)!;
+    assert.equal(table.rules.length, 2);
+    // The peers (10.0.0.0/24 and the 10.0.1.0/24 that came last merged), this node's range, multicast and broadcast.
+    assert.equal(table.sets.keep4.length, 5000 + 1 + 2);
+    assert.ok(table.sets.keep4.includes('10.0.0.0/23') && !table.sets.keep4.includes('10.0.0.0/24'), 'the last step did not merge the block it completed');
+  });
+
+  it('the changes are the elements that differ, deleted before added', () => {
+    const c = (...t: string[]) => t.map(parseCidr);
+    const all = c(...peers(5000));
+    assert.equal(keepSetChanges(all, c(...peers(5000, 1234))), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
+    assert.equal(keepSetChanges(c(...peers(5000, 1234)), all), `add element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
+    assert.equal(keepSetChanges(all, all), '');
+    assert.equal(keepSetChanges(c('10.0.0.0/24', 'fd00:1::/64'), c('10.0.0.0/24', '10.0.1.0/24', 'fd00:1::/64')), 'delete element inet kni-masquerade keep4 { 10.0.0.0/24 }\nadd element inet kni-masquerade keep4 { 10.0.0.0/23 }\n');
+  });
+
+  it("an earlier kni's iptables chain KNI-MASQ is removed at node setup", async () => {
+    const d = await TestDaemon.start({ ranges: ['10.73.0.0/24'] }, {
+      beforeLaunch: (node) => {
+        sh('ip', ['netns', 'exec', node, 'iptables', '-t', 'nat', '-N', 'KNI-MASQ']);
+        sh('ip', ['netns', 'exec', node, 'iptables', '-t', 'nat', '-A', 'KNI-MASQ', '-j', 'MASQUERADE']);
+        sh('ip', ['netns', 'exec', node, 'iptables', '-t', 'nat', '-A', 'POSTROUTING', '-s', '10.73.0.0/24', '-m', 'comment', '--comment', "kni: masquerade traffic leaving the cluster's pods", '-j', 'KNI-MASQ']);
+      },
+    });
+    try {
+      assert.doesNotMatch(inNetns(d.nodeNetns, 'iptables', ['-t', 'nat', '-S']).out, /KNI-MASQ/);
+      assert.equal(masqueradeTable(d.nodeNetns)!.rules.length, 2);
+    } finally {
+      d.cleanup();
+    }
   });
 });

@@ -144,7 +144,7 @@ describe('other Nodes without podCIDRs (the node agent\'s warning)', () => {
   });
 });
 
-describe('where pod traffic keeps its source address (KNI-MASQ\'s returns)', () => {
+describe('where pod traffic keeps its source address (the masquerade keep sets)', () => {
   const c = (...t: string[]) => t.map(parseCidr);
   const texts = (l: ReturnType<typeof parseCidr>[]) => l.map((x) => x.text);
   it('is every pod CIDR of the cluster (side by side ones merged) and nonMasqueradeCIDRs; with nodeIpam the cluster\'s CIDRs stand for the nodes\' blocks in them', () => {

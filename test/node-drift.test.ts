@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { Client } from '../plugin/client/clients';
 import { inNetns, sh } from './helpers/sh';
 import { knictl } from './helpers/knictl';
+import { masqueradeTable } from './helpers/masquerade-table';
 import { TestDaemon } from './helpers/test-daemon';
 
 describe('node network drift (real kernel, iptables)', () => {
@@ -25,8 +26,7 @@ describe('node network drift (real kernel, iptables)', () => {
   };
   const reconcileFindings = async () => (await rt.Reconcile({})).findings.join('\n');
   const sysctl = (key: string) => inNetns(node(), 'sysctl', ['-n', key]).out.trim();
-  const masq = (tool: string) => inNetns(node(), tool, ['-t', 'nat', '-S', 'KNI-MASQ']).out.split('\n').filter((l) => l.startsWith('-A'));
-  const postrouting = (tool: string) => inNetns(node(), tool, ['-t', 'nat', '-S', 'POSTROUTING']).out;
+  const masq = () => masqueradeTable(node())!;
 
   it('an untouched node: no finding (the checks read what setup wrote as it is)', async () => {
     assert.equal(await reconcileFindings(), '');
@@ -63,27 +63,24 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.equal(sysctl('net.ipv6.conf.all.forwarding'), '1');
   });
 
-  it('the masquerade rules flushed or changed: written again', async () => {
-    const want4 = masq('iptables');
-    const want6 = masq('ip6tables');
-    assert.deepEqual(want4, ['-A KNI-MASQ -d 224.0.0.0/4 -j RETURN', '-A KNI-MASQ -d 255.255.255.255/32 -j RETURN', '-A KNI-MASQ -d 10.71.0.0/24 -j RETURN', '-A KNI-MASQ -j MASQUERADE']);
-    assert.equal(want6.length, 3);
-    inNode('iptables', ['-t', 'nat', '-F', 'KNI-MASQ']);
-    inNode('ip6tables', ['-t', 'nat', '-F', 'POSTROUTING']);
+  it('the masquerade table flushed or changed: written again', async () => {
+    const want = masq();
+    assert.deepEqual([...want.sets.keep4].sort(), ['10.71.0.0/24', '224.0.0.0/4', '255.255.255.255']);
+    assert.equal(want.rules.length, 2);
+    inNode('nft', ['flush', 'chain', 'inet', 'kni-masquerade', 'postrouting']);
+    inNode('nft', ['delete', 'element', 'inet', 'kni-masquerade', 'keep6', '{ ff00::/8 }']);
     const f = await reconcileFindings();
-    assert.match(f, /IPv4 nat chain KNI-MASQ was changed \(0 rules; kni wrote 4\)/);
-    assert.match(f, /the POSTROUTING rule sending fd00:71::\/64 to KNI-MASQ is missing/);
-    assert.deepEqual(masq('iptables'), want4);
-    assert.match(postrouting('ip6tables'), /-s fd00:71::\/64 .*-j KNI-MASQ/);
-    // A rule slipped into kni's chain (it would exempt traffic from masquerading) is found too.
-    inNode('iptables', ['-t', 'nat', '-I', 'KNI-MASQ', '-d', '192.0.2.0/24', '-j', 'RETURN']);
-    assert.match(await reconcileFindings(), /IPv4 nat chain KNI-MASQ was changed \(5 rules; kni wrote 4\)/);
-    assert.deepEqual(masq('iptables'), want4);
-    // The whole chain gone (the jump rules with it, as `iptables -t nat -F; -X` leaves it).
-    inNode('iptables', ['-t', 'nat', '-F']);
-    inNode('iptables', ['-t', 'nat', '-X', 'KNI-MASQ']);
-    assert.match(await reconcileFindings(), /IPv4 nat chain KNI-MASQ is missing; the POSTROUTING rule sending 10\.71\.0\.0\/24 to KNI-MASQ is missing/);
-    assert.deepEqual(masq('iptables'), want4);
+    assert.match(f, /the masquerade set keep6 was changed \(1 elements; kni wrote 2\)/);
+    assert.match(f, /the masquerade chain postrouting holds 0 of kni's 2 rules/);
+    assert.deepEqual(masq(), want);
+    // An element slipped into kni's set (it would exempt traffic from masquerading) is found too.
+    inNode('nft', ['add', 'element', 'inet', 'kni-masquerade', 'keep4', '{ 192.0.2.0/24 }']);
+    assert.match(await reconcileFindings(), /the masquerade set keep4 was changed \(4 elements; kni wrote 3\)/);
+    assert.deepEqual(masq(), want);
+    // The whole table gone (as `nft flush ruleset` leaves it).
+    inNode('nft', ['delete', 'table', 'inet', 'kni-masquerade']);
+    assert.match(await reconcileFindings(), /the masquerade table inet kni-masquerade is missing/);
+    assert.deepEqual(masq(), want);
     assert.equal(await reconcileFindings(), '');
   });
 
@@ -100,7 +97,7 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.equal(repairs.length, 6);
     assert.match(repairs[0].what, /^bridge kni0 set down behind kni's back$/);
     assert.match(repairs[1].what, /^gateway 10\.71\.0\.1\/24 is missing from kni0; gateway fd00:71::1\/64 is missing from kni0$/);
-    assert.match(repairs[5].what, /IPv4 nat chain KNI-MASQ is missing/);
+    assert.match(repairs[5].what, /the masquerade table inet kni-masquerade is missing/);
     assert.ok(Date.parse(repairs[0].time) <= Date.parse(repairs[5].time));
     const text = knictl('--socket', d.socket, 'node').stdout;
     assert.match(text, /put back lately \(found undone on the node\):\n- \S+  bridge kni0 set down behind kni's back\n/);

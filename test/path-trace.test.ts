@@ -71,7 +71,7 @@ describe('knictl trace: the path a pod\'s packet takes (real kernel)', () => {
   it('outside the pod networks: the node\'s route and whether it is masqueraded; no route on the node is the problem', () => {
     const t = trace('tr-a', '192.0.2.7');
     assert.deepEqual([t.kind, t.ok], ['outside', true]);
-    assert.match(t.hops[1].what, new RegExp(`^192\\.0\\.2\\.7 is outside the pod networks: the node routes it via 198\\.51\\.100\\.254 dev ${RUN}up src 198\\.51\\.100\\.1; masqueraded to the node's address \\(KNI-MASQ\\)\\. If it is a Service's ClusterIP, the node's service proxy \\(kube-proxy\\) rewrites it`));
+    assert.match(t.hops[1].what, new RegExp(`^192\\.0\\.2\\.7 is outside the pod networks: the node routes it via 198\\.51\\.100\\.254 dev ${RUN}up src 198\\.51\\.100\\.1; masqueraded to the node's address \\(nftables inet kni-masquerade\\)\\. If it is a Service's ClusterIP, the node's service proxy \\(kube-proxy\\) rewrites it`));
     const t6 = trace('tr-a', '2001:db8::7');
     assert.deepEqual([t6.kind, t6.ok, t6.status], ['outside', false, 2]);
     assert.equal(t6.hops[0].problem, '', 'the pod has its IPv6 default route');

@@ -66,6 +66,12 @@ build_h2spec() {
   build_in_module h2spec github.com/summerwind/h2spec "$H2SPEC_VERSION" "" "" 0 "" github.com/summerwind/h2spec/cmd/h2spec
 }
 
+# Not a cluster component: kwok, which keeps the scale bench's made-up Nodes Ready
+# (bench/node-scale.ts); its stages are read from the module it is built from.
+build_kwok() {
+  build_in_module kwok sigs.k8s.io/kwok "$KWOK_VERSION" "" "" 0 "" sigs.k8s.io/kwok/cmd/kwok
+}
+
 # Not a cluster component: the bench's Go client of kni (bench/grpc-go-client, our own code with
 # its own go.mod), built here for the module cache outside the work tree.
 build_bench_client() {
@@ -85,7 +91,8 @@ case "${1:-all}" in
   etcd) build_etcd ;;
   bench-client) build_bench_client ;;
   h2spec) build_h2spec ;;
+  kwok) build_kwok ;;
   all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok]" >&2; exit 2 ;;
 esac
 echo "$bin"

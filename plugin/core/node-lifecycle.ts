@@ -16,7 +16,7 @@ import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeForwardRules, syncForwardRules } from '../node/forward-rules';
-import { removeMasquerade, syncMasquerade, unmasqueraded } from '../node/masquerade';
+import { removeMasquerade, syncMasquerade, unmasqueraded, updateMasquerade } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { HostPortTarget, syncHostPorts } from '../node/host-ports';
@@ -270,12 +270,12 @@ export class NodeLifecycle {
 
   /**
    * Other nodes' pod CIDRs changed: the masquerade exclusions follow (no pod is touched). The
-   * list is kni's once the chain holds it: reconcile, comparing the chain with the list, waits
+   * list is kni's once the table holds it: reconcile, comparing the table with the list, waits
    * for a write under way (it found "drift" in a chain half written before).
    */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
     if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
-    // Compared as the chain's returns: with nodeIpam's pools there, a peer coming or going changes none.
+    // Compared as the keep sets' CIDRs: with nodeIpam's pools there, a peer coming or going changes none.
     const returns = unmasqueraded(this.rt.cfg, cidrs);
     const key = returns.map((c) => c.text).join(',');
     const same = key === this.masqueradeKey;
@@ -287,7 +287,7 @@ export class NodeLifecycle {
       }
     }
     if (!same && this.ready && this.rt.cfg.masquerade) {
-      const write = syncMasquerade(this.rt.cfg.ranges, returns);
+      const write = updateMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, this.peerCidrs), returns);
       this.masqueradeWrite = write.catch(() => undefined);
       await write;
     }
@@ -295,7 +295,7 @@ export class NodeLifecycle {
     this.masqueradeKey = key;
   }
 
-  /** The masquerade returns of peerCidrs, as text (what setPeerCidrs compares a new list with). */
+  /** The masquerade exceptions of peerCidrs, as text (what setPeerCidrs compares a new list with). */
   private masqueradeKey = '';
 
   /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */

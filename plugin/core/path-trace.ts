@@ -236,7 +236,7 @@ function outside(rt: NetworkRuntime, dst: Destination, peerNode: PeerRoutes | un
   const link = linkByIndex(rt.host, nodeRoute.index);
   const masqueraded = rt.cfg.masquerade && !rt.node.unmasqueraded().some((c) => c.family === dst.family && cidrContains(c, dst.family, dst.value));
   // Masquerading is of a pod's packets: the node's own leave with the node's address.
-  const masq = how.fromNode ? '' : !rt.cfg.masquerade ? '; not masqueraded (masquerade is off)' : masqueraded ? "; masqueraded to the node's address (KNI-MASQ)" : "; not masqueraded (nonMasqueradeCIDRs, or the cluster's pod CIDRs, hold it)";
+  const masq = how.fromNode ? '' : !rt.cfg.masquerade ? '; not masqueraded (masquerade is off)' : masqueraded ? "; masqueraded to the node's address (nftables inet kni-masquerade)" : "; not masqueraded (nonMasqueradeCIDRs, or the cluster's pod CIDRs, hold it)";
   const hint = how.servicesUnknown && !peerNode ? ". If it is a Service's ClusterIP, the node's service proxy (kube-proxy) rewrites it to one of its endpoints before this: trace an endpoint's address" : '';
   return { kind, hops: [hopOf('node', `${what}: the node routes it ${via(nodeRoute, dev)}${masq}${hint}${how.nodePort}`, link && !(link.flags & IFF_UP) ? `link ${link.name} is down` : '')] };
 }

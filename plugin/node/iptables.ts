@@ -150,6 +150,15 @@ export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: strin
   }
 }
 
+/** A table as `nft -j list table` prints it (JSON); undefined when there is no such table, or no nft. */
+export async function nftTableJson(family: 'inet' | 'ip' | 'ip6' | 'bridge', table: string): Promise<unknown> {
+  try {
+    return JSON.parse((await run('nft', ['-j', 'list', 'table', family, table], { maxBuffer: 256 << 20 })).stdout);
+  } catch {
+    return undefined;
+  }
+}
+
 /** Runs `nft -f -` with a script (one transaction: all of it or nothing); `what` names it in errors. */
 export function nftApply(script: string, what: string): Promise<void> {
   return new Promise((resolve, reject) => {

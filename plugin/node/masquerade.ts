@@ -1,30 +1,29 @@
-// Masquerade for traffic leaving the cluster's pods: POSTROUTING sends what comes from a pod
-// range to the chain KNI-MASQ, which returns for multicast (as the CNI plugins' ipMasq and
-// flannel do) and IPv4's limited broadcast, for every pod CIDR of the
-// cluster (this node's and each peer's: pod → pod across nodes keeps the pod's source address)
-// and for the config's nonMasqueradeCIDRs, and masquerades the rest. Multicast and broadcast
-// first: with br_netfilter (kube-proxy's nodes have it) a bridge's frames go through
-// POSTROUTING too, and a pod's multicast or broadcast to the pods beside it would arrive from
-// the gateway's address. Installed at node setup and when peers come or go, never per pod.
+// Masquerade for traffic leaving the cluster's pods, in kni's nftables table `inet
+// kni-masquerade`: one rule per family, walked once per new connection whatever the number of
+// nodes. A packet from this node's pod ranges (set pods4/pods6) to a destination outside set
+// keep4/keep6 is masqueraded. The keep sets hold multicast (as the CNI plugins' ipMasq and
+// flannel do) and IPv4's limited broadcast, every pod CIDR of the cluster (this node's and each
+// peer's: pod → pod across nodes keeps the pod's source address) and the config's
+// nonMasqueradeCIDRs. Multicast and broadcast because with br_netfilter (kube-proxy's nodes have
+// it) a bridge's frames pass the postrouting hook too, and a pod's multicast or broadcast to the
+// pods beside it would arrive from the gateway's address.
+// The table is written whole at node setup (one `nft -f`: one transaction); a peer coming or
+// going adds or deletes its elements only. Never per pod. Earlier kni versions masqueraded with
+// an iptables chain (KNI-MASQ): removed where found at setup.
 import type { Config } from '../core/config';
-import { Cidr, cidrCovers, Family } from '../ipam/ip';
+import { Cidr, cidrCovers, cidrSize, Family, parseCidr, parseIp } from '../ipam/ip';
 import { mergeCidrs } from '../ipam/cidr-merge';
-import { chainDrift, deleteChain, deleteRule, ensureRule, restoreChains, ruleExists } from './iptables';
+import { chainRules, deleteChain, deleteRule, nftApply, nftTableJson } from './iptables';
 
-export const MASQ_CHAIN = 'KNI-MASQ';
+export const MASQ_TABLE = 'kni-masquerade';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
-
-const jumpRule = (c: Cidr): string[] => ['-s', c.text, '-m', 'comment', '--comment', COMMENT, '-j', MASQ_CHAIN];
-// The rule of kni versions before the chain: removed where found.
-const oldRule = (c: Cidr): string[] => ['-s', c.text, '!', '-d', c.text, '-m', 'comment', '--comment', `kni: masquerade traffic leaving ${c.text}`, '-j', 'MASQUERADE'];
 
 /**
  * Where pod traffic keeps its source address: every pod CIDR of the cluster (this node's and
  * each peer's) and the destinations the config names (nonMasqueradeCIDRs). With nodeIpam the
  * cluster's pod CIDRs are known whole: they stand for the nodes' blocks inside them, so a pod on
  * a node whose block kni has not yet seen is reached with the pod's own address too, and the
- * chain does not change as nodes come and go. Without them the pod CIDRs are merged where they
- * sit side by side (cidr-merge.ts): a few rules for a cluster's blocks handed out in order.
+ * set does not change as nodes come and go.
  */
 export function unmasqueraded(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>, peerCidrs: Cidr[]): Cidr[] {
   const pool = cfg.nodeIpam.clusterCIDRs;
@@ -33,52 +32,140 @@ export function unmasqueraded(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' 
 }
 
 const NEVER_MASQUERADED: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] };
-
-const masqRules = (f: Family, clusterCidrs: Cidr[]): string[][] => [...NEVER_MASQUERADED[f].map((d) => ['-d', d, '-j', 'RETURN']), ...clusterCidrs.filter((c) => c.family === f).map((c) => ['-d', c.text, '-j', 'RETURN']), ['-j', 'MASQUERADE']];
+const SET = { pods: { 4: 'pods4', 6: 'pods6' }, keep: { 4: 'keep4', 6: 'keep6' } } as const;
+const TYPE: Record<Family, string> = { 4: 'ipv4_addr', 6: 'ipv6_addr' };
 
 /**
- * Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside
- * `clusterCidrs` (every pod CIDR of the cluster, these ranges included). Idempotent.
+ * A keep set's elements: an interval set takes no element inside another, so what is covered
+ * is dropped and halves side by side become their block (cidr-merge.ts).
  */
-export async function syncMasquerade(ranges: Cidr[], clusterCidrs: Cidr[]): Promise<void> {
+const keepOf = (f: Family, unmasq: Cidr[]): string[] => mergeCidrs([...NEVER_MASQUERADED[f].map(parseCidr), ...unmasq.filter((c) => c.family === f)]).map((c) => c.text);
+const podsOf = (f: Family, ranges: Cidr[]): string[] => mergeCidrs(ranges.filter((c) => c.family === f)).map((c) => c.text);
+const elements = (items: string[]): string => (items.length ? ` elements = { ${items.join(', ')} }` : '');
+
+/** The nft script that makes the table exactly so. */
+export function masqueradeScript(ranges: Cidr[], unmasq: Cidr[]): string {
+  const sets = ([4, 6] as Family[]).flatMap((f) => [
+    `  set ${SET.pods[f]} { type ${TYPE[f]}; flags interval;${elements(podsOf(f, ranges))} }`,
+    `  set ${SET.keep[f]} { type ${TYPE[f]}; flags interval;${elements(keepOf(f, unmasq))} }`,
+  ]);
+  return [
+    `table inet ${MASQ_TABLE} {}`,
+    `delete table inet ${MASQ_TABLE}`,
+    `table inet ${MASQ_TABLE} {`,
+    ...sets,
+    '  chain postrouting {',
+    '    type nat hook postrouting priority srcnat; policy accept;',
+    `    ip saddr @${SET.pods[4]} ip daddr != @${SET.keep[4]} counter masquerade comment "${COMMENT}"`,
+    `    ip6 saddr @${SET.pods[6]} ip6 daddr != @${SET.keep[6]} counter masquerade comment "${COMMENT}"`,
+    '  }',
+    '}',
+    '',
+  ].join('\n');
+}
+
+/** Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside `unmasq`: the table written whole. */
+export async function syncMasquerade(ranges: Cidr[], unmasq: Cidr[]): Promise<void> {
+  await nftApply(masqueradeScript(ranges, unmasq), `the masquerade table ${MASQ_TABLE}`);
+  await removeIptablesMasquerade(ranges);
+}
+
+/** The nft script taking the keep sets from `before` to `after` by element ('' when they hold the same). */
+export function keepSetChanges(before: Cidr[], after: Cidr[]): string {
+  const lines: string[] = [];
   for (const f of [4, 6] as Family[]) {
-    const mine = ranges.filter((c) => c.family === f);
-    if (!mine.length) continue;
-    await restoreChains(f, 'nat', { [MASQ_CHAIN]: masqRules(f, clusterCidrs) });
-    for (const c of mine) {
-      if (await ruleExists(f, 'nat', 'POSTROUTING', oldRule(c))) await deleteRule(f, 'nat', 'POSTROUTING', oldRule(c));
-      await ensureRule(f, 'nat', 'POSTROUTING', jumpRule(c));
+    const was = new Set(keepOf(f, before));
+    const now = keepOf(f, after);
+    const gone = [...was].filter((c) => !now.includes(c));
+    const added = now.filter((c) => !was.has(c));
+    // Deleted first: blocks merged into a wider one leave before the wider one comes in.
+    if (gone.length) lines.push(`delete element inet ${MASQ_TABLE} ${SET.keep[f]} { ${gone.join(', ')} }`);
+    if (added.length) lines.push(`add element inet ${MASQ_TABLE} ${SET.keep[f]} { ${added.join(', ')} }`);
+  }
+  return lines.length ? `${lines.join('\n')}\n` : '';
+}
+
+/**
+ * The keep sets go from `before` to `after` by element (a peer's blocks in or out), in one
+ * transaction; when the table is not as `before` says (changed by hand, gone), it is written whole.
+ */
+export async function updateMasquerade(ranges: Cidr[], before: Cidr[], after: Cidr[]): Promise<void> {
+  const script = keepSetChanges(before, after);
+  if (!script) return;
+  try {
+    await nftApply(script, `the masquerade table ${MASQ_TABLE}'s elements`);
+  } catch {
+    await nftApply(masqueradeScript(ranges, after), `the masquerade table ${MASQ_TABLE}`);
+  }
+}
+
+/** The table away (masquerade turned off, the ranges changed, kni leaving the node). */
+export async function removeMasquerade(ranges: Cidr[]): Promise<void> {
+  await nftApply(`table inet ${MASQ_TABLE} {}\ndelete table inet ${MASQ_TABLE}\n`, `the masquerade table ${MASQ_TABLE}`);
+  await removeIptablesMasquerade(ranges);
+}
+
+/** Earlier kni versions' iptables chain and the POSTROUTING rules jumping to it, where found. */
+async function removeIptablesMasquerade(ranges: Cidr[]): Promise<void> {
+  const OLD_CHAIN = 'KNI-MASQ';
+  for (const f of new Set(ranges.map((c) => c.family))) {
+    if ((await chainRules(f, 'nat', OLD_CHAIN)) === undefined) continue;
+    for (const c of ranges.filter((r) => r.family === f)) {
+      await deleteRule(f, 'nat', 'POSTROUTING', ['-s', c.text, '-m', 'comment', '--comment', COMMENT, '-j', OLD_CHAIN]);
+    }
+    await deleteChain(f, 'nat', OLD_CHAIN);
+  }
+}
+
+/** Address intervals [first, last], to compare what nft lists with what kni wrote whatever way nft prints them. */
+type Interval = [bigint, bigint];
+const cidrInterval = (c: Cidr): Interval => [c.base, c.base + cidrSize(c) - 1n];
+function joined(out: Interval[]): Interval[] {
+  out.sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  const all: Interval[] = [];
+  for (const i of out) {
+    const last = all[all.length - 1];
+    if (last && i[0] <= last[1] + 1n) last[1] = i[1] > last[1] ? i[1] : last[1];
+    else all.push([...i]);
+  }
+  return all;
+}
+function listedIntervals(items: unknown[]): Interval[] {
+  const out: Interval[] = [];
+  for (const e of items) {
+    const v = (e as { elem?: { val?: unknown } })?.elem?.val ?? e;
+    if (typeof v === 'string') {
+      const ip = parseIp(v).value;
+      out.push([ip, ip]);
+    } else if (v && typeof v === 'object' && 'prefix' in v) {
+      const p = (v as { prefix: { addr: string; len: number } }).prefix;
+      out.push(cidrInterval(parseCidr(`${p.addr}/${p.len}`)));
+    } else if (v && typeof v === 'object' && 'range' in v) {
+      const [a, b] = (v as { range: [string, string] }).range;
+      out.push([parseIp(a).value, parseIp(b).value]);
     }
   }
+  return joined(out);
 }
-
-/** Takes the rules for these ranges away (masquerade turned off, or the ranges changed). */
-export async function removeMasquerade(ranges: Cidr[]): Promise<void> {
-  for (const c of ranges) {
-    await deleteRule(c.family, 'nat', 'POSTROUTING', jumpRule(c));
-    await deleteRule(c.family, 'nat', 'POSTROUTING', oldRule(c));
-  }
-}
-
-/** The rules and the chain (kni leaving the node). */
-export async function removeMasqueradeChain(ranges: Cidr[]): Promise<void> {
-  await removeMasquerade(ranges);
-  for (const f of new Set(ranges.map((c) => c.family))) await deleteChain(f, 'nat', MASQ_CHAIN);
-}
+const sameIntervals = (a: Interval[], b: Interval[]): boolean => a.length === b.length && a.every((x, i) => x[0] === b[i][0] && x[1] === b[i][1]);
 
 /**
- * What of syncMasquerade's rules is missing or changed now (a firewall reload, `iptables -t nat
- * -F`): one listing of the chain and one check per range, each a process — reconcile's, never
- * a pod's.
+ * What of syncMasquerade's table is missing or changed now (`nft flush ruleset`, a set's
+ * elements deleted by hand): one listing of the table, reconcile's, never a pod's.
  */
-export async function masqueradeDrift(ranges: Cidr[], clusterCidrs: Cidr[]): Promise<string[]> {
+export async function masqueradeDrift(ranges: Cidr[], unmasq: Cidr[]): Promise<string[]> {
+  const listing = (await nftTableJson('inet', MASQ_TABLE)) as { nftables?: Record<string, any>[] } | undefined;
+  if (!listing?.nftables) return [`the masquerade table inet ${MASQ_TABLE} is missing`];
   const out: string[] = [];
+  const items = listing.nftables;
   for (const f of [4, 6] as Family[]) {
-    const mine = ranges.filter((c) => c.family === f);
-    if (!mine.length) continue;
-    const changed = await chainDrift(f, 'nat', MASQ_CHAIN, masqRules(f, clusterCidrs));
-    if (changed) out.push(changed);
-    for (const c of mine) if (!(await ruleExists(f, 'nat', 'POSTROUTING', jumpRule(c)))) out.push(`the POSTROUTING rule sending ${c.text} to ${MASQ_CHAIN} is missing`);
+    for (const [name, want] of [[SET.pods[f], podsOf(f, ranges)], [SET.keep[f], keepOf(f, unmasq)]] as const) {
+      const set = items.find((i) => i.set?.name === name)?.set;
+      if (!set) out.push(`the masquerade set ${name} is missing`);
+      else if (!sameIntervals(listedIntervals(set.elem ?? []), joined(want.map((t) => cidrInterval(parseCidr(t)))))) out.push(`the masquerade set ${name} was changed (${(set.elem ?? []).length} elements; kni wrote ${want.length})`);
+    }
   }
+  const rules = items.filter((i) => i.rule?.chain === 'postrouting' && i.rule.comment === COMMENT && JSON.stringify(i.rule.expr).includes('"masquerade"')).length;
+  if (rules !== 2) out.push(`the masquerade chain postrouting holds ${rules} of kni's 2 rules`);
   return out;
 }

@@ -14,7 +14,7 @@ import { kniIfbs } from '../pod/bandwidth';
 import { VETH_ALIAS_PREFIX } from '../pod/pod-wiring';
 import { removeForwardRules } from './forward-rules';
 import { removeHostPorts } from './host-ports';
-import { removeMasqueradeChain } from './masquerade';
+import { removeMasquerade } from './masquerade';
 import { NodeGuards } from './node-guards';
 import { removeVxlanDevice } from './vxlan-device';
 
@@ -53,7 +53,7 @@ export async function removeNodeNetwork(sock: NetlinkSocket, cfg: Config, ranges
     return true;
   });
   if (ranges.length) {
-    await attempt('masquerade rules', () => removeMasqueradeChain(ranges));
+    await attempt('masquerade table', () => removeMasquerade(ranges));
     await attempt('forwarding rules', () => removeForwardRules(ranges));
     await attempt('host port rules', () => removeHostPorts(ranges));
   }

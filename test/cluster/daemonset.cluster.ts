@@ -20,6 +20,7 @@ const kniLeftOn = (w: string): string[] => {
     ...['-4', '-6'].flatMap((f) => sh('ip', f, 'route', 'show', 'proto', '107').split('\n').filter(Boolean).map((r) => `route ${r}`)),
     // Whichever backend kni chose (both hold tables on this machine).
     ...['iptables', 'ip6tables'].flatMap((t) => ['nft', 'legacy'].flatMap((b) => sh(`${t}-${b}-save`).split('\n').filter((l) => l.includes('KNI-')))),
+    ...sh('nft', 'list', 'tables').split('\n').filter((l) => /^table \S+ kni\b/.test(l)),
     ...fs.readdirSync(`${CL}/${w}/root/var/lib/kni`).map((f) => `state ${f}`),
   ];
 };
@@ -152,7 +153,7 @@ describe('cluster: kni as a DaemonSet from its image', function () {
     assert.match(removed?.message ?? '', /its DaemonSet kni no longer selects node kc-w2/, kubectl('-n', 'kube-system', 'get', 'events'));
     // No pod left on kni's network there: its node network and state went with it.
     await waitFor(() => kniLeftOn('w2').length === 0, 30_000, () => kniLeftOn('w2').join('\n'));
-    assert.ok(['link kni0', '-A KNI-MASQ'].every((x) => kniLeftOn('w1').some((l) => l.startsWith(x))), `kni left kc-w1 too: ${kniLeftOn('w1').join('\n')}`);
+    assert.ok(['link kni0', 'table inet kni-masquerade'].every((x) => kniLeftOn('w1').some((l) => l.startsWith(x))), `kni left kc-w1 too: ${kniLeftOn('w1').join('\n')}`);
   });
 
   it('deleting kni\'s manifest (kubectl delete -f: the DaemonSet, its service account and rights) takes its conflist, kni-cni and node network away, and the nodes report the network not ready', async () => {

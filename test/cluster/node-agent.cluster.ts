@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { criClient } from '../helpers/containerd-env';
 import { waitFor } from '../helpers/wait';
+import { masqueradedPackets, masqueradeTable } from '../helpers/masquerade-table';
 import { apply, CL, cluster, knictl, kubectl, kubectlJson, peerRoutes, WORKERS } from './cluster-helpers';
 import { peerProbeChecks } from './probe-checks';
 import { traceFromNode, traceNetworkPolicies, traceNodePort, traceServiceProblems, traceToPeerPod, traceToService } from './trace-checks';
@@ -89,7 +90,7 @@ spec: {selector: {app: whoami}, ipFamilyPolicy: PreferDualStack, ports: [{port: 
     // The router between the subnets knows no pod range: only the overlay crossed it.
     assert.doesNotMatch(execFileSync('ip', ['-n', 'kc-wire', 'route'], { encoding: 'utf8' }) + execFileSync('ip', ['-n', 'kc-wire', '-6', 'route'], { encoding: 'utf8' }), /10\.244\.|fd00:10:244/);
     // Traffic leaving the cluster's pod CIDRs (here to the host's address) is still masqueraded.
-    const masqueraded = () => Number(/^\s*(\d+)\s+\d+\s+MASQUERADE/m.exec(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-L', 'KNI-MASQ', '-v', '-x', '-n'], { encoding: 'utf8' }))?.[1] ?? -1);
+    const masqueraded = () => masqueradedPackets('kc-w1')[0];
     const before = masqueraded();
     kubectl('exec', 'who-1', '--', '/bin/busybox', 'ping', '-c', '1', '-W', '2', '10.240.0.1');
     assert.ok(masqueraded() > before, 'pod → outside the cluster was not masqueraded');
@@ -169,7 +170,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
   });
 
   it('a bogus Node (a default route for a podCIDR, an InternalIP that is no address) gets no route and is reported with its reason; masquerading and the other peer\'s routes stay as they were', async () => {
-    const masq = () => execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' });
+    const masq = () => JSON.stringify(masqueradeTable('kc-w1')?.sets);
     const before = masq();
     const unavailable = () => condition(node('kc-w1'), 'NetworkUnavailable');
     apply(`apiVersion: v1
@@ -240,8 +241,10 @@ status: {addresses: [{type: InternalIP, address: not-an-ip}]}
     try {
       await waitFor(() => scaleRoutes().filter((r: any) => r.state === 'installed').length === 500, 180_000, () => `${scaleRoutes().filter((r: any) => r.state === 'installed').length} of 500 routes`);
       lags.push(lagMax());
-      const masq = execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' }).trim().split('\n');
-      assert.ok(masq.length < 20, `the masquerade chain holds ${masq.length} rules for 500 peers:\n${masq.join('\n')}`);
+      // One rule per family whatever the peers; their blocks, side by side, merged in the set.
+      const masq = masqueradeTable('kc-w1')!;
+      assert.equal(masq.rules.length, 2, masq.rules.join('\n'));
+      assert.ok(masq.sets.keep4.length < 20, `the masquerade set holds ${masq.sets.keep4.length} elements for 500 peers: ${masq.sets.keep4.join(' ')}`);
     } finally {
       kubectl('delete', 'node', '-l', 'kni.test/scale=1', '--wait=false');
     }
@@ -415,9 +418,9 @@ spec:
       // host-gw cannot reach a node on another subnet: reported, and NetworkUnavailable says so.
       assert.match(original, /^backend: auto$/m);
       edit(`${original.replace(/^backend: auto$/m, 'backend: host-gw')}\nlogLevel: debug\nnonMasqueradeCIDRs: [10.240.0.1/32]\n`);
-      // A network the pods reach with their own address: in the masquerade chain at once.
-      const masqChain = () => execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' });
-      await waitFor(() => /-A KNI-MASQ -d 10\.240\.0\.1\/32 -j RETURN\n-A KNI-MASQ -j MASQUERADE/.test(masqChain()), 30_000, masqChain);
+      // A network the pods reach with their own address: in the masquerade keep set at once.
+      const keep4 = () => masqueradeTable('kc-w1')!.sets.keep4;
+      await waitFor(() => keep4().includes('10.240.0.1'), 30_000, () => keep4().join(' '));
       await waitFor(() => peerRoutes('w1').every((r: any) => r.state === 'unreachable'), 30_000, () => JSON.stringify(peerRoutes('w1')));
       assert.match(peerRoutes('w1')[0].error, /InternalIP 10\.240\.1\.12 is not on a subnet this node is connected to/);
       await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'True', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
@@ -429,7 +432,7 @@ spec:
       edit(original);
     }
     await waitFor(() => peerRoutes('w1').every((r: any) => r.backend === 'vxlan' && r.state === 'installed'), 30_000, () => JSON.stringify(peerRoutes('w1')));
-    assert.doesNotMatch(execFileSync('ip', ['netns', 'exec', 'kc-w1', 'iptables', '-t', 'nat', '-S', 'KNI-MASQ'], { encoding: 'utf8' }), /10\.240\.0\.1/);
+    assert.ok(!masqueradeTable('kc-w1')!.sets.keep4.includes('10.240.0.1'), masqueradeTable('kc-w1')!.sets.keep4.join(' '));
     await waitFor(() => condition(node('kc-w1'), 'NetworkUnavailable')?.status === 'False', 30_000, () => JSON.stringify(node('kc-w1').status.conditions));
     const [a4] = podIps('who-1');
     assert.equal(fetchFrom('who-2', a4), podIps('who-2')[0]);

@@ -52,7 +52,7 @@ export async function traceToPeerPod(ips: string[]): Promise<void> {
   const w2 = knictl('w1', 'node').cluster.peers.find((p: any) => p.name === 'kc-w2').internal_ips[0];
   const toNode = knictl('w1', 'trace', 'who-1', w2);
   assert.deepEqual([toNode.kind, toNode.ok], ['peer-node', true], JSON.stringify(toNode));
-  assert.match(toNode.hops[1].what, new RegExp(`^${w2.replace(/\\./g, '\\\\.')} is node kc-w2's InternalIP: the node routes it .*; masqueraded to the node's address \\(KNI-MASQ\\)$`));
+  assert.match(toNode.hops[1].what, new RegExp(`^${w2.replace(/\\./g, '\\\\.')} is node kc-w2's InternalIP: the node routes it .*; masqueraded to the node's address \\(nftables inet kni-masquerade\\)$`));
 }
 
 /** From who-1 (kc-w1) to Service whoami's ClusterIPs (`svc`; endpoints who-1 and who-2) and by name; who-2's IPv4 address `b4`. */

@@ -1,0 +1,290 @@
+// kni as one node agent of a large cluster: a real kube-apiserver + etcd (hack/cluster/cluster.sh),
+// made-up Nodes kept Ready by kwok (their leases renewed, their status refreshed, as kubelets
+// do), dual-stack podCIDRs, InternalIPs nobody answers on (every peer over vxlan, every probe
+// silent), and ONE kni (kc-w1's, with the DaemonSet's ServiceAccount and ConfigMap; kc-w2's is
+// stopped). The Nodes join in bulk up to each size, then all leave. Per step it prints:
+// - kni's longest event-loop stall (prom-client's perf_hooks.monitorEventLoopDelay, read
+//   every second: its histogram starts again at each scrape), during the step and in the
+//   quiet minute after it (the periodic checks, the heartbeats);
+// - a Node → its routes (IPv4 and IPv6) in kc-w1's kernel, from the create call to
+//   `ip monitor`'s line, p50 / p99 (in a bulk join this includes the API server's own queue);
+//   and a single Node added once the step is done;
+// - RunPodSandbox through kc-w1's containerd (kni wires it) while the Nodes join, against the
+//   same when quiet;
+// - kni's RSS and CPU seconds; its API requests by verb and resource (the API server's audit
+//   log: every request of kni's ServiceAccount); the rules of each of kni's chains.
+//   node dist/bench/node-scale.js [SIZES=100,1000,5000] [--lease-seconds 40]
+import * as k8s from '@kubernetes/client-node';
+import { ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import readline from 'node:readline';
+import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
+import { parseCidr } from '../plugin/ipam/ip';
+import { criClient } from '../test/helpers/containerd-env';
+import { cpuMs, percentile, rssMb } from './stats';
+
+const args = process.argv.slice(2);
+const option = (name: string, fallback: number): number => {
+  const i = args.indexOf(name);
+  return i >= 0 ? Number(args[i + 1]) : fallback;
+};
+const SIZES = (args.find((a) => /^\d+(,\d+)*$/.test(a)) ?? '100,1000,5000').split(',').map(Number);
+// A kubelet's default (nodeLeaseDurationSeconds): kwok renews each lease every quarter of it.
+const LEASE_SECONDS = option('--lease-seconds', 40);
+const CREATES_AT_ONCE = 16;
+const QUIET_MS = 60_000;
+const LABEL = 'kni.bench/scale';
+const KWOK_STAGES = ['fast/node-initialize.yaml', 'heartbeat-with-lease/node-heartbeat-with-lease.yaml'];
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const inW1 = (cmd: string, ...a: string[]): string => execFileSync('ip', ['netns', 'exec', 'kc-w1', cmd, ...a], { encoding: 'utf8' });
+const kniPid = (): number => Number(fs.readFileSync(`${CL}/run/kni-w1.pid`, 'utf8').trim());
+
+/** The i-th made-up Node: a /24 and a /64 of its own, addresses kni's vxlan reaches nobody at. */
+const v4Cidr = (i: number) => `10.${100 + (i >> 8)}.${i & 255}.0/24`;
+const v6Cidr = (i: number) => parseCidr(`fd00:20:${i.toString(16)}::/64`).text; // as the kernel prints it
+const madeUpNode = (i: number): k8s.V1Node => ({
+  metadata: { name: `kb-scale-${i}`, labels: { [LABEL]: '1', type: 'kwok' }, annotations: { 'kwok.x-k8s.io/node': 'fake' } },
+  spec: { podCIDR: v4Cidr(i), podCIDRs: [v4Cidr(i), v6Cidr(i)], taints: [{ key: 'kwok.x-k8s.io/node', value: 'fake', effect: 'NoSchedule' }] },
+  // A Hostname too, as a kubelet reports: kwok's node-initialize stage writes the addresses anew
+  // (without the InternalIPs) when either kind is missing.
+  status: { addresses: [{ type: 'InternalIP', address: `172.30.${i >> 8}.${i & 255}` }, { type: 'InternalIP', address: `fd00:172:30::${i.toString(16)}` }, { type: 'Hostname', address: `kb-scale-${i}` }] },
+});
+
+/** When each route of kc-w1's kernel last came and went, as `ip monitor` says it. */
+class RouteWatch {
+  readonly added = new Map<string, number>();
+  readonly deleted = new Map<string, number>();
+  private proc: ChildProcess;
+  constructor() {
+    this.proc = spawn('ip', ['-n', 'kc-w1', 'monitor', 'route'], { stdio: ['ignore', 'pipe', 'inherit'] });
+    readline.createInterface({ input: this.proc.stdout! }).on('line', (line) => {
+      const now = Date.now();
+      const m = /^(Deleted )?(\S+)/.exec(line);
+      if (!m) return;
+      (m[1] ? this.deleted : this.added).set(m[2], now);
+    });
+  }
+  stop(): void {
+    this.proc.kill();
+  }
+}
+
+/** kni's longest event-loop stall since the last call, polled every second. */
+class StallWatch {
+  private max = 0;
+  private timer: NodeJS.Timeout;
+  constructor() {
+    this.read();
+    this.timer = setInterval(() => this.read(), 1000);
+  }
+  private reading: Promise<void> = Promise.resolve();
+  // Not waited on by the bench's own loop: its timestamps of the kernel's route lines stay true.
+  private read(): Promise<void> {
+    this.reading = new Promise((resolve) =>
+      execFile('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' }, (e, text) => {
+        const m = e ? null : /^kni_nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text);
+        if (m) this.max = Math.max(this.max, Number(m[1]) * 1000);
+        resolve();
+      }),
+    );
+    return this.reading;
+  }
+  async take(): Promise<number> {
+    await this.reading;
+    await this.read();
+    const m = this.max;
+    this.max = 0;
+    return m;
+  }
+  stop(): void {
+    clearInterval(this.timer);
+  }
+}
+
+/** kni's requests in the audit log from byte `from` on, by verb and resource. */
+function kniRequests(from: number): { counts: Record<string, number>; end: number } {
+  const file = `${CL}/audit.log`;
+  const text = fs.readFileSync(file, 'utf8');
+  const counts: Record<string, number> = {};
+  for (const line of text.slice(from).split('\n')) {
+    if (!line.startsWith('{')) continue;
+    const e = JSON.parse(line);
+    if (e.user?.username !== 'system:serviceaccount:kube-system:kni') continue;
+    const what = `${e.verb} ${e.objectRef?.resource ?? e.requestURI}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ''}`;
+    counts[what] = (counts[what] ?? 0) + 1;
+  }
+  return { counts, end: text.length };
+}
+
+/** The rules in each of kni's chains (IPv4 and IPv6, every table). */
+function kniChains(): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const tool of ['iptables-save', 'ip6tables-save']) {
+    for (const l of inW1(tool).split('\n')) {
+      const m = /^-A (KNI-\S+)/.exec(l);
+      if (m) out[`${tool === 'iptables-save' ? '4' : '6'} ${m[1]}`] = (out[`${tool === 'iptables-save' ? '4' : '6'} ${m[1]}`] ?? 0) + 1;
+    }
+  }
+  return out;
+}
+
+/** RunPodSandbox (then Stop and Remove) through kc-w1's containerd, ms each, until `until` says stop. */
+async function sandboxTimes(until: () => boolean, at: string): Promise<number[]> {
+  const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
+  const out: number[] = [];
+  try {
+    for (let n = 0; !until() || n < 3; n++) {
+      const t = Date.now();
+      const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name: `kb-scale-${at}-${n}`, namespace: 'default', uid: `kb-scale-${at}-${n}`, attempt: 0 }, linux: {} } });
+      out.push(Date.now() - t);
+      await cri.StopPodSandbox({ pod_sandbox_id: id });
+      await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      await sleep(500);
+    }
+  } finally {
+    cri.close();
+  }
+  return out;
+}
+
+/** Runs fn over items, `width` at a time. */
+async function inParallel<T>(items: T[], width: number, fn: (x: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: width }, async () => {
+    while (next < items.length) await fn(items[next++]);
+  }));
+}
+
+const ms = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '—' : `${Math.round(x)} ms`);
+const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(percentile(xs, 99))}` : '—');
+
+interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: number[]; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
+
+async function main(): Promise<void> {
+  const kwokBin = `${BIN}/kwok`;
+  execFileSync('bash', ['hack/cluster/build-components.sh', 'kwok'], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const kwokSrc = execFileSync('go', ['env', 'GOMODCACHE'], { encoding: 'utf8', env: { ...process.env, GOPATH: process.env.GOPATH ?? `${process.env.KNI_CLUSTER_CACHE ?? '/var/cache/kni-cluster'}/gopath` } }).trim();
+  const version = /KWOK_VERSION=(\S+)/.exec(fs.readFileSync('hack/cluster/versions.env', 'utf8'))![1];
+  const stages = KWOK_STAGES.map((s) => fs.readFileSync(`${kwokSrc}/sigs.k8s.io/kwok@${version}/kustomize/stage/node/${s}`, 'utf8')).join('\n---\n');
+
+  cluster('down');
+  cluster('up');
+  cluster('kni');
+  cluster('kni-stop w2');
+  fs.writeFileSync(`${CL}/kwok.yaml`, stages);
+  const kwokLog = fs.openSync(`${CL}/run/kwok.log`, 'a');
+  const kwok = spawn(kwokBin, ['--kubeconfig', KUBECONFIG, '--config', `${CL}/kwok.yaml`, '--manage-all-nodes=false', '--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake', `--node-lease-duration-seconds=${LEASE_SECONDS}`, '-v=WARN'], { stdio: ['ignore', kwokLog, kwokLog] });
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(KUBECONFIG);
+  const api = kc.makeApiClient(k8s.CoreV1Api);
+  const routes = new RouteWatch();
+  const stalls = new StallWatch();
+  const steps: Step[] = [];
+  let auditAt = kniRequests(0).end;
+  let cpuAt = cpuMs(kniPid());
+  let created = 0;
+  const createdAt = new Map<number, number>();
+  const routedAfter = (i: number, at: number, seen: Map<string, number>): number | undefined => {
+    const a = seen.get(v4Cidr(i));
+    const b = seen.get(v6Cidr(i));
+    return a !== undefined && b !== undefined && a >= at && b >= at ? Math.max(a, b) - at : undefined;
+  };
+  const waitRouted = async (ids: number[], seen: Map<string, number>, since: Map<number, number>, what: string) => {
+    const deadline = Date.now() + 600_000;
+    while (ids.some((i) => routedAfter(i, since.get(i)!, seen) === undefined)) {
+      if (Date.now() > deadline) throw new Error(`${what}: ${ids.filter((i) => routedAfter(i, since.get(i)!, seen) === undefined).length} of ${ids.length} Nodes' routes never seen`);
+      await sleep(200);
+    }
+    return ids.map((i) => routedAfter(i, since.get(i)!, seen)!);
+  };
+  const finish = async (label: string, stall: number, routeTimes: number[], sandboxDuring: number[], single?: number): Promise<void> => {
+    await sleep(QUIET_MS);
+    const quietStall = await stalls.take();
+    const audit = kniRequests(auditAt);
+    auditAt = audit.end;
+    const cpu = cpuMs(kniPid());
+    steps.push({ label, stall, quietStall, routes: routeTimes, single, sandboxDuring, rss: rssMb(kniPid()), cpuS: (cpu.user + cpu.system - cpuAt.user - cpuAt.system) / 1000, requests: audit.counts, chains: kniChains() });
+    cpuAt = cpu;
+    process.stdout.write(`node-scale: ${label} done\n`);
+  };
+
+  try {
+    await sleep(10_000);
+    await stalls.take();
+    const quietSandbox = await sandboxTimes(() => true, 'quiet');
+    for (const size of SIZES) {
+      const ids = Array.from({ length: size - created }, (_, k) => created + k);
+      await stalls.take();
+      let joining = true;
+      const during = sandboxTimes(() => !joining, `join${size}`);
+      await inParallel(ids, CREATES_AT_ONCE, async (i) => {
+        createdAt.set(i, Date.now());
+        await api.createNode({ body: madeUpNode(i) });
+      });
+      const routeTimes = await waitRouted(ids, routes.added, createdAt, `${size} Nodes`);
+      joining = false;
+      const sandboxDuring = await during;
+      const stall = await stalls.take();
+      created = size;
+      // One more Node once all are in, and it leaves again: a single join at this size.
+      await sleep(5_000);
+      const one = size;
+      createdAt.set(one, Date.now());
+      await api.createNode({ body: madeUpNode(one) });
+      const [single] = await waitRouted([one], routes.added, createdAt, 'one Node');
+      await api.deleteNode({ name: `kb-scale-${one}` });
+      await finish(`${created} Nodes`, stall, routeTimes, sandboxDuring, single);
+    }
+    // All leave at once.
+    await stalls.take();
+    const deletedAt = new Map<number, number>();
+    const all = Array.from({ length: created }, (_, i) => i);
+    let leaving = true;
+    const during = sandboxTimes(() => !leaving, 'leave');
+    await inParallel(all, CREATES_AT_ONCE, async (i) => {
+      deletedAt.set(i, Date.now());
+      await api.deleteNode({ name: `kb-scale-${i}` });
+    });
+    const gone = await waitRouted(all, routes.deleted, deletedAt, 'the Nodes leaving');
+    leaving = false;
+    const sandboxDuring = await during;
+    await finish(`all ${created} leave`, await stalls.take(), gone, sandboxDuring);
+
+    process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent\n`);
+    process.stdout.write(`RunPodSandbox through containerd, quiet: p50 ${ms(percentile(quietSandbox, 50))}, max ${ms(Math.max(...quietSandbox))}\n\n`);
+    const rows: [string, (s: Step) => string][] = [
+      ['longest stall, while Nodes join / leave', (s) => ms(s.stall)],
+      ['longest stall, the quiet minute after', (s) => ms(s.quietStall)],
+      ['Node → its routes, p50 / p99', (s) => spreadOf(s.routes)],
+      ['one Node more → its routes', (s) => ms(s.single)],
+      ['RunPodSandbox meanwhile, p50 / max', (s) => (s.sandboxDuring.length ? `${ms(percentile(s.sandboxDuring, 50))} / ${ms(Math.max(...s.sandboxDuring))}` : '—')],
+      ['kni RSS after', (s) => `${Math.round(s.rss)} MB`],
+      ['kni CPU in the step', (s) => `${s.cpuS.toFixed(1)} s`],
+    ];
+    process.stdout.write(`| | ${steps.map((s) => s.label).join(' | ')} |\n|---|${steps.map(() => '---|').join('')}\n`);
+    for (const [name, f] of rows) process.stdout.write(`| ${name} | ${steps.map(f).join(' | ')} |\n`);
+    const verbs = [...new Set(steps.flatMap((s) => Object.keys(s.requests)))].sort();
+    for (const v of verbs) process.stdout.write(`| API: ${v} | ${steps.map((s) => s.requests[v] ?? 0).join(' | ')} |\n`);
+    const chains = [...new Set(steps.flatMap((s) => Object.keys(s.chains)))].sort();
+    for (const c of chains) process.stdout.write(`| rules: ${c} | ${steps.map((s) => s.chains[c] ?? 0).join(' | ')} |\n`);
+  } finally {
+    stalls.stop();
+    routes.stop();
+    kwok.kill();
+    try {
+      execFileSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, 'delete', 'node', '-l', `${LABEL}=1`, '--wait=false'], { stdio: 'ignore' });
+    } catch {
+      // the cluster goes next anyway
+    }
+    cluster('down');
+  }
+}
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    process.stderr.write(`node-scale: ${(e as Error).stack}\n`);
+    process.exit(1);
+  },
+);
