@@ -12,7 +12,9 @@
 // - RunPodSandbox through kc-w1's containerd (kni wires it) while the Nodes join, against the
 //   same when quiet;
 // - kni's RSS and CPU seconds; its API requests by verb and resource (the API server's audit
-//   log: every request of kni's ServiceAccount); the rules of each of kni's chains.
+//   log: every request of kni's ServiceAccount); the rules of each of kni's iptables chains, and
+//   its masquerade table's rules and set elements.
+// kni runs on CPU 0, the API server, etcd, kwok and this bench on CPU 1 (taskset).
 //   node dist/bench/node-scale.js [SIZES=100,1000,5000] [--lease-seconds 40]
 import * as k8s from '@kubernetes/client-node';
 import { ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
@@ -21,6 +23,7 @@ import readline from 'node:readline';
 import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
 import { criClient } from '../test/helpers/containerd-env';
+import { masqueradeTable } from '../test/helpers/masquerade-table';
 import { cpuMs, percentile, rssMb } from './stats';
 
 const args = process.argv.slice(2);
@@ -37,7 +40,6 @@ const LABEL = 'kni.bench/scale';
 const KWOK_STAGES = ['fast/node-initialize.yaml', 'heartbeat-with-lease/node-heartbeat-with-lease.yaml'];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-const inW1 = (cmd: string, ...a: string[]): string => execFileSync('ip', ['netns', 'exec', 'kc-w1', cmd, ...a], { encoding: 'utf8' });
 const kniPid = (): number => Number(fs.readFileSync(`${CL}/run/kni-w1.pid`, 'utf8').trim());
 
 /** The i-th made-up Node: a /24 and a /64 of its own, addresses kni's vxlan reaches nobody at. */
@@ -111,23 +113,33 @@ function kniRequests(from: number): { counts: Record<string, number>; end: numbe
     if (!line.startsWith('{')) continue;
     const e = JSON.parse(line);
     if (e.user?.username !== 'system:serviceaccount:kube-system:kni') continue;
+    // kni's updates of the Pods of sandboxes this bench makes through CRI (no such Pods: 404s).
+    if (e.objectRef?.resource === 'pods' && e.objectRef?.name?.startsWith('kb-scale-')) continue;
     const what = `${e.verb} ${e.objectRef?.resource ?? e.requestURI}${e.objectRef?.subresource ? `/${e.objectRef.subresource}` : ''}`;
     counts[what] = (counts[what] ?? 0) + 1;
   }
   return { counts, end: text.length };
 }
 
-/** The rules in each of kni's chains (IPv4 and IPv6, every table). */
+/** The rules in each of kni's iptables chains (IPv4 and IPv6), and its masquerade table's rules and set elements. */
 function kniChains(): Record<string, number> {
   const out: Record<string, number> = {};
-  for (const tool of ['iptables-save', 'ip6tables-save']) {
-    for (const l of inW1(tool).split('\n')) {
+  for (const [tool, f] of [['iptables-save', 'IPv4'], ['ip6tables-save', 'IPv6']]) {
+    for (const l of execFileSync('ip', ['netns', 'exec', 'kc-w1', tool], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\n')) {
       const m = /^-A (KNI-\S+)/.exec(l);
-      if (m) out[`${tool === 'iptables-save' ? '4' : '6'} ${m[1]}`] = (out[`${tool === 'iptables-save' ? '4' : '6'} ${m[1]}`] ?? 0) + 1;
+      if (m) out[`${f} chain ${m[1]}`] = (out[`${f} chain ${m[1]}`] ?? 0) + 1;
     }
+  }
+  const masq = masqueradeTable('kc-w1');
+  if (masq) {
+    out['masquerade rules (nft)'] = masq.rules.length;
+    for (const [name, elements] of Object.entries(masq.sets)) out[`masquerade set ${name} elements`] = elements.length;
   }
   return out;
 }
+
+/** Every thread of a process on one CPU. */
+const pin = (pid: number, cpu: number) => execFileSync('taskset', ['-a', '-cp', String(cpu), String(pid)], { stdio: 'ignore' });
 
 /** RunPodSandbox (then Stop and Remove) through kc-w1's containerd, ms each, until `until` says stop. */
 async function sandboxTimes(until: () => boolean, at: string): Promise<number[]> {
@@ -175,6 +187,13 @@ async function main(): Promise<void> {
   fs.writeFileSync(`${CL}/kwok.yaml`, stages);
   const kwokLog = fs.openSync(`${CL}/run/kwok.log`, 'a');
   const kwok = spawn(kwokBin, ['--kubeconfig', KUBECONFIG, '--config', `${CL}/kwok.yaml`, '--manage-all-nodes=false', '--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake', `--node-lease-duration-seconds=${LEASE_SECONDS}`, '-v=WARN'], { stdio: ['ignore', kwokLog, kwokLog] });
+  // The control plane, kwok and this bench on the second CPU, kni on the first (with the node's
+  // kubelet and containerd): on a real node kni shares no CPU with the API server and etcd, and
+  // its event-loop delay would count their turns as kni's stalls.
+  for (const name of ['etcd', 'kube-apiserver', 'kube-controller-manager', 'kube-scheduler']) pin(Number(fs.readFileSync(`${CL}/run/${name}.pid`, 'utf8').trim()), 1);
+  pin(kwok.pid!, 1);
+  pin(process.pid, 1);
+  pin(kniPid(), 0);
   const kc = new k8s.KubeConfig();
   kc.loadFromFile(KUBECONFIG);
   const api = kc.makeApiClient(k8s.CoreV1Api);
@@ -251,7 +270,7 @@ async function main(): Promise<void> {
     const sandboxDuring = await during;
     await finish(`all ${created} leave`, await stalls.take(), gone, sandboxDuring);
 
-    process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent\n`);
+    process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent; kni on CPU 0, the API server, etcd and kwok on CPU 1\n`);
     process.stdout.write(`RunPodSandbox through containerd, quiet: p50 ${ms(percentile(quietSandbox, 50))}, max ${ms(Math.max(...quietSandbox))}\n\n`);
     const rows: [string, (s: Step) => string][] = [
       ['longest stall, while Nodes join / leave', (s) => ms(s.stall)],
@@ -267,7 +286,7 @@ async function main(): Promise<void> {
     const verbs = [...new Set(steps.flatMap((s) => Object.keys(s.requests)))].sort();
     for (const v of verbs) process.stdout.write(`| API: ${v} | ${steps.map((s) => s.requests[v] ?? 0).join(' | ')} |\n`);
     const chains = [...new Set(steps.flatMap((s) => Object.keys(s.chains)))].sort();
-    for (const c of chains) process.stdout.write(`| rules: ${c} | ${steps.map((s) => s.chains[c] ?? 0).join(' | ')} |\n`);
+    for (const c of chains) process.stdout.write(`| ${c} | ${steps.map((s) => s.chains[c] ?? 0).join(' | ')} |\n`);
   } finally {
     stalls.stop();
     routes.stop();

@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { Client } from '../plugin/client/clients';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { parseCidr } from '../plugin/ipam/ip';
-import { keepSetChanges } from '../plugin/node/masquerade';
+import { keepSetChanges, keepSets } from '../plugin/node/masquerade';
 import { packageRoot } from '../plugin/server/protos';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { knictl } from './helpers/knictl';
@@ -137,27 +137,30 @@ describe('the masquerade table follows the peers by element (real kernel, nftabl
   const peer = (i: number) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`;
   const peers = (n: number, skip = -1) => Array.from({ length: n }, (_, i) => i).filter((i) => i !== skip).map(peer);
 
-  it('5,000 peers none of which merge: one rule per family, one element per peer; a peer leaving or coming is one element deleted or added; reconcile reads each step as written', () => {
+  it('5,000 peers: one rule per family, one element per peer; a peer leaving or coming is one element deleted or added; reconcile reads each step as written', () => {
     const ranges = ['10.254.0.0/24', 'fd00:254::/64'];
-    const lists = [[...ranges, ...peers(5000)], [...ranges, ...peers(5000, 1234)], [...ranges, ...peers(5000)], [...ranges, ...peers(5000), '10.0.1.0/24']];
+    const lists = [peers(5000), peers(5000, 1234), peers(5000), [...peers(5000), '10.0.1.0/24']];
     const run = spawnSync('ip', ['netns', 'exec', ns, process.execPath, path.join(packageRoot(), 'dist/test/helpers/masquerade-in-netns.js')], { input: JSON.stringify({ ranges, lists }), encoding: 'utf8' });
     assert.equal(run.status, 0, `${run.error ?? ''} ${run.stderr}`);
     // No drift after any step: the elements are what kni computed.
     assert.deepEqual(run.stdout.trim().split('\n').filter((l) => !l.startsWith('{')), ['[]', '[]', '[]', '[]']);
     const table = masqueradeTable(ns)!;
     assert.equal(table.rules.length, 2);
-    // The peers (10.0.0.0/24 and the 10.0.1.0/24 that came last merged), this node's range, multicast and broadcast.
-    assert.equal(table.sets.keep4.length, 5000 + 1 + 2);
-    assert.ok(table.sets.keep4.includes('10.0.0.0/23') && !table.sets.keep4.includes('10.0.0.0/24'), 'the last step did not merge the block it completed');
+    // Multicast, broadcast, this node's range, then the peers (the last one beside 10.0.0.0/24 an element of its own).
+    assert.equal(table.sets.keep4.length, 3 + 5001);
+    assert.deepEqual(table.sets.keep6.sort(), ['fd00:254::/64', 'ff00::/8']);
   });
 
-  it('the changes are the elements that differ, deleted before added', () => {
-    const c = (...t: string[]) => t.map(parseCidr);
-    const all = c(...peers(5000));
-    assert.equal(keepSetChanges(all, c(...peers(5000, 1234))), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
-    assert.equal(keepSetChanges(c(...peers(5000, 1234)), all), `add element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
+  it('the changes are the elements that differ, deleted before added; peers inside a pool or a nonMasqueradeCIDR are not elements', () => {
+    const cfg = (o: { pool?: string[]; nonMasq?: string[] } = {}) => ({ ranges: [parseCidr('10.254.0.0/24')], nonMasqueradeCIDRs: (o.nonMasq ?? []).map(parseCidr), nodeIpam: { clusterCIDRs: (o.pool ?? []).map(parseCidr) } as any });
+    const keep = (l: string[], o = {}) => keepSets(cfg(o), l.map(parseCidr));
+    const all = keep(peers(5000));
+    assert.equal(keepSetChanges(all, keep(peers(5000, 1234))), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
+    assert.equal(keepSetChanges(keep(peers(5000, 1234)), all), `add element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
     assert.equal(keepSetChanges(all, all), '');
-    assert.equal(keepSetChanges(c('10.0.0.0/24', 'fd00:1::/64'), c('10.0.0.0/24', '10.0.1.0/24', 'fd00:1::/64')), 'delete element inet kni-masquerade keep4 { 10.0.0.0/24 }\nadd element inet kni-masquerade keep4 { 10.0.0.0/23 }\n');
+    assert.deepEqual(keep(['10.0.0.0/24', '10.9.0.0/24', 'fd00:1::/64'], { pool: ['10.0.0.0/16'] }), { 4: ['10.0.0.0/16', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32', '10.9.0.0/24'], 6: ['ff00::/8', 'fd00:1::/64'] });
+    // A peer's block partly over a nonMasqueradeCIDR: all merged, no element inside another.
+    assert.deepEqual(keep(['10.0.0.0/24', '10.0.1.0/24'], { nonMasq: ['10.0.0.0/25'] })[4], ['10.0.0.0/23', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32']);
   });
 
   it("an earlier kni's iptables chain KNI-MASQ is removed at node setup", async () => {

@@ -72,6 +72,21 @@ build_kwok() {
   build_in_module kwok sigs.k8s.io/kwok "$KWOK_VERSION" "" "" 0 "" sigs.k8s.io/kwok/cmd/kwok
 }
 
+# Not cluster components: the CRI's own validation suite and CLI (test/critest.test.ts), and an
+# OCI distribution registry with its push tool, which serve critest's images on a node.
+build_critest() {
+  build_in_module cri-tools sigs.k8s.io/cri-tools "$CRI_TOOLS_VERSION" "" "" 0 "" sigs.k8s.io/cri-tools/cmd/crictl
+  local done=$bin/.critest-$CRI_TOOLS_VERSION-r$RECIPE dir=$cache/src/cri-tools-$CRI_TOOLS_VERSION
+  if [ ! -f "$done" ]; then
+    # critest is the test binary of cmd/critest (its Ginkgo specs), as cri-tools' Makefile builds it.
+    echo "build-components: cri-tools $CRI_TOOLS_VERSION: critest" >&2
+    (cd "$dir" && CGO_ENABLED=0 go test -c -trimpath -ldflags "-s -w" -o "$bin/critest" sigs.k8s.io/cri-tools/cmd/critest)
+    touch "$done"
+  fi
+  build_in_module go-containerregistry github.com/google/go-containerregistry "$GO_CONTAINERREGISTRY_VERSION" "" "" 0 "" \
+    github.com/google/go-containerregistry/cmd/registry github.com/google/go-containerregistry/cmd/crane
+}
+
 # Not a cluster component: the bench's Go client of kni (bench/grpc-go-client, our own code with
 # its own go.mod), built here for the module cache outside the work tree.
 build_bench_client() {
@@ -92,7 +107,8 @@ case "${1:-all}" in
   bench-client) build_bench_client ;;
   h2spec) build_h2spec ;;
   kwok) build_kwok ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok]" >&2; exit 2 ;;
+  critest) build_critest ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest]" >&2; exit 2 ;;
 esac
 echo "$bin"

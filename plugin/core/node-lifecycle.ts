@@ -16,7 +16,7 @@ import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeForwardRules, syncForwardRules } from '../node/forward-rules';
-import { removeMasquerade, syncMasquerade, unmasqueraded, updateMasquerade } from '../node/masquerade';
+import { KeepSets, keepSets, removeMasquerade, syncMasquerade, unmasqueraded, updateMasquerade } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { HostPortTarget, syncHostPorts } from '../node/host-ports';
@@ -256,6 +256,7 @@ export class NodeLifecycle {
       if (linkByName(this.rt.host, this.rt.cfg.bridge)) this.rt.host.request(linkDel(this.rt.cfg.bridge));
     }
     this.rt.cfg.ranges = ranges;
+    this.masqueradeKeep = undefined;
     this.rt.ipam = new Ipam(ranges);
     this.ready = false;
     this.announced = false;
@@ -275,10 +276,10 @@ export class NodeLifecycle {
    */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
     if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
-    // Compared as the keep sets' CIDRs: with nodeIpam's pools there, a peer coming or going changes none.
-    const returns = unmasqueraded(this.rt.cfg, cidrs);
-    const key = returns.map((c) => c.text).join(',');
-    const same = key === this.masqueradeKey;
+    // Compared as the keep sets' elements: with nodeIpam's pools there, a peer coming or going changes none.
+    const keep = keepSets(this.rt.cfg, cidrs);
+    const before = this.masqueradeKeep ?? keepSets(this.rt.cfg, this.peerCidrs);
+    const same = ([4, 6] as const).every((f) => keep[f].length === before[f].length && keep[f].every((c, i) => c === before[f][i]));
     if (this.ready && !this.rt.cni) {
       try {
         this.guards.setPeers(cidrs.map(gatewayOf));
@@ -287,16 +288,16 @@ export class NodeLifecycle {
       }
     }
     if (!same && this.ready && this.rt.cfg.masquerade) {
-      const write = updateMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, this.peerCidrs), returns);
+      const write = updateMasquerade(this.rt.cfg.ranges, before, keep);
       this.masqueradeWrite = write.catch(() => undefined);
       await write;
     }
     this.peerCidrs = cidrs;
-    this.masqueradeKey = key;
+    this.masqueradeKeep = keep;
   }
 
-  /** The masquerade exceptions of peerCidrs, as text (what setPeerCidrs compares a new list with). */
-  private masqueradeKey = '';
+  /** The keep sets of peerCidrs (what setPeerCidrs takes the table from to a new list); unset when the config or the ranges changed. */
+  private masqueradeKeep?: KeepSets;
 
   /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */
   private masqueradeWrite: Promise<void> = Promise.resolve();
@@ -311,7 +312,8 @@ export class NodeLifecycle {
   /** Masquerade turned on or off, or its nonMasqueradeCIDRs changed, live. */
   async applyMasquerade(): Promise<void> {
     if (!this.rt.cfg.ranges.length) return;
-    if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, unmasqueraded(this.rt.cfg, this.peerCidrs));
+    this.masqueradeKeep = undefined;
+    if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, keepSets(this.rt.cfg, this.peerCidrs));
     else await removeMasquerade(this.rt.cfg.ranges);
   }
 

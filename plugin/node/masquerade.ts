@@ -11,7 +11,7 @@
 // going adds or deletes its elements only. Never per pod. Earlier kni versions masqueraded with
 // an iptables chain (KNI-MASQ): removed where found at setup.
 import type { Config } from '../core/config';
-import { Cidr, cidrCovers, cidrSize, Family, parseCidr, parseIp } from '../ipam/ip';
+import { Cidr, cidrCovers, cidrsOverlap, cidrSize, Family, parseCidr, parseIp } from '../ipam/ip';
 import { mergeCidrs } from '../ipam/cidr-merge';
 import { chainRules, deleteChain, deleteRule, nftApply, nftTableJson } from './iptables';
 
@@ -35,19 +35,51 @@ const NEVER_MASQUERADED: Record<Family, string[]> = { 4: ['224.0.0.0/4', '255.25
 const SET = { pods: { 4: 'pods4', 6: 'pods6' }, keep: { 4: 'keep4', 6: 'keep6' } } as const;
 const TYPE: Record<Family, string> = { 4: 'ipv4_addr', 6: 'ipv6_addr' };
 
+/** The keep sets' elements, per family. */
+export type KeepSets = Record<Family, string[]>;
+
 /**
- * A keep set's elements: an interval set takes no element inside another, so what is covered
- * is dropped and halves side by side become their block (cidr-merge.ts).
+ * The keep sets' elements: multicast, broadcast, nodeIpam's pools, nonMasqueradeCIDRs and this
+ * node's ranges, merged (an interval set takes no element inside another: cidr-merge.ts), then
+ * each peer's block outside those as an element of its own. The peers' blocks are disjoint (a
+ * contested one is not routed: contested-cidrs.ts), so a Node event costs one pass over them,
+ * not a merge of thousands; only a peer's block partly over one of the others (a wide
+ * nonMasqueradeCIDR, say) makes it a merge of all.
  */
-const keepOf = (f: Family, unmasq: Cidr[]): string[] => mergeCidrs([...NEVER_MASQUERADED[f].map(parseCidr), ...unmasq.filter((c) => c.family === f)]).map((c) => c.text);
+export function keepSets(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>, peerCidrs: Cidr[]): KeepSets {
+  const fixed = mergeCidrs([...NEVER_MASQUERADED[4], ...NEVER_MASQUERADED[6]].map(parseCidr).concat(cfg.nodeIpam.clusterCIDRs, cfg.nonMasqueradeCIDRs, cfg.ranges));
+  const out: KeepSets = { 4: [], 6: [] };
+  const peers: Cidr[] = [];
+  for (const c of peerCidrs) {
+    const over = fixed.filter((f) => cidrsOverlap(f, c));
+    if (over.some((f) => cidrCovers(f, c))) continue;
+    if (over.length) return merged(fixed, peerCidrs);
+    peers.push(c);
+  }
+  for (const c of fixed) out[c.family].push(c.text);
+  const seen = new Set<string>();
+  for (const c of peers) {
+    if (seen.has(c.text)) continue;
+    seen.add(c.text);
+    out[c.family].push(c.text);
+  }
+  return out;
+}
+
+function merged(fixed: Cidr[], peerCidrs: Cidr[]): KeepSets {
+  const out: KeepSets = { 4: [], 6: [] };
+  for (const c of mergeCidrs([...fixed, ...peerCidrs])) out[c.family].push(c.text);
+  return out;
+}
+
 const podsOf = (f: Family, ranges: Cidr[]): string[] => mergeCidrs(ranges.filter((c) => c.family === f)).map((c) => c.text);
 const elements = (items: string[]): string => (items.length ? ` elements = { ${items.join(', ')} }` : '');
 
 /** The nft script that makes the table exactly so. */
-export function masqueradeScript(ranges: Cidr[], unmasq: Cidr[]): string {
+export function masqueradeScript(ranges: Cidr[], keep: KeepSets): string {
   const sets = ([4, 6] as Family[]).flatMap((f) => [
     `  set ${SET.pods[f]} { type ${TYPE[f]}; flags interval;${elements(podsOf(f, ranges))} }`,
-    `  set ${SET.keep[f]} { type ${TYPE[f]}; flags interval;${elements(keepOf(f, unmasq))} }`,
+    `  set ${SET.keep[f]} { type ${TYPE[f]}; flags interval;${elements(keep[f])} }`,
   ]);
   return [
     `table inet ${MASQ_TABLE} {}`,
@@ -64,21 +96,21 @@ export function masqueradeScript(ranges: Cidr[], unmasq: Cidr[]): string {
   ].join('\n');
 }
 
-/** Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside `unmasq`: the table written whole. */
-export async function syncMasquerade(ranges: Cidr[], unmasq: Cidr[]): Promise<void> {
-  await nftApply(masqueradeScript(ranges, unmasq), `the masquerade table ${MASQ_TABLE}`);
+/** Masquerades what leaves `ranges` (this node's pod ranges) for any destination outside the keep sets: the table written whole. */
+export async function syncMasquerade(ranges: Cidr[], keep: KeepSets): Promise<void> {
+  await nftApply(masqueradeScript(ranges, keep), `the masquerade table ${MASQ_TABLE}`);
   await removeIptablesMasquerade(ranges);
 }
 
 /** The nft script taking the keep sets from `before` to `after` by element ('' when they hold the same). */
-export function keepSetChanges(before: Cidr[], after: Cidr[]): string {
+export function keepSetChanges(before: KeepSets, after: KeepSets): string {
   const lines: string[] = [];
   for (const f of [4, 6] as Family[]) {
-    const was = new Set(keepOf(f, before));
-    const now = keepOf(f, after);
-    const gone = [...was].filter((c) => !now.includes(c));
-    const added = now.filter((c) => !was.has(c));
-    // Deleted first: blocks merged into a wider one leave before the wider one comes in.
+    const was = new Set(before[f]);
+    const now = new Set(after[f]);
+    const gone = [...was].filter((c) => !now.has(c));
+    const added = [...now].filter((c) => !was.has(c));
+    // Deleted first: blocks merged into a wider one (a pool, say) leave before it comes in.
     if (gone.length) lines.push(`delete element inet ${MASQ_TABLE} ${SET.keep[f]} { ${gone.join(', ')} }`);
     if (added.length) lines.push(`add element inet ${MASQ_TABLE} ${SET.keep[f]} { ${added.join(', ')} }`);
   }
@@ -89,7 +121,7 @@ export function keepSetChanges(before: Cidr[], after: Cidr[]): string {
  * The keep sets go from `before` to `after` by element (a peer's blocks in or out), in one
  * transaction; when the table is not as `before` says (changed by hand, gone), it is written whole.
  */
-export async function updateMasquerade(ranges: Cidr[], before: Cidr[], after: Cidr[]): Promise<void> {
+export async function updateMasquerade(ranges: Cidr[], before: KeepSets, after: KeepSets): Promise<void> {
   const script = keepSetChanges(before, after);
   if (!script) return;
   try {
@@ -153,13 +185,13 @@ const sameIntervals = (a: Interval[], b: Interval[]): boolean => a.length === b.
  * What of syncMasquerade's table is missing or changed now (`nft flush ruleset`, a set's
  * elements deleted by hand): one listing of the table, reconcile's, never a pod's.
  */
-export async function masqueradeDrift(ranges: Cidr[], unmasq: Cidr[]): Promise<string[]> {
+export async function masqueradeDrift(ranges: Cidr[], keep: KeepSets): Promise<string[]> {
   const listing = (await nftTableJson('inet', MASQ_TABLE)) as { nftables?: Record<string, any>[] } | undefined;
   if (!listing?.nftables) return [`the masquerade table inet ${MASQ_TABLE} is missing`];
   const out: string[] = [];
   const items = listing.nftables;
   for (const f of [4, 6] as Family[]) {
-    for (const [name, want] of [[SET.pods[f], podsOf(f, ranges)], [SET.keep[f], keepOf(f, unmasq)]] as const) {
+    for (const [name, want] of [[SET.pods[f], podsOf(f, ranges)], [SET.keep[f], keep[f]]] as const) {
       const set = items.find((i) => i.set?.name === name)?.set;
       if (!set) out.push(`the masquerade set ${name} is missing`);
       else if (!sameIntervals(listedIntervals(set.elem ?? []), joined(want.map((t) => cidrInterval(parseCidr(t)))))) out.push(`the masquerade set ${name} was changed (${(set.elem ?? []).length} elements; kni wrote ${want.length})`);

@@ -11,7 +11,7 @@ import { bridgeAdd, bridgeSetMulticastSnooping, IFF_UP, linkByIndex, linkByName,
 import { routeList, RTPROT_RA } from '../netlink/route';
 import { NetlinkError, NetlinkSocket } from '../netlink/socket';
 import { forwardDrift, removeForwardRules, syncForwardRules } from './forward-rules';
-import { masqueradeDrift, removeMasquerade, syncMasquerade, unmasqueraded } from './masquerade';
+import { keepSets, masqueradeDrift, removeMasquerade, syncMasquerade } from './masquerade';
 
 /** A fixed, locally administered MAC keeps the bridge's MAC from changing as ports come and go. */
 export function bridgeMac(ipam: Ipam): string {
@@ -50,7 +50,7 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
     keepRouterAdvertisements(sock);
     fs.writeFileSync(FORWARDING[6], '1');
   }
-  if (cfg.masquerade) await syncMasquerade(cfg.ranges, unmasqueraded(cfg, peerCidrs));
+  if (cfg.masquerade) await syncMasquerade(cfg.ranges, keepSets(cfg, peerCidrs));
   else await removeMasquerade(cfg.ranges);
   if (cfg.allowPodForwarding) await syncForwardRules(cfg.ranges);
   else await removeForwardRules(cfg.ranges);
@@ -93,7 +93,7 @@ export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: I
   for (const f of [...new Set(cfg.ranges.map((c) => c.family))]) {
     if (fs.readFileSync(FORWARDING[f], 'utf8').trim() !== '1') out.push(`${FORWARDING[f].slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
   }
-  if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, unmasqueraded(cfg, peerCidrs))));
+  if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, keepSets(cfg, peerCidrs))));
   if (cfg.allowPodForwarding) out.push(...(await forwardDrift(cfg.ranges)));
   return out;
 }

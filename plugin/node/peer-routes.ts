@@ -241,7 +241,7 @@ export class PeerNetwork {
     for (const peer of peers) {
       seen.add(peer.name);
       const had = this.peers.get(peer.name);
-      if (had && sameRouting(had.view, peer)) continue;
+      if (had && (had.view === peer || sameRouting(had.view, peer))) continue;
       const claims = peer.podCidrs.map((text) => {
         try {
           return { text, cidr: parseCidr(text) };

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Builds stand-ins for the images critest (cri-tools v1.37.0) names, without a container engine
+# or the internet: busybox (Debian's static build) in one layer, with the entrypoint, user and
+# files each spec expects, as OCI image layouts under OUT/NAME (one directory per reference),
+# for crane to push into the registry the test runs (test/critest.test.ts).
+#   images.sh OUT
+# What a stand-in cannot be (an image pinned by a digest of upstream's build, nginx's own
+# behaviour beyond serving a page) is listed in docs/testing.md.
+set -euo pipefail
+out=$1
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib/oci-image.sh
+. "$here/../lib/oci-image.sh"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$out"
+
+# rootfs NAME: a busybox root with /etc/passwd and /etc/group (www-data as Debian numbers it).
+rootfs() {
+  local r=$work/$1
+  mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/www" "$r/var/run"
+  cp /bin/busybox "$r/bin/busybox"
+  for a in sh cat echo hostname id ls sleep top ps grep wget nc httpd touch mkdir true false env sed head tail; do ln -sf busybox "$r/bin/$a"; done
+  printf 'root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > "$r/etc/passwd"
+  printf 'root:x:0:\nwww-data:x:33:\nnobody:x:65534:\n' > "$r/etc/group"
+  echo "critest stand-in $1" > "$r/www/index.html"
+  echo "$r"
+}
+
+# image REF ROOTFS CONFIG_JSON: an OCI layout directory named after REF.
+image() {
+  local ref=$1 dir=$out/${1//[\/:@]/_}
+  [ -d "$dir" ] && return 0
+  oci_image "$2" "$work/image.tar" "$ref" "$3"
+  mkdir -p "$dir" && tar -C "$dir" -xf "$work/image.tar" && rm "$work/image.tar"
+  echo "$ref" > "$dir/REF"
+}
+
+e2e=registry.k8s.io/e2e-test-images
+cri=gcr.io/k8s-staging-cri-tools
+base=$(rootfs base)
+# busybox: the default container image; containers run the commands specs give.
+image "$e2e/busybox:1.29-2" "$base" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
+# The web servers: a page on port 80 (nginx, httpd) or on 12003 on the host's network.
+image "$e2e/nginx:1.14-2" "$base" '{"Entrypoint":["httpd","-f","-p","80","-h","/www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
+image "$e2e/httpd:2.4.39-4" "$base" '{"Entrypoint":["httpd","-f","-p","80","-h","/www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
+image "$cri/hostnet-nginx-amd64" "$base" '{"Entrypoint":["httpd","-f","-p","12003","-h","/www"],"Env":["PATH=/bin"]}'
+# The image specs: references of every kind, users by id and by name, tags of one image.
+for ref in test-image-latest test-image-tag:test test-image-tag:all test-image-tags:1 test-image-tags:2 test-image-tags:3; do
+  image "$cri/$ref" "$base" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
+done
+for n in 1 2 3; do
+  # Three different images: each its own layer.
+  r=$(rootfs "different-$n")
+  image "$cri/test-image-$n:latest" "$r" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
+done
+image "$cri/test-image-user-uid" "$base" '{"User":"1002","Cmd":["sh"],"Env":["PATH=/bin"]}'
+image "$cri/test-image-user-username" "$base" '{"User":"www-data","Cmd":["sh"],"Env":["PATH=/bin"]}'
+image "$cri/test-image-user-uid-group" "$base" '{"User":"1003:users","Cmd":["sh"],"Env":["PATH=/bin"]}'
+image "$cri/test-image-user-username-group" "$base" '{"User":"www-data:www-data","Cmd":["sh"],"Env":["PATH=/bin"]}'
+pre=$(rootfs predefined)
+printf 'root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\ntest:x:1000:50000::/:/bin/sh\n' > "$pre/etc/passwd"
+printf 'root:x:0:\nwww-data:x:33:\ntest:x:50000:\n' > "$pre/etc/group"
+image "$cri/test-image-predefined-group" "$pre" '{"User":"1000","Cmd":["sh"],"Env":["PATH=/bin"]}'
+# One pause image under two registries: the same image ID.
+image "registry.k8s.io/pause:3.9" "$base" '{"Entrypoint":["sleep","infinity"],"Env":["PATH=/bin"]}'
+image "k8s.gcr.io/pause:3.9" "$base" '{"Entrypoint":["sleep","infinity"],"Env":["PATH=/bin"]}'
+echo "$out"
