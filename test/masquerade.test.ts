@@ -8,7 +8,7 @@ import { once } from 'node:events';
 import { Client } from '../plugin/client/clients';
 import { ConfigError, parseConfig } from '../plugin/core/config';
 import { parseCidr } from '../plugin/ipam/ip';
-import { keepSetChanges, keepSets } from '../plugin/node/masquerade';
+import { keepSetDelta, keepSets } from '../plugin/node/masquerade';
 import { packageRoot } from '../plugin/server/protos';
 import { inNetns, RUN, sh, trySh } from './helpers/sh';
 import { knictl } from './helpers/knictl';
@@ -151,13 +151,18 @@ describe('the masquerade table follows the peers by element (real kernel, nftabl
     assert.deepEqual(table.sets.keep6.sort(), ['fd00:254::/64', 'ff00::/8']);
   });
 
-  it('the changes are the elements that differ, deleted before added; peers inside a pool or a nonMasqueradeCIDR are not elements', () => {
+  it('a change is its blocks\' elements, deleted before added; peers inside a pool or a nonMasqueradeCIDR are not elements', () => {
     const cfg = (o: { pool?: string[]; nonMasq?: string[] } = {}) => ({ ranges: [parseCidr('10.254.0.0/24')], nonMasqueradeCIDRs: (o.nonMasq ?? []).map(parseCidr), nodeIpam: { clusterCIDRs: (o.pool ?? []).map(parseCidr) } as any });
     const keep = (l: string[], o = {}) => keepSets(cfg(o), l.map(parseCidr));
-    const all = keep(peers(5000));
-    assert.equal(keepSetChanges(all, keep(peers(5000, 1234))), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
-    assert.equal(keepSetChanges(keep(peers(5000, 1234)), all), `add element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
-    assert.equal(keepSetChanges(all, all), '');
+    const delta = (added: string[], removed: string[], o = {}) => keepSetDelta(cfg(o), added.map(parseCidr), removed.map(parseCidr));
+    assert.equal(delta([], [peer(1234)]), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
+    assert.equal(delta([peer(1234), 'fd00:1::/64'], []), `add element inet kni-masquerade keep4 { ${peer(1234)} }\nadd element inet kni-masquerade keep6 { fd00:1::/64 }\n`);
+    // A block that changed hands: deleted and added in one transaction.
+    assert.equal(delta([peer(7)], [peer(7)]), `delete element inet kni-masquerade keep4 { ${peer(7)} }\nadd element inet kni-masquerade keep4 { ${peer(7)} }\n`);
+    assert.equal(delta([], []), '');
+    // Inside the pool: no element; partly over a nonMasqueradeCIDR: the table is written whole.
+    assert.equal(delta(['10.0.3.0/24'], [], { pool: ['10.0.0.0/16'] }), '');
+    assert.equal(delta(['10.0.0.0/24'], [], { nonMasq: ['10.0.0.0/25'] }), undefined);
     assert.deepEqual(keep(['10.0.0.0/24', '10.9.0.0/24', 'fd00:1::/64'], { pool: ['10.0.0.0/16'] }), { 4: ['10.0.0.0/16', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32', '10.9.0.0/24'], 6: ['ff00::/8', 'fd00:1::/64'] });
     // A peer's block partly over a nonMasqueradeCIDR: all merged, no element inside another.
     assert.deepEqual(keep(['10.0.0.0/24', '10.0.1.0/24'], { nonMasq: ['10.0.0.0/25'] })[4], ['10.0.0.0/23', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32']);

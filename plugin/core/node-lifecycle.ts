@@ -16,7 +16,7 @@ import { Cidr } from '../ipam/ip';
 import { Ipam } from '../ipam/ipam';
 import { IFF_UP, linkByName, linkDel } from '../netlink/link';
 import { removeForwardRules, syncForwardRules } from '../node/forward-rules';
-import { KeepSets, keepSets, removeMasquerade, syncMasquerade, unmasqueraded, updateMasquerade } from '../node/masquerade';
+import { keepSetDelta, keepSets, removeMasquerade, syncMasquerade, unmasqueraded, updateMasquerade } from '../node/masquerade';
 import { FALLBACK_MTU, podMtu } from '../node/node-mtu';
 import { nodeNetworkDrift, setupNodeNetwork } from '../node/node-network';
 import { HostPortTarget, syncHostPorts } from '../node/host-ports';
@@ -256,7 +256,6 @@ export class NodeLifecycle {
       if (linkByName(this.rt.host, this.rt.cfg.bridge)) this.rt.host.request(linkDel(this.rt.cfg.bridge));
     }
     this.rt.cfg.ranges = ranges;
-    this.masqueradeKeep = undefined;
     this.rt.ipam = new Ipam(ranges);
     this.ready = false;
     this.announced = false;
@@ -276,28 +275,28 @@ export class NodeLifecycle {
    */
   async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
     if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
-    // Compared as the keep sets' elements: with nodeIpam's pools there, a peer coming or going changes none.
-    const keep = keepSets(this.rt.cfg, cidrs);
-    const before = this.masqueradeKeep ?? keepSets(this.rt.cfg, this.peerCidrs);
-    const same = ([4, 6] as const).every((f) => keep[f].length === before[f].length && keep[f].every((c, i) => c === before[f][i]));
+    // What changed, by identity: a peer that did not change keeps its CIDR objects, so a Node
+    // event costs the guards and the masquerade table its own blocks only.
+    const was = new Set(this.peerCidrs);
+    const now = new Set(cidrs);
+    const added = cidrs.filter((c) => !was.has(c));
+    const removed = this.peerCidrs.filter((c) => !now.has(c));
     if (this.ready && !this.rt.cni) {
       try {
-        this.guards.setPeers(cidrs.map(gatewayOf));
+        this.guards.changePeers(added.map(gatewayOf), removed.map(gatewayOf));
       } catch (e) {
         log('error', "cannot update the peers the probe port takes; reconcile rewrites kni's tables", { error: (e as Error).message });
       }
     }
-    if (!same && this.ready && this.rt.cfg.masquerade) {
-      const write = updateMasquerade(this.rt.cfg.ranges, before, keep);
+    if (this.ready && this.rt.cfg.masquerade) {
+      const cfg = this.rt.cfg;
+      const script = keepSetDelta(cfg, added, removed);
+      const write = script === undefined ? syncMasquerade(cfg.ranges, keepSets(cfg, cidrs)) : updateMasquerade(cfg.ranges, script, () => keepSets(cfg, cidrs));
       this.masqueradeWrite = write.catch(() => undefined);
       await write;
     }
     this.peerCidrs = cidrs;
-    this.masqueradeKeep = keep;
   }
-
-  /** The keep sets of peerCidrs (what setPeerCidrs takes the table from to a new list); unset when the config or the ranges changed. */
-  private masqueradeKeep?: KeepSets;
 
   /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */
   private masqueradeWrite: Promise<void> = Promise.resolve();
@@ -312,7 +311,6 @@ export class NodeLifecycle {
   /** Masquerade turned on or off, or its nonMasqueradeCIDRs changed, live. */
   async applyMasquerade(): Promise<void> {
     if (!this.rt.cfg.ranges.length) return;
-    this.masqueradeKeep = undefined;
     if (this.rt.cfg.masquerade) await syncMasquerade(this.rt.cfg.ranges, keepSets(this.rt.cfg, this.peerCidrs));
     else await removeMasquerade(this.rt.cfg.ranges);
   }

@@ -38,27 +38,39 @@ const TYPE: Record<Family, string> = { 4: 'ipv4_addr', 6: 'ipv6_addr' };
 /** The keep sets' elements, per family. */
 export type KeepSets = Record<Family, string[]>;
 
+type KeepConfig = Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>;
+
+/** Multicast, broadcast, nodeIpam's pools, nonMasqueradeCIDRs and this node's ranges, merged (a few). */
+const fixedPart = (cfg: KeepConfig): Cidr[] => mergeCidrs([...NEVER_MASQUERADED[4], ...NEVER_MASQUERADED[6]].map(parseCidr).concat(cfg.nodeIpam.clusterCIDRs, cfg.nonMasqueradeCIDRs, cfg.ranges));
+
+/** Whether a peer's block is an element of its own (outside the fixed part); undefined when it lies partly over it. */
+function ownElement(fixed: Cidr[], c: Cidr): boolean | undefined {
+  const over = fixed.filter((f) => cidrsOverlap(f, c));
+  if (over.some((f) => cidrCovers(f, c))) return false;
+  return over.length ? undefined : true;
+}
+
 /**
- * The keep sets' elements: multicast, broadcast, nodeIpam's pools, nonMasqueradeCIDRs and this
- * node's ranges, merged (an interval set takes no element inside another: cidr-merge.ts), then
- * each peer's block outside those as an element of its own. The peers' blocks are disjoint (a
- * contested one is not routed: contested-cidrs.ts), so a Node event costs one pass over them,
- * not a merge of thousands; only a peer's block partly over one of the others (a wide
- * nonMasqueradeCIDR, say) makes it a merge of all.
+ * The keep sets' elements: the fixed part (an interval set takes no element inside another:
+ * cidr-merge.ts), then each peer's block outside it as an element of its own. The peers' blocks
+ * are disjoint (a contested one is not routed: contested-cidrs.ts), so a Node event changes its
+ * blocks' elements only (keepSetDelta), never a merge of thousands; a peer's block partly over
+ * the fixed part (a wide nonMasqueradeCIDR, say) makes it a merge of all.
  */
-export function keepSets(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>, peerCidrs: Cidr[]): KeepSets {
-  const fixed = mergeCidrs([...NEVER_MASQUERADED[4], ...NEVER_MASQUERADED[6]].map(parseCidr).concat(cfg.nodeIpam.clusterCIDRs, cfg.nonMasqueradeCIDRs, cfg.ranges));
+export function keepSets(cfg: KeepConfig, peerCidrs: Cidr[]): KeepSets {
+  const fixed = fixedPart(cfg);
   const out: KeepSets = { 4: [], 6: [] };
   const peers: Cidr[] = [];
   for (const c of peerCidrs) {
-    const over = fixed.filter((f) => cidrsOverlap(f, c));
-    if (over.some((f) => cidrCovers(f, c))) continue;
-    if (over.length) return merged(fixed, peerCidrs);
-    peers.push(c);
+    const own = ownElement(fixed, c);
+    if (own === undefined) {
+      for (const m of mergeCidrs([...fixed, ...peerCidrs])) out[m.family].push(m.text);
+      return out;
+    }
+    if (own) peers.push(c);
   }
-  for (const c of fixed) out[c.family].push(c.text);
   const seen = new Set<string>();
-  for (const c of peers) {
+  for (const c of [...fixed, ...peers]) {
     if (seen.has(c.text)) continue;
     seen.add(c.text);
     out[c.family].push(c.text);
@@ -66,10 +78,28 @@ export function keepSets(cfg: Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'no
   return out;
 }
 
-function merged(fixed: Cidr[], peerCidrs: Cidr[]): KeepSets {
-  const out: KeepSets = { 4: [], 6: [] };
-  for (const c of mergeCidrs([...fixed, ...peerCidrs])) out[c.family].push(c.text);
-  return out;
+/**
+ * The nft script taking the keep sets from one list of peers' blocks to another, by the blocks
+ * added and removed ('' when no element changes); undefined when one lies partly over the fixed
+ * part (the table is then written whole).
+ */
+export function keepSetDelta(cfg: KeepConfig, added: Cidr[], removed: Cidr[]): string | undefined {
+  const fixed = fixedPart(cfg);
+  const lines: string[] = [];
+  // Deleted first: a peer's block that changed hands is deleted and added in one transaction.
+  for (const [verb, list] of [['delete', removed], ['add', added]] as const) {
+    for (const f of [4, 6] as Family[]) {
+      const mine: string[] = [];
+      for (const c of list) {
+        if (c.family !== f) continue;
+        const own = ownElement(fixed, c);
+        if (own === undefined) return undefined;
+        if (own) mine.push(c.text);
+      }
+      if (mine.length) lines.push(`${verb} element inet ${MASQ_TABLE} ${SET.keep[f]} { ${[...new Set(mine)].join(', ')} }`);
+    }
+  }
+  return lines.length ? `${lines.join('\n')}\n` : '';
 }
 
 const podsOf = (f: Family, ranges: Cidr[]): string[] => mergeCidrs(ranges.filter((c) => c.family === f)).map((c) => c.text);
@@ -102,32 +132,16 @@ export async function syncMasquerade(ranges: Cidr[], keep: KeepSets): Promise<vo
   await removeIptablesMasquerade(ranges);
 }
 
-/** The nft script taking the keep sets from `before` to `after` by element ('' when they hold the same). */
-export function keepSetChanges(before: KeepSets, after: KeepSets): string {
-  const lines: string[] = [];
-  for (const f of [4, 6] as Family[]) {
-    const was = new Set(before[f]);
-    const now = new Set(after[f]);
-    const gone = [...was].filter((c) => !now.has(c));
-    const added = [...now].filter((c) => !was.has(c));
-    // Deleted first: blocks merged into a wider one (a pool, say) leave before it comes in.
-    if (gone.length) lines.push(`delete element inet ${MASQ_TABLE} ${SET.keep[f]} { ${gone.join(', ')} }`);
-    if (added.length) lines.push(`add element inet ${MASQ_TABLE} ${SET.keep[f]} { ${added.join(', ')} }`);
-  }
-  return lines.length ? `${lines.join('\n')}\n` : '';
-}
-
 /**
- * The keep sets go from `before` to `after` by element (a peer's blocks in or out), in one
- * transaction; when the table is not as `before` says (changed by hand, gone), it is written whole.
+ * The keep sets changed by element (keepSetDelta's script), in one transaction; when the table is
+ * not as the script expects (changed by hand, gone), it is written whole.
  */
-export async function updateMasquerade(ranges: Cidr[], before: KeepSets, after: KeepSets): Promise<void> {
-  const script = keepSetChanges(before, after);
+export async function updateMasquerade(ranges: Cidr[], script: string, whole: () => KeepSets): Promise<void> {
   if (!script) return;
   try {
     await nftApply(script, `the masquerade table ${MASQ_TABLE}'s elements`);
   } catch {
-    await nftApply(masqueradeScript(ranges, after), `the masquerade table ${MASQ_TABLE}`);
+    await nftApply(masqueradeScript(ranges, whole()), `the masquerade table ${MASQ_TABLE}`);
   }
 }
 

@@ -147,16 +147,23 @@ export class NodeGuards {
     updateSetElements(this.socket(), [], elementsOf([end]));
   }
 
+  /** The peers' pod gateways the probe's port takes connections from, by those that came and went. */
+  changePeers(come: string[], gone: string[]): void {
+    const coming = new Set(come);
+    const add = [...coming].filter((g) => !this.peers.has(g));
+    const del = gone.filter((g) => this.peers.has(g) && !coming.has(g));
+    if (!add.length && !del.length) return;
+    const sets = (l: string[]): SetElements[] =>
+      ([4, 6] as const).map((f) => ({ family: 'inet', table: GUARD_TABLE, set: `peers${f}`, keys: l.filter((g) => familyOf(g) === f).map(addressKey) }));
+    updateSetElements(this.socket(), sets(add), sets(del));
+    for (const g of del) this.peers.delete(g);
+    for (const g of add) this.peers.add(g);
+  }
+
   /** The peers' pod gateways the probe's port takes connections from: only the difference is written. */
   setPeers(gateways: string[]): void {
     const want = new Set(gateways);
-    const gone = [...this.peers].filter((g) => !want.has(g));
-    const come = [...want].filter((g) => !this.peers.has(g));
-    if (!gone.length && !come.length) return;
-    const sets = (l: string[]): SetElements[] =>
-      ([4, 6] as const).map((f) => ({ family: 'inet', table: GUARD_TABLE, set: `peers${f}`, keys: l.filter((g) => familyOf(g) === f).map(addressKey) }));
-    updateSetElements(this.socket(), sets(come), sets(gone));
-    this.peers = want;
+    this.changePeers([...want], [...this.peers].filter((g) => !want.has(g)));
   }
 
   get probePort(): number {

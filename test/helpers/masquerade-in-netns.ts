@@ -3,17 +3,22 @@
 // element through each next list; after each step one line: reconcile's findings.
 import fs from 'node:fs';
 import { parseCidr } from '../../plugin/ipam/ip';
-import { keepSets, masqueradeDrift, syncMasquerade, updateMasquerade } from '../../plugin/node/masquerade';
+import { keepSetDelta, keepSets, masqueradeDrift, syncMasquerade, updateMasquerade } from '../../plugin/node/masquerade';
 
 async function main(): Promise<void> {
   const { ranges, lists } = JSON.parse(fs.readFileSync(0, 'utf8')) as { ranges: string[]; lists: string[][] };
   const mine = ranges.map(parseCidr);
-  const steps = lists.map((l) => keepSets({ ranges: mine, nonMasqueradeCIDRs: [], nodeIpam: { clusterCIDRs: [] } as any }, l.map(parseCidr)));
-  await syncMasquerade(mine, steps[0]);
-  process.stdout.write(`${JSON.stringify(await masqueradeDrift(mine, steps[0]))}\n`);
+  const cfg = { ranges: mine, nonMasqueradeCIDRs: [], nodeIpam: { clusterCIDRs: [] } as any };
+  const steps = lists.map((l) => l.map(parseCidr));
+  await syncMasquerade(mine, keepSets(cfg, steps[0]));
+  process.stdout.write(`${JSON.stringify(await masqueradeDrift(mine, keepSets(cfg, steps[0])))}\n`);
   for (let i = 1; i < steps.length; i++) {
-    await updateMasquerade(mine, steps[i - 1], steps[i]);
-    process.stdout.write(`${JSON.stringify(await masqueradeDrift(mine, steps[i]))}\n`);
+    const was = new Set(lists[i - 1]);
+    const now = new Set(lists[i]);
+    const script = keepSetDelta(cfg, steps[i].filter((c) => !was.has(c.text)), steps[i - 1].filter((c) => !now.has(c.text)));
+    if (script === undefined) throw new Error('a block lies partly over the fixed part');
+    await updateMasquerade(mine, script, () => keepSets(cfg, steps[i]));
+    process.stdout.write(`${JSON.stringify(await masqueradeDrift(mine, keepSets(cfg, steps[i])))}\n`);
   }
 }
 
