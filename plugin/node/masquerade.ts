@@ -193,6 +193,22 @@ function listedIntervals(items: unknown[]): Interval[] {
   }
   return joined(out);
 }
+/**
+ * The elements nft lists are the ones kni wrote, text for text (a /32 or /128 listed as its bare
+ * address): the common case, without parsing thousands of addresses in reconcile's turn.
+ */
+function sameAsListed(items: unknown[], want: string[]): boolean {
+  if (items.length !== want.length) return false;
+  const listed = new Set<string>();
+  for (const e of items) {
+    if (typeof e === 'string') listed.add(e);
+    else if (e && typeof e === 'object' && 'prefix' in e) {
+      const p = (e as { prefix: { addr: string; len: number } }).prefix;
+      listed.add(`${p.addr}/${p.len}`);
+    } else return false;
+  }
+  return want.every((t) => listed.has(t) || listed.has(t.replace(/\/(32|128)$/, '')));
+}
 const sameIntervals = (a: Interval[], b: Interval[]): boolean => a.length === b.length && a.every((x, i) => x[0] === b[i][0] && x[1] === b[i][1]);
 
 /**
@@ -208,7 +224,7 @@ export async function masqueradeDrift(ranges: Cidr[], keep: KeepSets): Promise<s
     for (const [name, want] of [[SET.pods[f], podsOf(f, ranges)], [SET.keep[f], keep[f]]] as const) {
       const set = items.find((i) => i.set?.name === name)?.set;
       if (!set) out.push(`the masquerade set ${name} is missing`);
-      else if (!sameIntervals(listedIntervals(set.elem ?? []), joined(want.map((t) => cidrInterval(parseCidr(t)))))) out.push(`the masquerade set ${name} was changed (${(set.elem ?? []).length} elements; kni wrote ${want.length})`);
+      else if (!sameAsListed(set.elem ?? [], want) && !sameIntervals(listedIntervals(set.elem ?? []), joined(want.map((t) => cidrInterval(parseCidr(t)))))) out.push(`the masquerade set ${name} was changed (${(set.elem ?? []).length} elements; kni wrote ${want.length})`);
     }
   }
   const rules = items.filter((i) => i.rule?.chain === 'postrouting' && i.rule.comment === COMMENT && JSON.stringify(i.rule.expr).includes('"masquerade"')).length;
