@@ -1,8 +1,7 @@
 // The fewest CIDRs covering exactly the addresses a list covers: those inside another are
-// dropped and two halves of one block become the block. Masquerade returns one rule per CIDR
-// for every pod CIDR of the cluster, and kube-controller-manager hands Nodes their blocks in
-// order from one cluster CIDR, so a cluster's podCIDRs merge into a few rules whatever the
-// node count; a gap (a Node gone) costs a few more, never a wider block than the list covers.
+// dropped and two halves of one block become the block, never a wider block than the list
+// covers. An nftables interval set takes no element inside another: the masquerade keep sets'
+// fixed part is merged so (masquerade.ts), and Trace's list of unmasqueraded destinations.
 import { bitsOf, Cidr, Family, formatIp } from './ip';
 
 const cidrOf = (family: Family, base: bigint, prefixLength: number): Cidr => ({ family, base, prefixLength, text: `${formatIp(family, base)}/${prefixLength}` });
