@@ -2,7 +2,7 @@
 # Builds stand-ins for the images critest (cri-tools v1.37.0) names, without a container engine
 # or the internet: busybox (Debian's static build) in one layer, with the entrypoint, user and
 # files each spec expects, as OCI image layouts under OUT/NAME (one directory per reference),
-# for crane to push into the registry the test runs (test/critest.test.ts).
+# for crane to push into a registry on the node (docs/testing.md, "critest").
 #   images.sh OUT
 # What a stand-in cannot be (an image pinned by a digest of upstream's build, nginx's own
 # behaviour beyond serving a page) is listed in docs/testing.md.
@@ -42,8 +42,10 @@ base=$(rootfs base)
 # busybox: the default container image; containers run the commands specs give.
 image "$e2e/busybox:1.29-2" "$base" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
 # The web servers: a page on port 80 (nginx, httpd) or on 12003 on the host's network.
-image "$e2e/nginx:1.14-2" "$base" '{"Entrypoint":["httpd","-f","-p","80","-h","/www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
-image "$e2e/httpd:2.4.39-4" "$base" '{"Entrypoint":["httpd","-f","-p","80","-h","/www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
+# nginx writes its pid file (the HostPID spec reads it from another container); httpd says its
+# name in its log (the container log spec looks for it).
+image "$e2e/nginx:1.14-2" "$base" '{"Entrypoint":["sh","-c","echo $$ > /var/run/nginx.pid; exec httpd -f -p 80 -h /www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
+image "$e2e/httpd:2.4.39-4" "$base" '{"Entrypoint":["sh","-c","echo httpd serving on port 80; exec httpd -f -p 80 -h /www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
 image "$cri/hostnet-nginx-amd64" "$base" '{"Entrypoint":["httpd","-f","-p","12003","-h","/www"],"Env":["PATH=/bin"]}'
 # The image specs: references of every kind, users by id and by name, tags of one image.
 for ref in test-image-latest test-image-tag:test test-image-tag:all test-image-tags:1 test-image-tags:2 test-image-tags:3; do
