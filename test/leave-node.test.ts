@@ -57,7 +57,7 @@ describe('kni leaving its node (real kernel, iptables)', () => {
       await g.stop();
       assert.match(g.output, /"msg":"kni leaves this node with pods on its network: their interfaces stay.*"records":1/);
       assert.match(links(), /: kni0: /);
-      assert.ok(masqueradeTable(g.nodeNetns), 'the masquerade table went with pods left');
+      assert.ok(masqueradeTable(g.nodeNetns), 'the masquerade table is gone though a pod is left on the network');
       assert.ok(fs.existsSync(`${g.stateDir}/sandboxes.log`));
 
       // Started again, kni is back; the pod is still its own.

@@ -8,9 +8,13 @@ export interface MasqueradeTable {
   rules: string[];
 }
 
-/** The table in `netns` (a path, or a name under /run/netns), or undefined when there is none. */
+/** nft in `netns` (a path, or a name under /run/netns). */
+const nftIn = (netns: string, ...args: string[]): string =>
+  execFileSync('nsenter', [`--net=${netns.startsWith('/') ? netns : `/run/netns/${netns}`}`, 'nft', ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+
+/** The table in `netns`, or undefined when there is none. */
 export function masqueradeTable(netns: string): MasqueradeTable | undefined {
-  const nft = (...args: string[]) => execFileSync('nsenter', [`--net=${netns.startsWith('/') ? netns : `/run/netns/${netns}`}`, 'nft', ...args], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+  const nft = (...args: string[]) => nftIn(netns, ...args);
   let listing: { nftables: Record<string, any>[] };
   try {
     listing = JSON.parse(nft('-j', 'list', 'table', 'inet', 'kni-masquerade'));
@@ -27,7 +31,7 @@ export function masqueradeTable(netns: string): MasqueradeTable | undefined {
 
 /** The packets each family's masquerade rule has counted in `netns`: [IPv4, IPv6]. */
 export function masqueradedPackets(netns: string): [number, number] {
-  const text = execFileSync('nsenter', [`--net=${netns.startsWith('/') ? netns : `/run/netns/${netns}`}`, 'nft', 'list', 'chain', 'inet', 'kni-masquerade', 'postrouting'], { encoding: 'utf8' });
+  const text = nftIn(netns, 'list', 'chain', 'inet', 'kni-masquerade', 'postrouting');
   const count = (family: string) => Number(new RegExp(`^\\s*${family} saddr .* counter packets (\\d+)`, 'm').exec(text)?.[1] ?? -1);
   return [count('ip'), count('ip6')];
 }
