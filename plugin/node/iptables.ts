@@ -137,27 +137,23 @@ export async function restoreChains(f: Family, table: Table, chains: Record<stri
   }
 }
 
-/**
- * A map's (or a set's) elements as `nft -j list map` prints them (JSON), read only (knictl trace
- * looks for a ClusterIP or a NodePort in kube-proxy's nftables mode); undefined when there is no
- * such map, or no nft.
- */
-export async function nftMapJson(family: 'ip' | 'ip6', table: string, map: string, kind: 'map' | 'set' = 'map'): Promise<unknown> {
+/** What `nft -j list …` prints (JSON), read only; undefined when there is no such object, or no nft. */
+async function nftListJson(...what: string[]): Promise<unknown> {
   try {
-    return JSON.parse((await run('nft', ['-j', 'list', kind, family, table, map], { maxBuffer: 256 << 20 })).stdout);
+    return JSON.parse((await run('nft', ['-j', 'list', ...what], { maxBuffer: 256 << 20 })).stdout);
   } catch {
     return undefined;
   }
 }
 
-/** A table as `nft -j list table` prints it (JSON); undefined when there is no such table, or no nft. */
-export async function nftTableJson(family: 'inet' | 'ip' | 'ip6' | 'bridge', table: string): Promise<unknown> {
-  try {
-    return JSON.parse((await run('nft', ['-j', 'list', 'table', family, table], { maxBuffer: 256 << 20 })).stdout);
-  } catch {
-    return undefined;
-  }
-}
+/**
+ * A map's (or a set's) elements (knictl trace looks for a ClusterIP or a NodePort in
+ * kube-proxy's nftables mode).
+ */
+export const nftMapJson = (family: 'ip' | 'ip6', table: string, map: string, kind: 'map' | 'set' = 'map'): Promise<unknown> => nftListJson(kind, family, table, map);
+
+/** A whole table (reconcile's look at kni's masquerade table). */
+export const nftTableJson = (family: 'inet' | 'ip' | 'ip6' | 'bridge', table: string): Promise<unknown> => nftListJson('table', family, table);
 
 /** Runs `nft -f -` with a script (one transaction: all of it or nothing); `what` names it in errors. */
 export function nftApply(script: string, what: string): Promise<void> {

@@ -15,7 +15,7 @@ import { Cidr, cidrCovers, cidrsOverlap, cidrSize, Family, parseCidr, parseIp } 
 import { mergeCidrs } from '../ipam/cidr-merge';
 import { chainRules, deleteChain, deleteRule, nftApply, nftTableJson } from './iptables';
 
-export const MASQ_TABLE = 'kni-masquerade';
+const MASQ_TABLE = 'kni-masquerade';
 const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
 
 /**
@@ -106,7 +106,7 @@ const podsOf = (f: Family, ranges: Cidr[]): string[] => mergeCidrs(ranges.filter
 const elements = (items: string[]): string => (items.length ? ` elements = { ${items.join(', ')} }` : '');
 
 /** The nft script that makes the table exactly so. */
-export function masqueradeScript(ranges: Cidr[], keep: KeepSets): string {
+function masqueradeScript(ranges: Cidr[], keep: KeepSets): string {
   const sets = ([4, 6] as Family[]).flatMap((f) => [
     `  set ${SET.pods[f]} { type ${TYPE[f]}; flags interval;${elements(podsOf(f, ranges))} }`,
     `  set ${SET.keep[f]} { type ${TYPE[f]}; flags interval;${elements(keep[f])} }`,
