@@ -6,4 +6,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash hack/setup.sh
 bash hack/cluster/build-components.sh all
+# The VM tests' guest (QEMU, a Debian kernel, a busybox initramfs), cached in /var/cache/kni-vm.
+bash hack/vm/build-guest.sh >/dev/null
 npx mocha "$@"

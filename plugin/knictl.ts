@@ -85,6 +85,7 @@ program.command('pod <sandbox>').description(`one sandbox's network: interfaces,
       const network = i.network ? `network ${i.network}${i.selected_by ? ` (by ${i.selected_by})` : ''}` : `default network${i.default_network ? ` ${i.default_network} (the pod's choice)` : ''}`;
       s += `interface ${i.name}: ${network}${i.default ? ', default route' : ''}; mac ${i.mac || '-'} mtu ${i.mtu}${i.host_interface ? ` host ${i.host_interface}` : ''}${i.vm_tap ? ` vm tap ${i.vm_tap}` : ''}${i.device_id ? ` device ${i.device_id}` : ''}\n`;
       for (const a of i.addresses) s += `  ${a.family} ${a.address}/${a.prefix_length} gateway ${a.gateway}\n`;
+      for (const n of i.neighbors ?? []) s += `  neighbour ${n.address} lladdr ${n.mac} (permanent)\n`;
       if (i.dns) s += `  dns${dnsText(i.dns)}\n`;
     }
     s += 'routes:\n';

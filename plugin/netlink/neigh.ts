@@ -12,6 +12,7 @@ const NDA_DST = 1;
 const NDA_LLADDR = 2;
 const NUD_PERMANENT = 0x80;
 const NTF_SELF = 0x02;
+const NTF_PROXY = 0x08;
 const AF_BRIDGE = 7;
 const afOf = (f: Family): number => (f === 4 ? 2 : 10);
 
@@ -44,6 +45,16 @@ export function neighSet(n: Neighbour): NetlinkRequest {
   w.mac(NDA_LLADDR, n.mac);
   w.ip(NDA_DST, ip.family, ip.value);
   return { type: RTM_NEWNEIGH, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `set ${describe(n)} (link ${n.index})`, body: w.take() };
+}
+
+/**
+ * A proxy entry: the link answers ARP or NDP for ip with its own MAC (IPv6 needs the link's
+ * proxy_ndp sysctl and forwarding on). Replaces one already there.
+ */
+export function neighProxyAdd(family: Family, index: number, ip: string): NetlinkRequest {
+  const w = ndmsg(afOf(family), index, NUD_PERMANENT, NTF_PROXY);
+  w.ip(NDA_DST, family, parseIp(ip).value);
+  return { type: RTM_NEWNEIGH, flags: NLM_F_CREATE | NLM_F_REPLACE, what: `set proxy neighbour ${ip} (link ${index})`, body: w.take() };
 }
 
 export function neighDel(n: Neighbour): NetlinkRequest {

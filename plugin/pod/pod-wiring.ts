@@ -3,11 +3,12 @@
 // hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
 // pod's addresses. All over netlink from this process, in three writes (the veth; the host end;
 // the pod end, through a socket living in the pod netns): no spawn, no iptables.
+import fs from 'node:fs';
 import { socketInNetns } from '../netns/netns';
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
 import { linkByName, linkDel, linkSetAlias, linkSetHairpin, linkSetNoLinkLocal, linkSetUp, linkSetUpByIndex, vethAdd } from '../netlink/link';
-import { neighSet } from '../netlink/neigh';
+import { neighProxyAdd, neighSet } from '../netlink/neigh';
 import { defaultRouteAdd, hostRouteAdd } from '../netlink/route';
 import { NetlinkError, NetlinkRequest, NetlinkSocket } from '../netlink/socket';
 import { recordStep } from '../observe/tracing';
@@ -60,6 +61,7 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
     if (!hostIndex || !podIndex) throw new Error(`the veth ${itf.hostVeth} (${itf.name} in the pod) was gone right after it was made`);
     const [, hostEnd, podEnd] = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, hostIndex, podIndex);
     host.exec(hostEnd);
+    if (itf.routed && itf.addresses.some((a) => a.family === 6)) answerNdpForGateway(itf.hostVeth);
     hostDone = process.hrtime.bigint();
     recordStep('veth.create', started, hostDone, vethStep);
     pod.exec(podEnd);
@@ -120,6 +122,14 @@ export function existsError(host: NetlinkSocket, netnsFd: number, itf: Pick<Inte
 }
 
 /**
+ * The neighbour entries a routed interface's pod end gets written ahead: each gateway at the MAC
+ * of every host end. What GetPod reports, so that a VM guest configured from it writes them too.
+ */
+export function gatewayNeighbours(itf: Pick<InterfaceRecord, 'routed' | 'addresses'>): { address: string; mac: string }[] {
+  return itf.routed ? itf.addresses.map((a) => ({ address: a.gateway, mac: HOST_VETH_MAC })) : [];
+}
+
+/**
  * A routed pod's way to its gateway: a route to it alone, and its MAC (every host end's) written
  * ahead. As the ptp plugin's and Calico's pods have it, so that whatever copies the netns's
  * routes (Kata) finds a gateway on a link route rather than an onlink flag.
@@ -131,14 +141,27 @@ function routedGateway(podIndex: number, ifname: string, gateway: string) {
 
 /**
  * A routed host end: a route to each pod address through it, and the pod's MAC for each written
- * ahead, as the pod has the gateway's (every host end's MAC): neither side ever asks ARP or NDP,
- * and the host end needs no address of its own.
+ * ahead, as the pod has the gateway's (every host end's MAC): neither side needs to ask ARP or
+ * NDP, and the host end needs no address of its own. For a guest that has not written the
+ * gateway's MAC (a VM configured without GetPod's neighbours, or a pod that flushed them), the
+ * host end also answers NDP for the IPv6 gateway (a proxy entry): it has no address, so the
+ * kernel would not. IPv4's gateway is a node address, which the kernel answers ARP for on any
+ * link unless the node's arp_ignore says otherwise.
  */
 function routedHostEnd(hostIndex: number, itf: InterfaceRecord) {
   return itf.addresses.flatMap((a) => {
     const ip = parseIp(a.address);
-    return [hostRouteAdd(ip.family, ip.value, hostIndex, itf.hostVeth, a.address), neighSet({ family: ip.family, index: hostIndex, ip: a.address, mac: itf.mac })];
+    return [
+      hostRouteAdd(ip.family, ip.value, hostIndex, itf.hostVeth, a.address),
+      neighSet({ family: ip.family, index: hostIndex, ip: a.address, mac: itf.mac }),
+      ...(ip.family === 6 ? [neighProxyAdd(6, hostIndex, a.gateway)] : []),
+    ];
   });
+}
+
+/** The kernel answers NDP for a link's proxy entries only with the link's proxy_ndp on (forwarding is on node-wide). */
+function answerNdpForGateway(hostVeth: string): void {
+  fs.writeFileSync(`/proc/sys/net/ipv6/conf/${hostVeth}/proxy_ndp`, '1');
 }
 
 /**

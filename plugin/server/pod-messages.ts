@@ -1,6 +1,7 @@
 // A pod's network as kni's API answers it (GetPod, ListPods, AttachNetwork, Watch).
 import { carriesDefaultRoute } from '../core/network-backend';
 import { podRoutes } from '../core/sandbox-check';
+import { gatewayNeighbours } from '../pod/pod-wiring';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
 /** An address family as the API's enum names it. */
@@ -21,6 +22,7 @@ export function interfaceMessage(i: InterfaceRecord): Record<string, unknown> {
     device_id: i.deviceId ?? '',
     ...(i.dns ? { dns: i.dns } : {}),
     addresses: i.addresses.map((a) => ({ address: a.address, prefix_length: a.prefixLength, family: family(a.family), gateway: a.gateway, range: a.range })),
+    neighbors: gatewayNeighbours(i),
   };
 }
 
