@@ -7,6 +7,7 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { knictl } from './helpers/knictl';
+import { kataTap, KATA_TAP, scanNetns } from './helpers/kata-netns';
 import { GuestNetwork, guestImage, QemuGuest } from './helpers/qemu-guest';
 import { inNetns, netnsLinks, RUN, sh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
@@ -77,22 +78,6 @@ function fromGetPod(itf: any, routes: any[]): GuestNetwork {
   };
 }
 
-/** A guest's configuration from a scan of the pod netns's eth0, as Kata's runtime takes it. */
-function fromScan(netns: string): GuestNetwork {
-  const json = (args: string[]) => JSON.parse(inNetns(netns, 'ip', ['-j', ...args]).out || '[]');
-  const [link] = json(['link', 'show', 'dev', 'eth0']);
-  const addresses = json(['addr', 'show', 'dev', 'eth0'])[0].addr_info.filter((a: any) => a.scope === 'global').map((a: any) => `${a.local}/${a.prefixlen}`);
-  const routes = [...json(['-4', 'route', 'show', 'dev', 'eth0']), ...json(['-6', 'route', 'show', 'dev', 'eth0'])].filter((r: any) => !String(r.dst).startsWith('fe80'));
-  const neighbours = [...json(['-4', 'neigh', 'show', 'dev', 'eth0', 'nud', 'permanent']), ...json(['-6', 'neigh', 'show', 'dev', 'eth0', 'nud', 'permanent'])];
-  return {
-    mac: link.address,
-    mtu: link.mtu,
-    addresses,
-    routes: [...routes.filter((r: any) => !r.gateway), ...routes.filter((r: any) => r.gateway)].map((r: any) => ({ destination: r.dst, gateway: r.gateway })),
-    neighbours: neighbours.map((n: any) => ({ address: n.dst, mac: n.lladdr })),
-  };
-}
-
 describe('Real VM guests behind kni (QEMU)', function () {
   this.timeout(900_000);
   let image: string;
@@ -120,22 +105,12 @@ describe('Real VM guests behind kni (QEMU)', function () {
     const vmNetns = d.makePodNetns('vm-kata');
     const vm = await d.rt().Attach({ sandbox_id: 'vm-kata', netns_path: vmNetns, runtime_handler: 'kata' });
     const pod = await runcPod(d);
-    // What Kata's runtime does in the netns (its tcfilter model): a tap, and eth0 ⇄ tap redirects.
-    const tap = 'tap0_kata';
-    for (const args of [
-      ['ip', 'tuntap', 'add', 'dev', tap, 'mode', 'tap'],
-      ['ip', 'link', 'set', tap, 'mtu', String(vm.interfaces[0].mtu), 'up'],
-      ['tc', 'qdisc', 'add', 'dev', 'eth0', 'ingress'],
-      ['tc', 'qdisc', 'add', 'dev', tap, 'ingress'],
-      ['tc', 'filter', 'add', 'dev', 'eth0', 'parent', 'ffff:', 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', tap],
-      ['tc', 'filter', 'add', 'dev', tap, 'parent', 'ffff:', 'protocol', 'all', 'u32', 'match', 'u8', '0', '0', 'action', 'mirred', 'egress', 'redirect', 'dev', 'eth0'],
-    ]) {
-      const r = inNetns(vmNetns, args[0], args.slice(1));
-      assert.ok(r.ok, `${args.join(' ')}: ${r.out}`);
-    }
-    const net = fromScan(vmNetns);
+    // What Kata's runtime does in the netns: a tap, eth0 ⇄ tap redirects, a scan for the guest.
+    const run = (cmd: string, args: string[]) => inNetns(vmNetns, cmd, args);
+    kataTap(run, vm.interfaces[0].mtu);
+    const net = scanNetns(run);
     assert.ok(net.neighbours.length === 2, `a routed pod's netns holds its gateways' MACs: ${JSON.stringify(net)}`);
-    guest = await QemuGuest.boot(image, `${RUN}-vm-kata`, vmNetns, tap, net.mac);
+    guest = await QemuGuest.boot(image, `${RUN}-vm-kata`, ['nsenter', `--net=${vmNetns}`], KATA_TAP, net.mac);
     await guest.configure(net);
     const node = { netns: d.nodeNetns, ips: vm.interfaces[0].addresses.map((a: any) => a.gateway) };
     await exercise({ guest, guestIps: net.addresses.map((a) => a.split('/')[0]), pod, node });
@@ -145,7 +120,7 @@ describe('Real VM guests behind kni (QEMU)', function () {
     // Kata stops the VM and takes its tap away; kni's detach takes the rest.
     await guest.stop();
     guest = undefined;
-    sh('ip', ['-n', path.basename(vmNetns), 'link', 'del', tap]);
+    sh('ip', ['-n', path.basename(vmNetns), 'link', 'del', KATA_TAP]);
     await d.rt().Detach({ sandbox_id: 'vm-kata' });
     await d.rt().Detach({ sandbox_id: 'vm-peer' });
     assert.deepEqual(netnsLinks(vmNetns), ['lo']);
@@ -170,7 +145,7 @@ describe('Real VM guests behind kni (QEMU)', function () {
         const shown = knictl('--socket', d.socket, 'pod', `vm-${podLink}`).stdout;
         for (const a of itf.addresses) assert.ok(shown.includes(`  neighbour ${a.gateway} lladdr ee:ee:ee:ee:ee:ee (permanent)\n`), shown);
       } else assert.deepEqual(net.neighbours, []);
-      guest = await QemuGuest.boot(image, `${RUN}-vm-${podLink}`, vmNetns, itf.vm_tap, itf.mac);
+      guest = await QemuGuest.boot(image, `${RUN}-vm-${podLink}`, ['nsenter', `--net=${vmNetns}`], itf.vm_tap, itf.mac);
       await guest.configure(net);
       const node = { netns: d.nodeNetns, ips: itf.addresses.map((a: any) => a.gateway) };
       const guestIps = itf.addresses.map((a: any) => a.address);

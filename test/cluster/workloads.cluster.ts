@@ -7,9 +7,12 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
+import { kataTap, KATA_TAP, scanNetns } from '../helpers/kata-netns';
+import { guestImage, QemuGuest } from '../helpers/qemu-guest';
+import { trySh } from '../helpers/sh';
 import { stateRecords } from '../helpers/state-records';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, getFromNode, knictl, knictlTrace, kniVeths, kubectl, kubectlJson, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
+import { apply, BIN, CL, cluster, getFromNode, knictl, knictlTrace, kniVeths, kubectl, kubectlJson, KUBECONFIG, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
 describe('cluster: kni as the network of a Kubernetes cluster', function () {
   this.timeout(300_000);
@@ -211,7 +214,7 @@ spec: {type: NodePort, selector: {app: web}, ipFamilyPolicy: PreferDualStack, po
     }
   });
 
-  it('a RuntimeClass whose handler kni maps to vm (containerd runtime "kata", backed by runc here): its pod is wired as a vm sandbox', async () => {
+  it('a RuntimeClass whose handler kni maps to vm (containerd runtime "kata", backed by runc here): its pod is wired as a vm sandbox, and a QEMU guest started on it as Kata would reaches a pod on the other node through kni\'s routes, and is reached from it', async () => {
     const YAML = (await import('yaml')).default;
     const fs = await import('node:fs');
     const docs = YAML.parseAllDocuments(fs.readFileSync(path.join(packageRoot(), 'kind-config/runtimeclass-kata.yaml'), 'utf8')).map((d) => d.toJS());
@@ -223,6 +226,7 @@ spec: {type: NodePort, selector: {app: web}, ipFamilyPolicy: PreferDualStack, po
     example.spec.containers[0] = { name: 'app', image: 'kni.local/e2e:1', imagePullPolicy: 'Never', command: ['/pause'] };
     example.spec.terminationGracePeriodSeconds = 1;
     apply(YAML.stringify(example));
+    let guest: QemuGuest | undefined;
     try {
       await waitFor(() => kubectlJson('get', 'pod', 'vm-pod').status.phase === 'Running', 120_000, () => kubectl('get', 'pods', '-o', 'wide'));
       const p = kubectlJson('get', 'pod', 'vm-pod');
@@ -231,7 +235,26 @@ spec: {type: NodePort, selector: {app: web}, ipFamilyPolicy: PreferDualStack, po
       assert.ok(rec, `kni on ${p.spec.nodeName} does not know vm-pod`);
       assert.equal(knictl(w, 'pod', rec.sandbox_id).kind, 'vm');
       assert.equal(rec.interfaces[0].addresses[0].address, p.status.podIPs[0].ip);
+
+      // What Kata's runtime would do next, in the pod netns as the node sees it: a tap joined to
+      // eth0, and a guest that takes eth0's addresses, routes and neighbours.
+      const enter = ['nsenter', `--mount=${CL}/mnt/${w}`, 'nsenter', `--net=${rec.netns_path}`];
+      const run = (cmd: string, args: string[]) => trySh(enter[0], [...enter.slice(1), cmd, ...args]);
+      kataTap(run, rec.interfaces[0].mtu);
+      const net = scanNetns(run);
+      guest = await QemuGuest.boot(guestImage(), 'kc-vm-pod', enter, KATA_TAP, net.mac);
+      await guest.configure(net);
+      const other = runningPods().find((x: any) => x.spec.nodeName !== p.spec.nodeName);
+      assert.ok(other, `no web pod on a node other than ${p.spec.nodeName}`);
+      for (const ip of other.status.podIPs.map((x: any) => x.ip)) {
+        assert.ok(await guest.ping(ip), `the guest on ${p.spec.nodeName} cannot ping ${other.metadata.name} (${ip}) on ${other.spec.nodeName}`);
+        assert.match(await guest.must(`printf 'GET / HTTP/1.0\\r\\n\\r\\n' | nc ${ip} 80`), /hello from kni e2e/, `the guest → ${ip}:80`);
+      }
+      for (const ip of p.status.podIPs.map((x: any) => x.ip)) {
+        await waitFor(() => spawnSync(`${BIN}/kubectl`, ['--kubeconfig', KUBECONFIG, 'exec', other.metadata.name, '--', '/bin/busybox', 'ping', '-c', '1', '-W', '3', ip]).status === 0, 60_000, () => `${other.metadata.name} on ${other.spec.nodeName} cannot ping the guest at ${ip}`);
+      }
     } finally {
+      guest?.kill();
       kubectl('delete', 'pod', 'vm-pod', '--wait=true');
     }
   });

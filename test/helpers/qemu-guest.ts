@@ -36,15 +36,20 @@ export class QemuGuest {
     proc.stderr!.on('data', (b) => (this.console += String(b)));
   }
 
-  /** Boots a guest whose NIC opens the tap `tap` of the netns at `netns`, with MAC `mac`; resolves once its shell answers. */
-  static async boot(image: string, name: string, netns: string, tap: string, mac: string): Promise<QemuGuest> {
+  /**
+   * Boots a guest whose NIC opens the tap `tap`, with MAC `mac`; resolves once its shell answers.
+   * `enter` runs a command in the tap's netns (["nsenter", "--net=<path>"], or with a node's
+   * mount namespace first).
+   */
+  static async boot(image: string, name: string, enter: string[], tap: string, mac: string): Promise<QemuGuest> {
     const qemu = [
       'qemu-system-x86_64', '-name', name, '-accel', realKvm() ? 'kvm' : 'tcg', '-M', 'q35', '-m', '256', '-smp', '1',
       '-nodefaults', '-no-user-config', '-display', 'none', '-serial', 'stdio', '-monitor', 'none', '-no-reboot',
       '-kernel', `${image}/vmlinuz`, '-initrd', `${image}/initramfs.gz`, '-append', 'console=ttyS0 quiet panic=-1',
       '-netdev', `tap,id=n0,ifname=${tap},script=no,downscript=no`, '-device', `virtio-net-pci,netdev=n0,mac=${mac}`,
     ];
-    const proc = spawn('nsenter', [`--net=${netns}`, ...qemu], { stdio: ['pipe', 'pipe', 'pipe'] });
+    // nsenter execs in place: the process is QEMU's, and killing it kills the guest.
+    const proc = spawn(enter[0], [...enter.slice(1), ...qemu], { stdio: ['pipe', 'pipe', 'pipe'] });
     const g = new QemuGuest(name, proc);
     try {
       // Under software emulation on a busy machine a boot takes minutes, not seconds.
