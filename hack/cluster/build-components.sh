@@ -109,7 +109,7 @@ case "${1:-all}" in
   h2spec) build_h2spec ;;
   kwok) build_kwok ;;
   critest) build_critest ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest ;;
   *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest]" >&2; exit 2 ;;
 esac
 echo "$bin"

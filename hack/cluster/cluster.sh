@@ -231,6 +231,7 @@ start_worker() {
   cp /usr/lib/cni/loopback "$d/root/opt/cni/bin/"
   sed -e "s#@ROOT@#$d/containerd/root#; s#@STATE@#/run/containerd#; s#@SOCKET@#/run/containerd/containerd.sock#g" \
     -e "s#@IMAGE@#$IMAGE#; s#@CNI_BIN@#/opt/cni/bin#; s#@CNI_CONF@#/etc/cni/net.d#; s#@RUNC_ROOT@#$d/runc#; s#@NRI_SOCKET@#/run/nri/nri.sock#" \
+    -e "s#@REGISTRY_HOSTS@#/etc/containerd/certs.d#" \
     "$repo/hack/lib/containerd-v3.toml" > "$d/containerd.toml"
   start "containerd-$w" "$w" containerd --config "$d/containerd.toml"
   wait_for 30 "containerd on $w" ctr -a "$(sock "$w")" version

@@ -13,14 +13,21 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib/oci-image.sh"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+# Bump when a stand-in changes: the images built by an older recipe are built again.
+RECIPE=4
+[ "$(cat "$out/RECIPE" 2>/dev/null)" = "$RECIPE" ] || rm -rf "$out"
 mkdir -p "$out"
+echo "$RECIPE" > "$out/RECIPE"
 
 # rootfs NAME: a busybox root with /etc/passwd and /etc/group (www-data as Debian numbers it).
 rootfs() {
   local r=$work/$1
   mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/www" "$r/var/run"
   cp /bin/busybox "$r/bin/busybox"
-  for a in sh cat echo hostname id ls sleep top ps grep wget nc httpd touch mkdir true false env sed head tail; do ln -sf busybox "$r/bin/$a"; done
+  for a in sh cat echo hostname id ls sleep top ps grep wget nc httpd touch mkdir true false env sed head tail pidof kill brctl ping; do ln -sf busybox "$r/bin/$a"; done
+  # Debian's busybox has no pgrep: the pids of the processes of that name, as procps's prints them.
+  printf '#!/bin/sh\nfound=1\nfor d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] && echo "${d#/proc/}" && found=0; done\nexit $found\n' > "$r/bin/pgrep"
+  chmod +x "$r/bin/pgrep"
   printf 'root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n' > "$r/etc/passwd"
   printf 'root:x:0:\nwww-data:x:33:\nnobody:x:65534:\n' > "$r/etc/group"
   echo "critest stand-in $1" > "$r/www/index.html"
@@ -42,14 +49,22 @@ base=$(rootfs base)
 # busybox: the default container image; containers run the commands specs give.
 image "$e2e/busybox:1.29-2" "$base" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
 # The web servers: a page on port 80 (nginx, httpd) or on 12003 on the host's network.
-# nginx writes its pid file (the HostPID spec reads it from another container); httpd says its
-# name in its log (the container log spec looks for it).
-image "$e2e/nginx:1.14-2" "$base" '{"Entrypoint":["sh","-c","echo $$ > /var/run/nginx.pid; exec httpd -f -p 80 -h /www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
+# nginx is a script named nginx (so pidof finds it, as the HostPID spec asks from another
+# container) that writes its pid file, says "master process" in its command line as nginx's
+# title does (the PID namespace specs read /proc/1/cmdline), serves with busybox's httpd and
+# stops on SIGTERM; httpd says its name in its log (the container log spec looks for it).
+nginx=$(rootfs nginx)
+mkdir -p "$nginx/usr/sbin"
+printf '#!/bin/sh\necho $$ > /var/run/nginx.pid\nhttpd -f -p 80 -h /www &\ntrap "kill $!; exit 0" TERM\nwait\n' > "$nginx/usr/sbin/nginx"
+chmod +x "$nginx/usr/sbin/nginx"
+image "$e2e/nginx:1.14-2" "$nginx" '{"Entrypoint":["/usr/sbin/nginx","master process","-g","daemon off;"],"Env":["PATH=/bin:/usr/sbin"],"ExposedPorts":{"80/tcp":{}}}'
 image "$e2e/httpd:2.4.39-4" "$base" '{"Entrypoint":["sh","-c","echo httpd serving on port 80; exec httpd -f -p 80 -h /www"],"Env":["PATH=/bin"],"ExposedPorts":{"80/tcp":{}}}'
 image "$cri/hostnet-nginx-amd64" "$base" '{"Entrypoint":["httpd","-f","-p","12003","-h","/www"],"Env":["PATH=/bin"]}'
 # The image specs: references of every kind, users by id and by name, tags of one image.
+# Each a different image (a label of its own: the same config would be the same image, and the
+# pull specs want a reference's tag alone on it), but the three tags of test-image-tags one image.
 for ref in test-image-latest test-image-tag:test test-image-tag:all test-image-tags:1 test-image-tags:2 test-image-tags:3; do
-  image "$cri/$ref" "$base" '{"Cmd":["sh"],"Env":["PATH=/bin"]}'
+  image "$cri/$ref" "$base" "{\"Cmd\":[\"sh\"],\"Env\":[\"PATH=/bin\"],\"Labels\":{\"stand-in\":\"${ref%%:[0-9]}\"}}"
 done
 for n in 1 2 3; do
   # Three different images: each its own layer.
@@ -61,8 +76,9 @@ image "$cri/test-image-user-username" "$base" '{"User":"www-data","Cmd":["sh"],"
 image "$cri/test-image-user-uid-group" "$base" '{"User":"1003:users","Cmd":["sh"],"Env":["PATH=/bin"]}'
 image "$cri/test-image-user-username-group" "$base" '{"User":"www-data:www-data","Cmd":["sh"],"Env":["PATH=/bin"]}'
 pre=$(rootfs predefined)
-printf 'root:x:0:0:root:/root:/bin/sh\nwww-data:x:33:33:www-data:/var/www:/bin/sh\ntest:x:1000:50000::/:/bin/sh\n' > "$pre/etc/passwd"
-printf 'root:x:0:\nwww-data:x:33:\ntest:x:50000:\n' > "$pre/etc/group"
+# default-user (1000, its own group 1000) is also in group-defined-in-image (50000) by /etc/group.
+printf 'root:x:0:0:root:/root:/bin/sh\ndefault-user:x:1000:1000::/:/bin/sh\n' > "$pre/etc/passwd"
+printf 'root:x:0:\ndefault-user:x:1000:\ngroup-defined-in-image:x:50000:default-user\n' > "$pre/etc/group"
 image "$cri/test-image-predefined-group" "$pre" '{"User":"1000","Cmd":["sh"],"Env":["PATH=/bin"]}'
 # One pause image under two registries: the same image ID.
 image "registry.k8s.io/pause:3.9" "$base" '{"Entrypoint":["sleep","infinity"],"Env":["PATH=/bin"]}'

@@ -78,6 +78,8 @@ export class ContainerdEnv {
   readonly confDir: string;
   readonly binDir: string;
   readonly netnsRoot: string;
+  /** containerd 2.x: the directory of registries' hosts.toml (a host's pulls sent elsewhere). */
+  readonly registryHosts: string;
   proc?: ChildProcess;
   output = '';
   private clients: Client[] = [];
@@ -87,6 +89,7 @@ export class ContainerdEnv {
     this.confDir = `${dir}/net.d`;
     this.binDir = `${dir}/cni-bin`;
     this.netnsRoot = `${dir}/state/io.containerd.grpc.v1.cri/netns`;
+    this.registryHosts = `${dir}/certs.d`;
   }
 
   /** The kni settings that point kni at this containerd. */
@@ -151,7 +154,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   private configV3(): string {
     const d = this.dir;
     const values: Record<string, string> = {
-      ROOT: `${d}/root`, STATE: `${d}/state`, SOCKET: this.sock, IMAGE, CNI_BIN: this.binDir, CNI_CONF: this.confDir, RUNC_ROOT: `${d}/runc`, NRI_SOCKET: `${d}/nri.sock`,
+      ROOT: `${d}/root`, STATE: `${d}/state`, SOCKET: this.sock, IMAGE, CNI_BIN: this.binDir, CNI_CONF: this.confDir, RUNC_ROOT: `${d}/runc`, NRI_SOCKET: `${d}/nri.sock`, REGISTRY_HOSTS: this.registryHosts,
     };
     return fs.readFileSync(path.join(packageRoot(), 'hack/lib/containerd-v3.toml'), 'utf8').replace(/@([A-Z_]+)@/g, (_, k: string) => values[k]);
   }

@@ -1,0 +1,157 @@
+// critest, the CRI's own validation suite (cri-tools, built by hack/cluster/build-components.sh),
+// against containerd 2.x + runc with kni as its network (kni-cni, and kni's NRI plugin), and
+// against the same containerd with the CNI reference plugins (bridge + host-local + portmap +
+// loopback), in one file: kni passes every spec the reference plugins pass. The images critest names are stand-ins
+// (hack/critest/images.sh) served by go-containerregistry's registry on the node netns's
+// loopback; containerd's hosts.toml sends registry.k8s.io, gcr.io and k8s.gcr.io there.
+import assert from 'node:assert/strict';
+import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { packageRoot } from '../plugin/server/protos';
+import { BIN } from './cluster/cluster-helpers';
+import { ContainerdEnv, CONTAINERD_2 } from './helpers/containerd-env';
+import { RUN, sh, trySh } from './helpers/sh';
+import { TestDaemon } from './helpers/test-daemon';
+import { waitFor } from './helpers/wait';
+
+const REGISTRY_PORT = 5000;
+const MIRRORED = ['registry.k8s.io', 'gcr.io', 'k8s.gcr.io'];
+/** Built once, outside the work tree, like the components. */
+const IMAGES = `${process.env.KNI_CLUSTER_CACHE ?? '/var/cache/kni-cluster'}/critest-images`;
+/**
+ * Specs not run, with why (docs/testing.md lists them too): what the stand-in images cannot
+ * satisfy and what this machine cannot do. Every other spec runs on both networks, critest's
+ * NRI specs (its own NRI plugin beside kni's) included.
+ */
+const SKIPPED: [RegExp, string][] = [
+  [/public image with digest should be pulled and removed/, 'pinned to the digest of upstream\'s own build of the image'],
+  [/image status should support all kinds of references/, 'names the same image by a digest of upstream\'s build'],
+  [/should support seccomp|apparmor|AppArmor|SELinux|selinux/, 'profiles this machine\'s kernel and containerd configuration do not load (apparmor off, no SELinux)'],
+  [/no_new_privs|NoNewPrivs/, 'needs upstream\'s nonewprivs test binary'],
+  [/HostIpc is/, 'runs ipcs, which Debian\'s busybox does not have'],
+];
+
+type Verdict = 'passed' | 'failed' | 'skipped';
+interface Spec {
+  verdict: Verdict;
+  failure: string;
+}
+
+/** critest's JUnit report: each spec's verdict and failure text. */
+function readJunit(file: string): Map<string, Spec> {
+  const xml = fs.readFileSync(file, 'utf8');
+  const out = new Map<string, Spec>();
+  const unescape = (s: string) => s.replace(/&#xA;/g, '\n').replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+  for (const m of xml.matchAll(/<testcase name="([^"]*)"[^>]*?(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
+    const name = unescape(m[1]);
+    if (/^\[(BeforeSuite|AfterSuite|SynchronizedBeforeSuite|ReportAfterSuite)\]/.test(name)) continue;
+    const body = m[2] ?? '';
+    const verdict: Verdict = /<(failure|error)[\s>]/.test(body) ? 'failed' : /<skipped[\s>/]/.test(body) ? 'skipped' : 'passed';
+    out.set(name, { verdict, failure: unescape(/<(?:failure|error)[^>]*message="([^"]*)"/.exec(body)?.[1] ?? '') });
+  }
+  return out;
+}
+
+describe('critest (the CRI validation suite) on containerd 2.x: kni passes every spec the CNI reference plugins pass', function () {
+  this.timeout(3_600_000);
+  let d: TestDaemon;
+  let c: ContainerdEnv;
+  let registry: ChildProcess | undefined;
+  const results = new Map<string, Map<string, Spec>>();
+  const reports = `/tmp/${RUN}-critest`;
+
+  before(async () => {
+    for (const tool of ['critest', 'registry', 'crane']) assert.ok(fs.existsSync(`${BIN}/${tool}`), `${BIN}/${tool} is missing: run bash hack/cluster/build-components.sh critest`);
+    c = ContainerdEnv.forRun('', CONTAINERD_2(BIN));
+    d = await TestDaemon.start({ ...c.kniConfig() });
+    c.nodeNetns = d.nodeNetns;
+    c.writeConfig();
+    // The stand-in images, pushed to a registry on the node's loopback, where containerd pulls.
+    sh('bash', [path.join(packageRoot(), 'hack/critest/images.sh'), IMAGES]);
+    registry = spawn('nsenter', [`--net=${d.nodeNetns}`, `${BIN}/registry`, '-port', String(REGISTRY_PORT)], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let registryLog = '';
+    registry.stderr!.on('data', (b) => (registryLog += b));
+    await waitFor(() => /serving on port/.test(registryLog), 30_000, () => `the registry did not start: ${registryLog}`);
+    for (const dir of fs.readdirSync(IMAGES).filter((f) => fs.existsSync(`${IMAGES}/${f}/REF`))) {
+      const ref = fs.readFileSync(`${IMAGES}/${dir}/REF`, 'utf8').trim();
+      const local = `127.0.0.1:${REGISTRY_PORT}/${ref.slice(ref.indexOf('/') + 1)}${/:[^/]*$/.test(ref) ? '' : ':latest'}`;
+      sh('nsenter', [`--net=${d.nodeNetns}`, `${BIN}/crane`, 'push', '--insecure', `${IMAGES}/${dir}`, local]);
+    }
+    for (const host of MIRRORED) {
+      fs.mkdirSync(`${c.registryHosts}/${host}`, { recursive: true });
+      fs.writeFileSync(`${c.registryHosts}/${host}/hosts.toml`, `server = "http://127.0.0.1:${REGISTRY_PORT}"\n[host."http://127.0.0.1:${REGISTRY_PORT}"]\n  capabilities = ["pull", "resolve"]\n`);
+    }
+    await c.start();
+    const logTo = process.env.KNI_CRITEST_CONTAINERD_LOG;
+    if (logTo) for (const s of [c.proc!.stdout!, c.proc!.stderr!]) s.on('data', (b) => fs.appendFileSync(logTo, b));
+    fs.mkdirSync(reports, { recursive: true });
+  });
+  after(async () => {
+    await c?.stop();
+    registry?.kill();
+    d?.cleanup();
+    fs.rmSync(reports, { recursive: true, force: true });
+  });
+
+  /** critest, all of it but what the stand-ins cannot satisfy, from the node netns (it reaches host ports on 127.0.0.1 there). */
+  async function critest(network: string): Promise<Map<string, Spec>> {
+    const dir = `${reports}/${network}`;
+    fs.mkdirSync(dir, { recursive: true });
+    // Its output to a file as it goes (a spec that hangs shows where); a spec waits at most
+    // 2 minutes for the runtime, and the suite interrupts itself in time to write its report.
+    // Not spawnSync: containerd's and kni's logs are pipes into this process, and a blocked
+    // event loop stops draining them, which soon blocks their every call on a log write.
+    const log = fs.openSync(`${dir}/critest.log`, 'w');
+    const proc = spawn('nsenter', [
+      `--net=${d.nodeNetns}`, `${BIN}/critest`,
+      `--runtime-endpoint=unix://${c.sock}`, `--image-endpoint=unix://${c.sock}`,
+      // critest's NRI specs: its own NRI plugin on containerd's socket, beside kni's.
+      `--nri-socket=${c.dir}/nri.sock`,
+      `--ginkgo.junit-report=${dir}/junit.xml`,
+      '--runtime-service-timeout=2m', '--image-service-timeout=2m',
+      `--ginkgo.skip=${SKIPPED.map(([re]) => re.source).join('|')}`,
+      '--ginkgo.timeout=20m', '--ginkgo.no-color', ...(process.env.KNI_CRITEST_FOCUS ? [`--ginkgo.focus=${process.env.KNI_CRITEST_FOCUS}`] : []),
+    ], { stdio: ['ignore', log, log] });
+    const killer = setTimeout(() => proc.kill('SIGKILL'), 1_500_000);
+    const run = await new Promise<{ status: number | null; error?: Error }>((resolve) => {
+      proc.once('error', (error) => resolve({ status: null, error }));
+      proc.once('exit', (status) => resolve({ status }));
+    });
+    clearTimeout(killer);
+    fs.closeSync(log);
+    const junit = fs.readdirSync(dir).find((f) => f.endsWith('.xml'));
+    assert.ok(junit, `critest wrote no report (${run.error ?? `exit ${run.status}`}):\n${fs.readFileSync(`${dir}/critest.log`, 'utf8').slice(-4000)}`);
+    const specs = readJunit(`${dir}/${junit}`);
+    const count = (v: Verdict) => [...specs.values()].filter((s) => s.verdict === v).length;
+    process.stdout.write(`      ${network}: ${count('passed')} passed, ${count('failed')} failed, ${count('skipped')} skipped of ${specs.size}\n`);
+    for (const [name, spec] of specs) if (spec.verdict === 'failed') process.stdout.write(`        failed: ${name}: ${spec.failure.split('\n')[0].slice(0, 200)}\n`);
+    return specs;
+  }
+
+  it('with the CNI reference plugins (kni stopped): the baseline', async () => {
+    await d.stop();
+    fs.rmSync(`${c.confDir}/10-kni.conflist`, { force: true });
+    for (const p of ['bridge', 'host-local', 'portmap']) fs.copyFileSync(`/usr/lib/cni/${p}`, `${c.binDir}/${p}`);
+    fs.writeFileSync(`${c.confDir}/05-reference.conflist`, JSON.stringify({
+      cniVersion: '1.0.0', name: 'reference',
+      plugins: [
+        { type: 'bridge', bridge: `${RUN.slice(0, 9)}br`, isGateway: true, ipMasq: true, hairpinMode: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.89.0.0/24' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: `${c.dir}/host-local` } },
+        { type: 'portmap', capabilities: { portMappings: true } },
+      ],
+    }));
+    results.set('reference', await critest('reference'));
+    assert.ok([...results.get('reference')!.values()].some((s) => s.verdict === 'passed'), 'nothing passed with the reference plugins: the setup is broken, not kni');
+  });
+
+  it('with kni (kni-cni and NRI): every spec the reference plugins pass', async () => {
+    fs.rmSync(`${c.confDir}/05-reference.conflist`, { force: true });
+    trySh('ip', ['-n', d.nodeNetnsName, 'link', 'del', `${RUN.slice(0, 9)}br`]);
+    await d.launch();
+    await waitFor(() => fs.existsSync(`${c.confDir}/10-kni.conflist`), 30_000, () => 'kni wrote no conflist');
+    const kni = await critest('kni');
+    results.set('kni', kni);
+    const missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && kni.get(name)?.verdict !== 'passed');
+    assert.deepEqual(missed.map(([name]) => name), [], missed.map(([name]) => `${name}:\n${kni.get(name)?.failure ?? 'not run'}`).join('\n\n'));
+  });
+});
