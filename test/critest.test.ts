@@ -11,6 +11,7 @@ import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { BIN } from './cluster/cluster-helpers';
 import { ContainerdEnv, CONTAINERD_2 } from './helpers/containerd-env';
+import { readJunit, Spec, Verdict } from './helpers/junit';
 import { RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -31,27 +32,6 @@ const SKIPPED: [RegExp, string][] = [
   [/no_new_privs|NoNewPrivs/, 'needs upstream\'s nonewprivs test binary'],
   [/HostIpc is/, 'runs ipcs, which Debian\'s busybox does not have'],
 ];
-
-type Verdict = 'passed' | 'failed' | 'skipped';
-interface Spec {
-  verdict: Verdict;
-  failure: string;
-}
-
-/** critest's JUnit report: each spec's verdict and failure text. */
-function readJunit(file: string): Map<string, Spec> {
-  const xml = fs.readFileSync(file, 'utf8');
-  const out = new Map<string, Spec>();
-  const unescape = (s: string) => s.replace(/&#xA;/g, '\n').replace(/&quot;/g, '"').replace(/&#39;/g, "'").replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
-  for (const m of xml.matchAll(/<testcase name="([^"]*)"[^>]*?(?:\/>|>([\s\S]*?)<\/testcase>)/g)) {
-    const name = unescape(m[1]);
-    if (/^\[(BeforeSuite|AfterSuite|SynchronizedBeforeSuite|ReportAfterSuite)\]/.test(name)) continue;
-    const body = m[2] ?? '';
-    const verdict: Verdict = /<(failure|error)[\s>]/.test(body) ? 'failed' : /<skipped[\s>/]/.test(body) ? 'skipped' : 'passed';
-    out.set(name, { verdict, failure: unescape(/<(?:failure|error)[^>]*message="([^"]*)"/.exec(body)?.[1] ?? '') });
-  }
-  return out;
-}
 
 describe('critest (the CRI validation suite) on containerd 2.x: kni passes every spec the CNI reference plugins pass', function () {
   this.timeout(3_600_000);

@@ -57,6 +57,18 @@ build_containerd() {
     github.com/containerd/containerd/v2/cmd/ctr
 }
 
+# The Kubernetes e2e suite (e2e.test, its Ginkgo specs) and its agnhost test image's binary,
+# from the same module as the cluster (the network conformance specs: test/cluster/k8s-e2e.cluster.ts).
+build_k8s_e2e() {
+  build_kubernetes
+  local done=$bin/.k8s-e2e-$KUBERNETES_VERSION-r$RECIPE dir=$cache/src/kubernetes-$KUBERNETES_VERSION
+  [ -f "$done" ] && return 0
+  echo "build-components: kubernetes $KUBERNETES_VERSION: e2e.test, agnhost" >&2
+  (cd "$dir" && CGO_ENABLED=0 go test -c -trimpath -ldflags "-s -w" -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e)
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost)
+  touch "$done"
+}
+
 build_etcd() {
   build_in_module etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" 0 "" go.etcd.io/etcd/server/v3:etcd
 }
@@ -109,7 +121,8 @@ case "${1:-all}" in
   h2spec) build_h2spec ;;
   kwok) build_kwok ;;
   critest) build_critest ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest]" >&2; exit 2 ;;
+  k8s-e2e) build_k8s_e2e ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e]" >&2; exit 2 ;;
 esac
 echo "$bin"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Builds a stand-in for Kubernetes' agnhost test image without an engine or a registry: the
+# agnhost binary built from k8s.io/kubernetes (build-components.sh k8s-e2e) on busybox, with
+# the tools the network specs run in it that busybox lacks or words differently (curl, and
+# OpenBSD's nc for UDP), each with the libraries it links. Upstream's is Alpine with the same tools.
+#   agnhost-image.sh AGNHOST-BINARY OUT.tar IMAGE-NAME
+set -euo pipefail
+agnhost=$1 out=$2 name=$3
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../lib/oci-image.sh
+. "$here/../lib/oci-image.sh"
+for tool in /bin/dash /usr/bin/curl /bin/nc.openbsd; do
+  [ -x "$tool" ] || { echo "agnhost-image.sh: $tool is missing (hack/setup.sh installs curl and netcat-openbsd)" >&2; exit 1; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+r=$work/rootfs
+mkdir -p "$r/bin" "$r/usr/bin" "$r/tmp" "$r/etc" "$r/uploads"
+cp "$agnhost" "$r/agnhost"
+ln -s agnhost "$r/agnhost-2"
+cp /bin/busybox "$r/bin/busybox"
+for a in $(busybox --list); do [ "$a" = busybox ] || [ "$a" = sh ] || ln -s busybox "$r/bin/$a"; done
+# Debian's busybox shell runs its own applets before the PATH (its nc has no -u): the shell is dash.
+cp /bin/dash "$r/bin/sh"
+cp /usr/bin/curl "$r/usr/bin/curl"
+cp /bin/nc.openbsd "$r/usr/bin/nc"
+for lib in $(ldd /bin/dash /usr/bin/curl /bin/nc.openbsd | awk '/=> \// {print $3} /^\t\/lib64/ {print $1}' | sort -u); do
+  mkdir -p "$r$(dirname "$lib")"
+  cp -L "$lib" "$r$lib"
+done
+# The user and group the image's specs look for, as upstream's Dockerfile adds them.
+printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/:/bin/sh\n' > "$r/etc/passwd"
+printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' > "$r/etc/group"
+# /usr/bin first: curl and OpenBSD's nc over busybox's applets of those names.
+oci_image "$r" "$out" "$name" '{"Entrypoint":["/agnhost"],"Cmd":["pause"],"Env":["PATH=/usr/bin:/bin:/"]}'
