@@ -55,12 +55,14 @@ describe('node network drift (real kernel, iptables)', () => {
     assert.equal(await reconcileFindings(), '');
   });
 
-  it('forwarding turned off (both families): turned on again', async () => {
+  it('forwarding and IPv6 proxy NDP turned off: turned on again', async () => {
     inNode('sysctl', ['-qw', 'net.ipv4.ip_forward=0']);
     inNode('sysctl', ['-qw', 'net.ipv6.conf.all.forwarding=0']);
-    assert.match(await reconcileFindings(), /net\.ipv4\.ip_forward is off; net\.ipv6\.conf\.all\.forwarding is off/);
+    inNode('sysctl', ['-qw', 'net.ipv6.conf.all.proxy_ndp=0']);
+    assert.match(await reconcileFindings(), /net\.ipv4\.ip_forward is off; net\.ipv6\.conf\.all\.forwarding is off; net\.ipv6\.conf\.all\.proxy_ndp is off/);
     assert.equal(sysctl('net.ipv4.ip_forward'), '1');
     assert.equal(sysctl('net.ipv6.conf.all.forwarding'), '1');
+    assert.equal(sysctl('net.ipv6.conf.all.proxy_ndp'), '1');
   });
 
   it('the masquerade table flushed or changed: written again', async () => {

@@ -21,6 +21,12 @@ export function bridgeMac(ipam: Ipam): string {
 }
 
 const FORWARDING = { 4: '/proc/sys/net/ipv4/ip_forward', 6: '/proc/sys/net/ipv6/conf/all/forwarding' } as const;
+/**
+ * Routed host ends answer NDP for the IPv6 gateway through proxy entries (plugin/pod/pod-wiring.ts),
+ * which the kernel honours only with proxy_ndp on: set node-wide once here rather than per link
+ * on each attach. It changes nothing on links without proxy entries.
+ */
+const PROXY_NDP = '/proc/sys/net/ipv6/conf/all/proxy_ndp';
 
 /** `peerCidrs`: the other nodes' pod CIDRs, which pod traffic reaches unmasqueraded; `mtu`: the pods'. */
 export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: Ipam, peerCidrs: Cidr[], mtu: number): Promise<number> {
@@ -49,6 +55,7 @@ export async function setupNodeNetwork(sock: NetlinkSocket, cfg: Config, ipam: I
   if (cfg.ranges.some((c) => c.family === 6)) {
     keepRouterAdvertisements(sock);
     fs.writeFileSync(FORWARDING[6], '1');
+    fs.writeFileSync(PROXY_NDP, '1');
   }
   if (cfg.masquerade) await syncMasquerade(cfg.ranges, keepSets(cfg, peerCidrs));
   else await removeMasquerade(cfg.ranges);
@@ -83,7 +90,7 @@ function keepRouterAdvertisements(sock: NetlinkSocket): void {
  * What of setupNodeNetwork's work on an existing bridge is undone now: other agents and admins
  * change the node behind kni's back (a sysctl run or another network agent turning forwarding
  * off, a firewall reload flushing nat, `ip addr flush`), and pods lose their gateway or the
- * outside world without a word. One address dump, two sysctl reads, and (masquerading,
+ * outside world without a word. One address dump, up to three sysctl reads, and (masquerading,
  * accepting forwarded traffic) a few iptables processes: reconcile's, never a pod's.
  */
 export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: Ipam, bridgeIndex: number, peerCidrs: Cidr[]): Promise<string[]> {
@@ -91,7 +98,9 @@ export async function nodeNetworkDrift(sock: NetlinkSocket, cfg: Config, ipam: I
   const on = new Set(addrList(sock).filter((a) => a.index === bridgeIndex).map((a) => `${a.address}/${a.prefixLength}`));
   for (const g of ipam.gateways()) if (!on.has(`${g.text}/${g.prefixLength}`)) out.push(`gateway ${g.text}/${g.prefixLength} is missing from ${cfg.bridge}`);
   for (const f of [...new Set(cfg.ranges.map((c) => c.family))]) {
-    if (fs.readFileSync(FORWARDING[f], 'utf8').trim() !== '1') out.push(`${FORWARDING[f].slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
+    for (const file of f === 6 ? [FORWARDING[6], PROXY_NDP] : [FORWARDING[4]]) {
+      if (fs.readFileSync(file, 'utf8').trim() !== '1') out.push(`${file.slice('/proc/sys/'.length).replace(/\//g, '.')} is off`);
+    }
   }
   if (cfg.masquerade) out.push(...(await masqueradeDrift(cfg.ranges, keepSets(cfg, peerCidrs))));
   if (cfg.allowPodForwarding) out.push(...(await forwardDrift(cfg.ranges)));

@@ -3,7 +3,6 @@
 // hairpinned bridge port, or (podLink "routed") a link of its own with a route to each of the
 // pod's addresses. All over netlink from this process, in three writes (the veth; the host end;
 // the pod end, through a socket living in the pod netns): no spawn, no iptables.
-import fs from 'node:fs';
 import { socketInNetns } from '../netns/netns';
 import { Family, parseIp } from '../ipam/ip';
 import { addrAdd } from '../netlink/addr';
@@ -61,7 +60,6 @@ export function wirePod(host: NetlinkSocket, bridgeIndex: number, netnsFd: numbe
     if (!hostIndex || !podIndex) throw new Error(`the veth ${itf.hostVeth} (${itf.name} in the pod) was gone right after it was made`);
     const [, hostEnd, podEnd] = wireRequests(itf, bridgeIndex, netnsFd, sandboxId, hostIndex, podIndex);
     host.exec(hostEnd);
-    if (itf.routed && itf.addresses.some((a) => a.family === 6)) answerNdpForGateway(itf.hostVeth);
     hostDone = process.hrtime.bigint();
     recordStep('veth.create', started, hostDone, vethStep);
     pod.exec(podEnd);
@@ -144,8 +142,8 @@ function routedGateway(podIndex: number, ifname: string, gateway: string) {
  * ahead, as the pod has the gateway's (every host end's MAC): neither side needs to ask ARP or
  * NDP, and the host end needs no address of its own. For a guest that has not written the
  * gateway's MAC (a VM configured without GetPod's neighbours, or a pod that flushed them), the
- * host end also answers NDP for the IPv6 gateway (a proxy entry): it has no address, so the
- * kernel would not. IPv4's gateway is a node address, which the kernel answers ARP for on any
+ * host end also answers NDP for the IPv6 gateway (a proxy entry; node setup turns proxy_ndp on):
+ * it has no address, so the kernel would not. IPv4's gateway is a node address, which the kernel answers ARP for on any
  * link unless the node's arp_ignore says otherwise.
  */
 function routedHostEnd(hostIndex: number, itf: InterfaceRecord) {
@@ -157,11 +155,6 @@ function routedHostEnd(hostIndex: number, itf: InterfaceRecord) {
       ...(ip.family === 6 ? [neighProxyAdd(6, hostIndex, a.gateway)] : []),
     ];
   });
-}
-
-/** The kernel answers NDP for a link's proxy entries only with the link's proxy_ndp on (forwarding is on node-wide). */
-function answerNdpForGateway(hostVeth: string): void {
-  fs.writeFileSync(`/proc/sys/net/ipv6/conf/${hostVeth}/proxy_ndp`, '1');
 }
 
 /**
