@@ -75,7 +75,7 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
   });
 
   /** critest, all of it but what the stand-ins cannot satisfy, from the node netns (it reaches host ports on 127.0.0.1 there). */
-  async function critest(network: string): Promise<Map<string, Spec>> {
+  async function critest(network: string, focus = process.env.KNI_CRITEST_FOCUS): Promise<Map<string, Spec>> {
     const dir = `${reports}/${network}`;
     fs.mkdirSync(dir, { recursive: true });
     // Its output to a file as it goes (a spec that hangs shows where); a spec waits at most
@@ -91,7 +91,7 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
       `--ginkgo.junit-report=${dir}/junit.xml`,
       '--runtime-service-timeout=2m', '--image-service-timeout=2m',
       `--ginkgo.skip=${SKIPPED.map(([re]) => re.source).join('|')}`,
-      '--ginkgo.timeout=20m', '--ginkgo.no-color', ...(process.env.KNI_CRITEST_FOCUS ? [`--ginkgo.focus=${process.env.KNI_CRITEST_FOCUS}`] : []),
+      '--ginkgo.timeout=20m', '--ginkgo.no-color', ...(focus ? [`--ginkgo.focus=${focus}`] : []),
     ], { stdio: ['ignore', log, log] });
     const killer = setTimeout(() => proc.kill('SIGKILL'), 1_500_000);
     const run = await new Promise<{ status: number | null; error?: Error }>((resolve) => {
@@ -131,7 +131,16 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
     await waitFor(() => fs.existsSync(`${c.confDir}/10-kni.conflist`), 30_000, () => 'kni wrote no conflist');
     const kni = await critest('kni');
     results.set('kni', kni);
-    const missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && kni.get(name)?.verdict !== 'passed');
+    let missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && kni.get(name)?.verdict !== 'passed');
+    if (missed.length) {
+      // A spec that failed only with kni runs again, alone: some wait on the machine, not the
+      // network (the OOM spec gives a container 60 s to be killed, too little at load 8). A
+      // failure kni causes fails again.
+      const text = (name: string) => name.replace(/^\[It\] /, '').replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
+      const again = await critest('kni-again', missed.map(([name]) => text(name)).join('|'));
+      missed = missed.filter(([name]) => again.get(name)?.verdict !== 'passed');
+      for (const [name] of missed) kni.set(name, again.get(name) ?? kni.get(name)!);
+    }
     assert.deepEqual(missed.map(([name]) => name), [], missed.map(([name]) => `${name}:\n${kni.get(name)?.failure ?? 'not run'}`).join('\n\n'));
   });
 });
