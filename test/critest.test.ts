@@ -11,7 +11,7 @@ import path from 'node:path';
 import { packageRoot } from '../plugin/server/protos';
 import { BIN } from './cluster/cluster-helpers';
 import { ContainerdEnv, CONTAINERD_2 } from './helpers/containerd-env';
-import { readJunit, Spec, Verdict } from './helpers/junit';
+import { runGinkgoSuite, Spec, Verdict } from './helpers/junit';
 import { RUN, sh, trySh } from './helpers/sh';
 import { TestDaemon } from './helpers/test-daemon';
 import { waitFor } from './helpers/wait';
@@ -77,13 +77,9 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
   /** critest, all of it but what the stand-ins cannot satisfy, from the node netns (it reaches host ports on 127.0.0.1 there). */
   async function critest(network: string, focus = process.env.KNI_CRITEST_FOCUS): Promise<Map<string, Spec>> {
     const dir = `${reports}/${network}`;
-    fs.mkdirSync(dir, { recursive: true });
-    // Its output to a file as it goes (a spec that hangs shows where); a spec waits at most
-    // 2 minutes for the runtime, and the suite interrupts itself in time to write its report.
-    // Not spawnSync: containerd's and kni's logs are pipes into this process, and a blocked
-    // event loop stops draining them, which soon blocks their every call on a log write.
-    const log = fs.openSync(`${dir}/critest.log`, 'w');
-    const proc = spawn('nsenter', [
+    // A spec waits at most 2 minutes for the runtime, and the suite interrupts itself in time to
+    // write its report.
+    const specs = await runGinkgoSuite('nsenter', [
       `--net=${d.nodeNetns}`, `${BIN}/critest`,
       `--runtime-endpoint=unix://${c.sock}`, `--image-endpoint=unix://${c.sock}`,
       // critest's NRI specs: its own NRI plugin on containerd's socket, beside kni's.
@@ -92,17 +88,7 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
       '--runtime-service-timeout=2m', '--image-service-timeout=2m',
       `--ginkgo.skip=${SKIPPED.map(([re]) => re.source).join('|')}`,
       '--ginkgo.timeout=20m', '--ginkgo.no-color', ...(focus ? [`--ginkgo.focus=${focus}`] : []),
-    ], { stdio: ['ignore', log, log] });
-    const killer = setTimeout(() => proc.kill('SIGKILL'), 1_500_000);
-    const run = await new Promise<{ status: number | null; error?: Error }>((resolve) => {
-      proc.once('error', (error) => resolve({ status: null, error }));
-      proc.once('exit', (status) => resolve({ status }));
-    });
-    clearTimeout(killer);
-    fs.closeSync(log);
-    const junit = fs.readdirSync(dir).find((f) => f.endsWith('.xml'));
-    assert.ok(junit, `critest wrote no report (${run.error ?? `exit ${run.status}`}):\n${fs.readFileSync(`${dir}/critest.log`, 'utf8').slice(-4000)}`);
-    const specs = readJunit(`${dir}/${junit}`);
+    ], dir, 1_500_000);
     const count = (v: Verdict) => [...specs.values()].filter((s) => s.verdict === v).length;
     process.stdout.write(`      ${network}: ${count('passed')} passed, ${count('failed')} failed, ${count('skipped')} skipped of ${specs.size}\n`);
     for (const [name, spec] of specs) if (spec.verdict === 'failed') process.stdout.write(`        failed: ${name}: ${spec.failure.split('\n')[0].slice(0, 200)}\n`);

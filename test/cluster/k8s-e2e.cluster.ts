@@ -4,11 +4,11 @@
 // k8s-e2e; hack/k8s-e2e/agnhost-image.sh), the image imported into every worker's containerd
 // under the name the e2e framework asks for.
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
-import { readJunit } from '../helpers/junit';
+import { runGinkgoSuite } from '../helpers/junit';
 import { RUN } from '../helpers/sh';
 import { BIN, CL, cluster, KUBECONFIG, WORKERS } from './cluster-helpers';
 
@@ -37,17 +37,11 @@ describe('cluster: the Kubernetes e2e network conformance specs pass with kni', 
   });
 
   it(`every spec matching ${FOCUS} passes`, async () => {
-    // Awaited, not spawnSync: the cluster's daemons log into pipes of this process.
-    const log = fs.openSync(`${reports}/e2e.log`, 'w');
-    const proc = spawn(`${BIN}/e2e.test`, [
+    const all = await runGinkgoSuite(`${BIN}/e2e.test`, [
       `--kubeconfig=${KUBECONFIG}`, '--provider=local', `--num-nodes=${WORKERS.length}`,
       `--report-dir=${reports}`, `--ginkgo.focus=${FOCUS}`, '--ginkgo.no-color', '--ginkgo.timeout=25m',
-    ], { cwd: reports, stdio: ['ignore', log, log] });
-    await new Promise((resolve) => proc.once('exit', resolve));
-    fs.closeSync(log);
-    const junit = fs.readdirSync(reports).find((f) => f.endsWith('.xml'));
-    assert.ok(junit, `e2e.test wrote no report (exit ${proc.exitCode}):\n${fs.readFileSync(`${reports}/e2e.log`, 'utf8').slice(-4000)}`);
-    const specs = [...readJunit(`${reports}/${junit}`)].filter(([, s]) => s.verdict !== 'skipped');
+    ], reports, 1_700_000);
+    const specs = [...all].filter(([, s]) => s.verdict !== 'skipped');
     process.stdout.write(`      ${specs.length} specs run: ${specs.map(([n, s]) => `\n        ${s.verdict}: ${n}`).join('')}\n`);
     assert.ok(specs.length >= 4, `fewer specs ran than focused: ${specs.length}`);
     const failed = specs.filter(([, s]) => s.verdict === 'failed');
