@@ -13,8 +13,9 @@ need=()
 # containerd, runc, CNI plugins (loopback) and busybox: the end-to-end tests run real pods;
 # valgrind: npm run bench:instructions; ethtool: the vxlan test reads what kni set on the device;
 # nftables: kube-proxy's nftables mode in the test cluster, and knictl trace reading its map
-# netcat-openbsd: the Kubernetes e2e specs' agnhost stand-in (UDP from a node to a pod)
-for pkg in iproute2 iptables nftables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl valgrind ethtool netcat-openbsd; do
+# netcat-openbsd, wget, bind9-dnsutils: the Kubernetes e2e specs' agnhost stand-in (UDP from a
+# node to a pod; a wget with a working -T; dig for the DNS specs)
+for pkg in iproute2 iptables nftables iputils-ping util-linux gcc libc6-dev containerd runc containernetworking-plugins busybox-static procps curl valgrind ethtool netcat-openbsd wget bind9-dnsutils; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

@@ -57,16 +57,32 @@ build_containerd() {
     github.com/containerd/containerd/v2/cmd/ctr
 }
 
-# The Kubernetes e2e suite (e2e.test, its Ginkgo specs) and its agnhost test image's binary,
+# The Kubernetes e2e suite (e2e.test, its Ginkgo specs) and the binaries of its agnhost and
+# regression-issue-74839 test images,
 # from the same module as the cluster (the network conformance specs: test/cluster/k8s-e2e.cluster.ts).
 build_k8s_e2e() {
   build_kubernetes
-  local done=$bin/.k8s-e2e-$KUBERNETES_VERSION-r$RECIPE dir=$cache/src/kubernetes-$KUBERNETES_VERSION
-  [ -f "$done" ] && return 0
-  echo "build-components: kubernetes $KUBERNETES_VERSION: e2e.test, agnhost" >&2
+  # The ginkgo CLI at the version e2e.test links (k8s.io/kubernetes's go.mod), which runs the
+  # specs in parallel processes.
+  local ginkgo
+  ginkgo=$(sed -n 's#^\s*github.com/onsi/ginkgo/v2 \(v[0-9.]*\)$#\1#p' "$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')")
+  build_in_module ginkgo github.com/onsi/ginkgo/v2 "$ginkgo" "" "" 0 "" github.com/onsi/ginkgo/v2/ginkgo
+  local done=$bin/.k8s-e2e-$KUBERNETES_VERSION-r$RECIPE dir=$cache/src/kubernetes-$KUBERNETES_VERSION src
+  # The certificate and key agnhost's porter serves TLS with, which its image carries beside it.
+  src=$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  cp "$src/test/images/agnhost/porter/localhost.crt" "$bin/agnhost.localhost.crt"
+  cp "$src/test/images/agnhost/porter/localhost.key" "$bin/agnhost.localhost.key"
+  [ -f "$done" ] && [ -x "$bin/regression-issue-74839" ] && return 0
+  echo "build-components: kubernetes $KUBERNETES_VERSION: e2e.test, agnhost, regression-issue-74839" >&2
   (cd "$dir" && CGO_ENABLED=0 go test -c -trimpath -ldflags "-s -w" -o "$bin/e2e.test" k8s.io/kubernetes/test/e2e)
   (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/agnhost" k8s.io/kubernetes/test/images/agnhost)
+  (cd "$dir" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/regression-issue-74839" k8s.io/kubernetes/test/images/regression-issue-74839)
   touch "$done"
+}
+
+# Cluster DNS for the e2e DNS and Services specs: CoreDNS, whose main package is its module's root.
+build_coredns() {
+  build_in_module coredns github.com/coredns/coredns "$COREDNS_VERSION" "" "" 0 "" github.com/coredns/coredns:coredns
 }
 
 build_etcd() {
@@ -121,8 +137,9 @@ case "${1:-all}" in
   h2spec) build_h2spec ;;
   kwok) build_kwok ;;
   critest) build_critest ;;
-  k8s-e2e) build_k8s_e2e ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e]" >&2; exit 2 ;;
+  k8s-e2e) build_k8s_e2e; build_coredns ;;
+  coredns) build_coredns ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e; build_coredns ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e|coredns]" >&2; exit 2 ;;
 esac
 echo "$bin"

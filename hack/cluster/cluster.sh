@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
 # needs a Docker engine this machine does not have):
-#   cluster.sh up | kni | kni-daemonset | reference-cni | down | status
-# (`kni` runs kni from this checkout on every worker; `kni-daemonset` deploys it as users do).
+#   cluster.sh up | kni | kni-daemonset | dns | e2e-images | reference-cni | down | status
+# (`kni` runs kni from this checkout on every worker; `kni-daemonset` deploys it as users do;
+# `dns` adds CoreDNS, as kind has it; `e2e-images` puts the Kubernetes e2e specs' images on the
+# workers).
 #
 # - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
 #   the host reaches it through one veth (10.240.0.1) so that KUBECONFIG works from a shell.
@@ -53,11 +55,12 @@ start() { # start NAME NODE CMD...
   mkdir -p "$CL/run"
   local mnt=()
   [ -e "$CL/mnt/$node" ] && mnt=(--mount="$CL/mnt/$node")
+  [ -e "$CL/uts/$node" ] && mnt+=(--uts="$CL/uts/$node")
   nsenter --net="/run/netns/$(ns "$node")" "${mnt[@]}" setsid "$@" > "$CL/run/$name.log" 2>&1 < /dev/null &
   echo $! > "$CL/run/$name.pid"
 }
 
-# A worker's own mount namespace, as a kind node container has: its own /etc/cni/net.d,
+# A worker's own mount and UTS namespaces, as a kind node container has: its own /etc/cni/net.d,
 # /opt/cni/bin, /run/kni, /run/kni-extensions, /var/lib/kni, /run/nri, /run/containerd, /run/netns and the
 # kubelet's device-plugins and pod-resources directories and the device-info files (bind mounts of dirs under $CL/<node>), so kni's DaemonSet finds the standard host paths on every node.
 # The host only gets the empty mount point dirs, which `down` removes again.
@@ -79,6 +82,11 @@ make_node_mountns() {
   done
   # Bidirectional mount propagation (kni's /run/netns) needs shared mounts inside the node.
   nsenter --mount="$CL/mnt/$w" mount --make-rshared /
+  # And its own hostname (its Node's name), as a kind node container has: hostNetwork pods
+  # share it, and the e2e specs expect each to report its node's name.
+  mkdir -p "$CL/uts"
+  touch "$CL/uts/$w"
+  unshare --uts="$CL/uts/$w" hostname "kc-$w"
 }
 alive() { [ -f "$CL/run/$1.pid" ] && kill -0 "$(cat "$CL/run/$1.pid")" 2>/dev/null; }
 wait_for() { # wait_for SECONDS WHAT CMD...
@@ -254,6 +262,8 @@ evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.availa
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+clusterDNS: [10.96.0.10]
+clusterDomain: cluster.local
 EOF
   # The kubelet's cgroup root must exist in every (v1) hierarchy; a new cpuset starts empty.
   for h in /sys/fs/cgroup/*/; do
@@ -279,6 +289,31 @@ EOF
   start "kube-proxy-$w" "$w" kube-proxy --config="$d/kube-proxy.yaml"
 }
 
+# The control plane's routes to each Node's pod ranges, as a kind control plane has them from its
+# own network: the API server's proxy to pods and services (the e2e Proxy specs) needs them.
+pod_cidrs() { # pod_cidrs WORKER: its Node's podCIDRs; fails while it has none
+  local c
+  c=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$1" -o 'jsonpath={.spec.podCIDRs[*]}')
+  [ -n "$c" ] && echo "$c"
+}
+cp_pod_routes() {
+  local w c cidrs
+  for w in "${WORKERS[@]}"; do
+    wait_for 60 "podCIDRs of kc-$w" pod_cidrs "$w"
+    cidrs=$(pod_cidrs "$w")
+    for c in $cidrs; do
+      local fam=-4 to=ip4 gw=gw4
+      case $c in *:*) fam=-6 to=ip6 gw=gw6 ;; esac
+      if routed && [ "$w" = w2 ]; then
+        ip -n "$(ns cp)" "$fam" route replace "$c" via "$($gw cp)"
+        ip -n "$(ns wire)" "$fam" route replace "$c" via "$($to "$w")"
+      else
+        ip -n "$(ns cp)" "$fam" route replace "$c" via "$($to "$w")"
+      fi
+    done
+  done
+}
+
 up() {
   if [ -d "$CL/run" ]; then log "a cluster is already up (or half up) in $CL: run '$0 down' first"; exit 1; fi
   for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl containerd containerd-shim-runc-v2 ctr; do
@@ -299,8 +334,40 @@ up() {
   start_control_plane
   for w in "${WORKERS[@]}"; do start_worker "$w"; done
   for w in "${WORKERS[@]}"; do wait_for 90 "node kc-$w to register" kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w"; done
+  if [ "$(node_ipam)" = true ]; then cp_pod_routes; fi
   log "up: nodes registered (Ready once a network runs on them)"
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
+}
+
+# The cluster DNS (CoreDNS behind kube-dns at the kubelets' clusterDNS), for the e2e specs that
+# resolve names; its pods start once a network runs.
+dns_up() {
+  bash "$here/build-components.sh" coredns > /dev/null
+  local image tar=$CL/coredns.tar
+  image=kni.local/coredns:$(. "$here/versions.env" && echo "$COREDNS_VERSION")
+  bash "$repo/hack/k8s-e2e/binary-image.sh" "$BIN/coredns" "$tar" "$image"
+  for w in "${WORKERS[@]}"; do ctr -a "$(sock "$w")" -n k8s.io images import "$tar" > /dev/null; done
+  sed "s#@IMAGE@#$image#" "$repo/hack/k8s-e2e/coredns.yaml" | kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f - > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system rollout status deployment/coredns --timeout=300s > /dev/null
+  log "dns: CoreDNS answers at 10.96.0.10 (kube-dns)"
+}
+
+# The images the Kubernetes e2e network specs run, under the names they ask for: agnhost and the
+# DNS specs' jessie-dnsutils (one stand-in, hack/k8s-e2e/agnhost-image.sh), busybox, the
+# Conntrack spec's regression-issue-74839 (its binary alone, as upstream's) and pause (the
+# cluster's own sandbox image, whose entrypoint is a pause).
+e2e_images() {
+  bash "$here/build-components.sh" k8s-e2e > /dev/null
+  bash "$repo/hack/k8s-e2e/agnhost-image.sh" "$BIN/agnhost" "$CL/agnhost.tar" registry.k8s.io/e2e-test-images/agnhost:2.56 \
+    "$CL/jessie-dnsutils.tar" registry.k8s.io/e2e-test-images/jessie-dnsutils:1.7
+  bash "$repo/hack/k8s-e2e/binary-image.sh" "$BIN/regression-issue-74839" "$CL/regression-issue-74839.tar" \
+    registry.k8s.io/e2e-test-images/regression-issue-74839:1.2
+  bash "$repo/hack/k8s-e2e/busybox-image.sh" "$CL/busybox.tar" registry.k8s.io/e2e-test-images/busybox:1.37.0-1
+  for w in "${WORKERS[@]}"; do
+    for t in agnhost jessie-dnsutils regression-issue-74839 busybox; do ctr -a "$(sock "$w")" -n k8s.io images import "$CL/$t.tar" > /dev/null; done
+    ctr -a "$(sock "$w")" -n k8s.io images tag --force "$IMAGE" registry.k8s.io/pause:3.10.1 > /dev/null
+  done
+  log "e2e-images: agnhost, jessie-dnsutils, busybox, regression-issue-74839 and pause on every worker"
 }
 
 # The networks a cluster runs (kni by hand, kni's DaemonSet, the CNI reference plugins).
@@ -337,7 +404,7 @@ down() {
   done
   # Mounts under the cluster dir (netns pins, overlay rootfs, pod volumes), deepest first.
   awk -v d="$CL/" 'index($2, d) == 1 {print $2}' /proc/mounts | sort -r | xargs -r -n1 umount -l 2> /dev/null || true
-  for w in "${WORKERS[@]}"; do umount "$CL/mnt/$w" 2> /dev/null || true; done
+  for w in "${WORKERS[@]}"; do umount "$CL/mnt/$w" "$CL/uts/$w" 2> /dev/null || true; done
   for n in cp "${WORKERS[@]}" wire; do ip netns del "$(ns "$n")" 2> /dev/null || true; done
   [ -f "$CL/created-dirs" ] && sort -r "$CL/created-dirs" | xargs -r rmdir 2> /dev/null || true
   ip link del kni-cluster 2> /dev/null || true
@@ -358,8 +425,10 @@ case "${1:-}" in
   kni-restart) # kni-restart WORKER: start kni on one worker again (after a test stopped it)
     start_kni "${2:?worker}" ;;
   kni-daemonset) kni_daemonset ;;
+  dns) dns_up ;;
+  e2e-images) e2e_images ;;
   reference-cni) reference_cni ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | kni-daemonset | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | dns | e2e-images | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
 esac

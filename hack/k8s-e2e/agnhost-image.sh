@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Builds a stand-in for Kubernetes' agnhost test image without an engine or a registry: the
 # agnhost binary built from k8s.io/kubernetes (build-components.sh k8s-e2e) on busybox, with
-# the tools the network specs run in it that busybox lacks or words differently (curl, and
-# OpenBSD's nc for UDP), each with the libraries it links. Upstream's is Alpine with the same tools.
-#   agnhost-image.sh AGNHOST-BINARY OUT.tar IMAGE-NAME
+# the tools the network specs run in it that busybox lacks or words differently (curl, OpenBSD's
+# nc for UDP, GNU wget (Debian's static busybox wget crashes with -T), for the DNS specs dig and
+# glibc's getent, and ss), each with the libraries it links.
+# Upstream's is Alpine with the same tools. The DNS specs' second querier image (jessie-dnsutils:
+# Debian with dig) is the same root filesystem under its own name: give more OUT.tar NAME pairs.
+# porter's TLS certificate and key (AGNHOST-BINARY.localhost.crt and .key) and CoreDNS, which
+# upstream's image carries as /coredns for the DNS specs' own servers, are read from beside the
+# binary, where build-components.sh k8s-e2e puts them.
+#   agnhost-image.sh AGNHOST-BINARY OUT.tar IMAGE-NAME [OUT.tar IMAGE-NAME]...
 set -euo pipefail
-agnhost=$1 out=$2 name=$3
+agnhost=$1
+shift
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib/oci-image.sh
 . "$here/../lib/oci-image.sh"
-for tool in /bin/dash /usr/bin/curl /bin/nc.openbsd; do
-  [ -x "$tool" ] || { echo "agnhost-image.sh: $tool is missing (hack/setup.sh installs curl and netcat-openbsd)" >&2; exit 1; }
+tools=(/bin/dash /usr/bin/curl /bin/nc.openbsd /usr/bin/wget /usr/bin/dig /usr/bin/getent /bin/ss)
+for tool in "${tools[@]}"; do
+  [ -x "$tool" ] || { echo "agnhost-image.sh: $tool is missing (hack/setup.sh installs curl, wget, netcat-openbsd and bind9-dnsutils)" >&2; exit 1; }
 done
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -24,12 +32,21 @@ for a in $(busybox --list); do [ "$a" = busybox ] || [ "$a" = sh ] || ln -s busy
 cp /bin/dash "$r/bin/sh"
 cp /usr/bin/curl "$r/usr/bin/curl"
 cp /bin/nc.openbsd "$r/usr/bin/nc"
-for lib in $(ldd /bin/dash /usr/bin/curl /bin/nc.openbsd | awk '/=> \// {print $3} /^\t\/lib64/ {print $1}' | sort -u); do
+cp /usr/bin/wget /usr/bin/dig /usr/bin/getent /bin/ss "$r/usr/bin/"
+cp "$agnhost.localhost.crt" "$r/localhost.crt"
+cp "$agnhost.localhost.key" "$r/localhost.key"
+cp "$(dirname "$agnhost")/coredns" "$r/coredns"
+# glibc's own files and dns modules, in that order, as a Debian image has them.
+printf 'passwd: files\ngroup: files\nhosts: files dns\n' > "$r/etc/nsswitch.conf"
+for lib in $(ldd "${tools[@]}" | awk '/=> \// {print $3} /^\t\/lib64/ {print $1}' | sort -u); do
   mkdir -p "$r$(dirname "$lib")"
   cp -L "$lib" "$r$lib"
 done
 # The user and group the image's specs look for, as upstream's Dockerfile adds them.
 printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/:/bin/sh\n' > "$r/etc/passwd"
 printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\n' > "$r/etc/group"
-# /usr/bin first: curl and OpenBSD's nc over busybox's applets of those names.
-oci_image "$r" "$out" "$name" '{"Entrypoint":["/agnhost"],"Cmd":["pause"],"Env":["PATH=/usr/bin:/bin:/"]}'
+# /usr/bin first: curl, wget and OpenBSD's nc over busybox's applets of those names.
+while [ $# -ge 2 ]; do
+  oci_image "$r" "$1" "$2" '{"Entrypoint":["/agnhost"],"Cmd":["pause"],"Env":["PATH=/usr/bin:/bin:/"]}'
+  shift 2
+done
