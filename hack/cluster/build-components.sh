@@ -33,11 +33,17 @@ build_in_module() {
   touch "$done"
 }
 
+# kubernetes_module FIELD: a field of `go mod download -json` for k8s.io/kubernetes at the
+# cluster's version (GoMod: its go.mod; Dir: its source).
+kubernetes_module() {
+  (cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION") | sed -n "s/.*\"$1\": \"\(.*\)\".*/\1/p"
+}
+
 build_kubernetes() {
   local v=$KUBERNETES_VERSION staging=v0.${KUBERNETES_VERSION#v1.} gomod
   # Every staging module (k8s.io/api, client-go, …) at the published v0.x of this release,
   # as k8s.io/kubernetes's own go.mod lists them.
-  gomod=$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$v" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  gomod=$(kubernetes_module GoMod)
   local replaces
   replaces=$(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#replace \1 => \1 '"$staging"'#p' "$gomod")
   # The version the binaries report (node status, kubectl version), as Kubernetes' own build sets it.
@@ -65,11 +71,11 @@ build_k8s_e2e() {
   # The ginkgo CLI at the version e2e.test links (k8s.io/kubernetes's go.mod), which runs the
   # specs in parallel processes.
   local ginkgo
-  ginkgo=$(sed -n 's#^\s*github.com/onsi/ginkgo/v2 \(v[0-9.]*\)$#\1#p' "$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')")
+  ginkgo=$(sed -n 's#^\s*github.com/onsi/ginkgo/v2 \(v[0-9.]*\)$#\1#p' "$(kubernetes_module GoMod)")
   build_in_module ginkgo github.com/onsi/ginkgo/v2 "$ginkgo" "" "" 0 "" github.com/onsi/ginkgo/v2/ginkgo
   local done=$bin/.k8s-e2e-$KUBERNETES_VERSION-r$RECIPE dir=$cache/src/kubernetes-$KUBERNETES_VERSION src
   # The certificate and key agnhost's porter serves TLS with, which its image carries beside it.
-  src=$(cd "$cache/src" && go mod download -json "k8s.io/kubernetes@$KUBERNETES_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  src=$(kubernetes_module Dir)
   cp "$src/test/images/agnhost/porter/localhost.crt" "$bin/agnhost.localhost.crt"
   cp "$src/test/images/agnhost/porter/localhost.key" "$bin/agnhost.localhost.key"
   [ -f "$done" ] && [ -x "$bin/regression-issue-74839" ] && return 0

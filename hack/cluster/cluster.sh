@@ -66,7 +66,7 @@ start() { # start NAME NODE CMD...
 # The host only gets the empty mount point dirs, which `down` removes again.
 NODE_PATHS=(/etc/cni/net.d /opt/cni/bin /run/kni /run/kni-extensions /var/lib/kni /run/nri /run/containerd /run/netns
   /var/lib/kubelet/device-plugins /var/lib/kubelet/pod-resources /run/k8s.cni.cncf.io/devinfo)
-make_node_mountns() {
+make_node_namespaces() {
   local w=$1 d=$CL/$1
   mkdir -p "$CL/mnt"
   touch "$CL/mnt/$w"
@@ -232,7 +232,7 @@ start_control_plane() {
 start_worker() {
   local w=$1 d=$CL/$1
   mkdir -p "$d/kubelet" "$d/pod-logs"
-  make_node_mountns "$w"
+  make_node_namespaces "$w"
   # The kubelet's pod-resources socket where kni looks for it on any node (its root dir is
   # $d/kubelet here; the device-plugins directory is at its fixed path already).
   ln -s "$d/root/var/lib/kubelet/pod-resources" "$d/kubelet/pod-resources"
