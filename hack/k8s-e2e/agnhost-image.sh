@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # Builds a stand-in for Kubernetes' agnhost test image without an engine or a registry: the
-# agnhost binary built from k8s.io/kubernetes (build-components.sh k8s-e2e) on busybox, with
-# the tools the network specs run in it that busybox lacks or words differently (curl, OpenBSD's
-# nc for UDP, GNU wget (Debian's static busybox wget crashes with -T), for the DNS specs dig and
-# glibc's getent, and ss), each with the libraries it links.
-# Upstream's is Alpine with the same tools. The DNS specs' second querier image (jessie-dnsutils:
-# Debian with dig) is the same root filesystem under its own name: give more OUT.tar NAME pairs.
-# porter's TLS certificate and key (AGNHOST-BINARY.localhost.crt and .key) and CoreDNS, which
-# upstream's image carries as /coredns for the DNS specs' own servers, are read from beside the
-# binary, where build-components.sh k8s-e2e puts them.
+# agnhost binary built from k8s.io/kubernetes (build-components.sh k8s-e2e) on busybox, with the
+# tools the network specs run in it that busybox lacks or words differently, each with the
+# libraries it links: curl, OpenBSD's nc (UDP), GNU wget (Debian's static busybox wget crashes
+# given -T), dig and glibc's getent (the DNS specs) and ss. Upstream's is Alpine with the same
+# tools, porter's TLS certificate and key, and CoreDNS as /coredns (the DNS specs start their own
+# servers with it); those are read from beside the binary, where build-components.sh k8s-e2e puts
+# them. The DNS specs' other querier image (jessie-dnsutils: Debian with dig) is the same root
+# filesystem under its own name: give more OUT.tar NAME pairs.
 #   agnhost-image.sh AGNHOST-BINARY OUT.tar IMAGE-NAME [OUT.tar IMAGE-NAME]...
 set -euo pipefail
 agnhost=$1

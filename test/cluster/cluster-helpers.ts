@@ -19,6 +19,19 @@ export const cluster = (cmd: string): string => {
   if (r.status !== 0) throw new Error(`cluster.sh ${cmd} failed (${r.status}):\n${r.stderr.slice(-3000)}`);
   return r.stdout;
 };
+/** cluster.sh up with a test's own shape of cluster: the KNI_CLUSTER_* variables `up` reads. */
+export const clusterUp = (settings: Record<string, string> = {}): void => {
+  const saved = Object.fromEntries(Object.keys(settings).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, settings);
+  try {
+    cluster('up');
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+};
 /** kni on every worker (cluster.sh kni) with settings of a test's own added to its config (top-level YAML keys). */
 export const kniWith = (settings: string): void => {
   const extra = `${CL}-kni-extra.yaml`;

@@ -10,7 +10,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
 import { runGinkgoSuite } from '../helpers/junit';
-import { BIN, cluster, KUBECONFIG, WORKERS } from './cluster-helpers';
+import { BIN, cluster, clusterUp, KUBECONFIG, WORKERS } from './cluster-helpers';
 
 /**
  * The specs run: every [sig-network] conformance spec, and the Networking, Services, DNS,
@@ -33,20 +33,6 @@ const CONFIGS = [
 /** Where each configuration's JUnit report and e2e.test's log stay after the run (replaced by the next). */
 const RESULTS = path.join(packageRoot(), 'test-results/k8s-e2e');
 
-/** Runs fn with environment variables set, restoring them after. */
-function withEnv(vars: Record<string, string>, fn: () => void): void {
-  const saved = Object.fromEntries(Object.keys(vars).map((k) => [k, process.env[k]]));
-  Object.assign(process.env, vars);
-  try {
-    fn();
-  } finally {
-    for (const [k, v] of Object.entries(saved)) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
-  }
-}
-
 for (const config of CONFIGS) {
   describe(`cluster: the Kubernetes e2e network specs pass with ${config.what}`, function () {
     this.timeout(3_600_000);
@@ -57,7 +43,7 @@ for (const config of CONFIGS) {
         assert.ok(fs.existsSync(`${BIN}/${tool}`), `${BIN}/${tool} is missing: run bash hack/cluster/build-components.sh k8s-e2e`);
       }
       cluster('down');
-      withEnv({ KNI_CLUSTER_PROXY_MODE: config.proxy, KNI_CLUSTER_ROUTED: config.routed ? '1' : '0' }, () => cluster('up'));
+      clusterUp({ KNI_CLUSTER_PROXY_MODE: config.proxy, KNI_CLUSTER_ROUTED: config.routed ? '1' : '0' });
       cluster(config.kni);
       cluster('dns');
       cluster('e2e-images');

@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { criClient } from '../helpers/containerd-env';
 import { waitFor } from '../helpers/wait';
 import { masqueradedPackets, masqueradeTable } from '../helpers/masquerade-table';
-import { apply, CL, cluster, knictl, kubectl, kubectlJson, peerRoutes, WORKERS } from './cluster-helpers';
+import { apply, CL, cluster, clusterUp, knictl, kubectl, kubectlJson, peerRoutes, WORKERS } from './cluster-helpers';
 import { peerProbeChecks } from './probe-checks';
 import { traceFromNode, traceNetworkPolicies, traceNodePort, traceServiceProblems, traceToPeerPod, traceToService } from './trace-checks';
 import { fetchFrom, podIps, running, WHOAMI } from './whoami';
@@ -32,21 +32,14 @@ status: {addresses: [{type: InternalIP, address: ${ip}}]}
 
 describe('cluster: kni as the node agent', function () {
   this.timeout(300_000);
-  const saved = { mask: process.env.KNI_CLUSTER_NODE_MASK4, routed: process.env.KNI_CLUSTER_ROUTED };
 
   before(() => {
     cluster('down');
-    process.env.KNI_CLUSTER_NODE_MASK4 = '28';
-    process.env.KNI_CLUSTER_ROUTED = '1';
-    cluster('up');
+    clusterUp({ KNI_CLUSTER_NODE_MASK4: '28', KNI_CLUSTER_ROUTED: '1' });
     cluster('kni');
   });
   after(() => {
     cluster('down');
-    for (const [k, v] of [['KNI_CLUSTER_NODE_MASK4', saved.mask], ['KNI_CLUSTER_ROUTED', saved.routed]] as const) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
   });
 
   it('each kni takes its pod ranges from its Node, reaches the other (on another subnet) through vxlan, sets NetworkUnavailable False; knictl node and the metrics show it', async () => {

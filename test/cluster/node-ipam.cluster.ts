@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import { cidrContains, parseCidr, parseIp } from '../../plugin/ipam/ip';
 import { waitFor } from '../helpers/wait';
 import { masqueradeTable } from '../helpers/masquerade-table';
-import { apply, BIN, CL, cluster, getFromNode, KUBECONFIG, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
+import { apply, BIN, CL, cluster, clusterUp, getFromNode, KUBECONFIG, knictl, kniWith, kubectl, kubectlJson, POD, WORKERS } from './cluster-helpers';
 import { connectKube } from '../../plugin/kube/kube-api';
 import { claimNodeCidrs } from '../../plugin/kube/node-cidr-pool';
 
@@ -24,12 +24,7 @@ describe('cluster: kni\'s own node IPAM, in a cluster made without it', function
 
   before(() => {
     cluster('down');
-    process.env.KNI_CLUSTER_NODE_IPAM = '0';
-    try {
-      cluster('up');
-    } finally {
-      delete process.env.KNI_CLUSTER_NODE_IPAM;
-    }
+    clusterUp({ KNI_CLUSTER_NODE_IPAM: '0' });
   });
   after(() => {
     cluster('down');

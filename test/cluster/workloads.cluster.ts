@@ -12,7 +12,7 @@ import { guestImage, QemuGuest } from '../helpers/qemu-guest';
 import { trySh } from '../helpers/sh';
 import { stateRecords } from '../helpers/state-records';
 import { waitFor } from '../helpers/wait';
-import { apply, BIN, CL, cluster, getFromNode, knictl, knictlTrace, kniVeths, kubectl, kubectlJson, KUBECONFIG, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
+import { apply, BIN, CL, cluster, clusterUp, getFromNode, knictl, knictlTrace, kniVeths, kubectl, kubectlJson, KUBECONFIG, POD, ready, runningPods, WEB, WORKERS } from './cluster-helpers';
 
 describe('cluster: kni as the network of a Kubernetes cluster', function () {
   this.timeout(300_000);
@@ -21,14 +21,7 @@ describe('cluster: kni as the network of a Kubernetes cluster', function () {
     cluster('down'); // whatever an earlier run left
     // kube-proxy in its nftables mode here (iptables in the other cluster tests): Services over
     // kni with either, and knictl trace reading either's rules.
-    const saved = process.env.KNI_CLUSTER_PROXY_MODE;
-    process.env.KNI_CLUSTER_PROXY_MODE = 'nftables';
-    try {
-      cluster('up');
-    } finally {
-      if (saved === undefined) delete process.env.KNI_CLUSTER_PROXY_MODE;
-      else process.env.KNI_CLUSTER_PROXY_MODE = saved;
-    }
+    clusterUp({ KNI_CLUSTER_PROXY_MODE: 'nftables' });
   });
   after(() => {
     cluster('down');
