@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # A Kubernetes cluster on this machine, in network namespaces (the stand-in for kind, which
 # needs a Docker engine this machine does not have):
-#   cluster.sh up | kni | kni-daemonset | dns | e2e-images | reference-cni | down | status
+#   cluster.sh up | kni | kni-daemonset | dns | e2e-images | pod-routes | reference-cni | down | status
 # (`kni` runs kni from this checkout on every worker; `kni-daemonset` deploys it as users do;
 # `dns` adds CoreDNS, as kind has it; `e2e-images` puts the Kubernetes e2e specs' images on the
-# workers).
+# workers; `pod-routes` gives the control plane routes to the pods).
 #
 # - kc-wire: a netns holding the bridge that is the nodes' wire (10.240.0.0/24, fd00:240::/64);
 #   the host reaches it through one veth (10.240.0.1) so that KUBECONFIG works from a shell.
@@ -290,7 +290,10 @@ EOF
 }
 
 # The control plane's routes to each Node's pod ranges, as a kind control plane has them from its
-# own network: the API server's proxy to pods and services (the e2e Proxy specs) needs them.
+# own network: the API server's proxy to pods and services (the e2e Proxy and DNS specs) needs
+# them. Asked for (cluster.sh pod-routes), not made by `up`: in a routed cluster the router
+# between the subnets then knows kc-w2's pod ranges, and other tests prove that only the
+# overlay crosses it.
 pod_cidrs() { # pod_cidrs WORKER: its Node's podCIDRs; fails while it has none
   local c
   c=$(kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$1" -o 'jsonpath={.spec.podCIDRs[*]}')
@@ -334,7 +337,6 @@ up() {
   start_control_plane
   for w in "${WORKERS[@]}"; do start_worker "$w"; done
   for w in "${WORKERS[@]}"; do wait_for 90 "node kc-$w to register" kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w"; done
-  if [ "$(node_ipam)" = true ]; then cp_pod_routes; fi
   log "up: nodes registered (Ready once a network runs on them)"
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
 }
@@ -427,8 +429,9 @@ case "${1:-}" in
   kni-daemonset) kni_daemonset ;;
   dns) dns_up ;;
   e2e-images) e2e_images ;;
+  pod-routes) cp_pod_routes ;;
   reference-cni) reference_cni ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | kni-daemonset | dns | e2e-images | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | dns | e2e-images | pod-routes | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
 esac

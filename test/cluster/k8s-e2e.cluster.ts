@@ -44,6 +44,7 @@ for (const config of CONFIGS) {
       }
       cluster('down');
       clusterUp({ KNI_CLUSTER_PROXY_MODE: config.proxy, KNI_CLUSTER_ROUTED: config.routed ? '1' : '0' });
+      cluster('pod-routes');
       cluster(config.kni);
       cluster('dns');
       cluster('e2e-images');
