@@ -28,6 +28,9 @@ import { readRangesFile } from './kube/node-ranges';
 import { NadWatch } from './kube/nad-watch';
 import { everyPodProblem } from './core/network-plan';
 import { PodNetworks } from './kube/pod-networks';
+import { PolicyWatch } from './kube/policy-watch';
+import { nftApply } from './node/iptables';
+import { removePolicyTableScript } from './policy/policy-ruleset';
 import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
 
@@ -181,6 +184,10 @@ async function main(): Promise<void> {
   if (!nads) checkEveryPod();
   const podNetworks = api ? new PodNetworks(rt, cfg, api) : undefined;
   podNetworks?.start();
+  // Before the sockets are served: an attach waits for the cluster's policies, never passes them by.
+  const policyWatch = api && cfg.policy.enabled ? new PolicyWatch(rt, api, cfg.reconcileSeconds * 1000) : undefined;
+  policyWatch?.start();
+  if (api && !cfg.policy.enabled) await nftApply(removePolicyTableScript(), 'the network policy table').catch((e: Error) => log('warn', 'policy.enabled is false but the network policy table cannot be removed', { error: e.message }));
   if (agent && podNetworks) agent.owners.localPodUid = (namespace, name) => podNetworks.podUid(namespace, name);
   registerRuntimeGauges({
     podCount: () => rt.podCount(),
@@ -247,6 +254,7 @@ async function main(): Promise<void> {
     configWatch?.stop();
     nads?.stop();
     podNetworks?.stop();
+    policyWatch?.stop();
     markRestarting(cfg.cni);
     // The CNI calls in flight are answered too (within the 3 s below; one cut short is sent
     // again by kni-cni to the next kni).

@@ -22,8 +22,19 @@ import { guardedEnd } from '../node/node-guards';
 import { podMac } from '../pod/pod-wiring';
 import { InterfaceRecord, SandboxRecord } from '../store/records';
 
+/**
+ * Network policy for the pods of the default network (plugin/kube/policy-watch.ts): a pod's
+ * policies are in the kernel before its veth exists, and go with it.
+ */
+export interface PodPolicy {
+  admit(rec: SandboxRecord, itf: InterfaceRecord): Promise<void>;
+  release(rec: SandboxRecord, itf: InterfaceRecord): Promise<void>;
+}
+
 /** What kni's built-in network uses of the runtime. */
 export interface BuiltInParts extends WiringParts, CheckParts, Pick<PlanParts, 'podAnnotations'> {
+  /** Set while kni enforces network policy (a node agent with policy.enabled). */
+  readonly podPolicy?: PodPolicy;
   readonly cfg: Config;
   readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
   readonly ipam: Ipam;
@@ -101,12 +112,23 @@ export class BuiltInBackend implements NetworkBackend {
   }
 
   async attach(rec: SandboxRecord, itf: InterfaceRecord, ns: NetnsHandle): Promise<void> {
-    await wireInterface(this.rt, rec, itf, ns);
+    // Before the veth exists: no packet reaches or leaves the pod ahead of its policies.
+    const policy = itf.network ? undefined : this.rt.podPolicy;
+    if (policy) await withSpan('policy.admit', {}, () => policy.admit(rec, itf));
+    try {
+      await wireInterface(this.rt, rec, itf, ns);
+    } catch (e) {
+      await policy?.release(rec, itf).catch(() => undefined);
+      throw e;
+    }
     // Before the answer, so before any of the pod's containers runs; a failure undoes the attach.
     if (!itf.sourceUnchecked) withSpan('source.check', {}, () => this.rt.node.guards.add(guardedEnd(itf)));
   }
 
   async detach(rec: SandboxRecord, itf: InterfaceRecord, mode: DetachMode): Promise<void> {
+    if (!itf.network && itf.hostVeth && this.rt.podPolicy) {
+      await this.rt.podPolicy.release(rec, itf).catch((e) => log('warn', "cannot take a pod out of the network policy table; it is written whole next", { sandbox: rec.id, error: (e as Error).message }));
+    }
     if (!itf.sourceUnchecked && itf.hostVeth) {
       try {
         this.rt.node.guards.remove(guardedEnd(itf));

@@ -189,6 +189,11 @@ export interface Config {
    */
   sourceCheck: { optOutNamespaces: string[] };
   /**
+   * NetworkPolicy enforced by kni on its node (plugin/policy/) when it runs as a node agent
+   * (kubernetes.nodeName set). Off for clusters that run their own policy agent.
+   */
+  policy: { enabled: boolean };
+  /**
    * Host ports no pod may take, whether or not something listens there now (a port a node
    * process listens on is refused too): the kubelet's (10250, 10248 on loopback), kube-proxy's
    * (10249, 10256) and kni's metrics address in the DaemonSet (9273); the peer probe's port is

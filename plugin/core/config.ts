@@ -61,10 +61,11 @@ export const defaultConfig = (): Config => ({
   runtimeHandlers: { kata: 'vm', 'kata-qemu': 'vm', 'kata-clh': 'vm', 'kata-fc': 'vm', 'kata-dragonball': 'vm', 'kata-stratovirt': 'vm' },
   vmTap: false,
   sourceCheck: { optOutNamespaces: ['kube-system'] },
+  policy: { enabled: true },
   reservedHostPorts: [9273, 10248, 10249, 10250, 10256],
 });
 
-const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'sourceCheck', 'reservedHostPorts']);
+const KEYS = new Set(['name', 'bridge', 'bridgeMulticastSnooping', 'podLink', 'mtu', 'ranges', 'logLevel', 'kubernetes', 'nodeIpam', 'backend', 'vxlan', 'peerProbe', 'defaultNetwork', 'networks', 'extensions', 'netnsDir', 'netnsPoolSize', 'allowedNetnsRoots', 'masquerade', 'nonMasqueradeCIDRs', 'allowPodForwarding', 'unclaimedNetnsGraceSeconds', 'reconcileSeconds', 'repairOnNotice', 'cni', 'cri', 'nri', 'runtimeHandlers', 'vmTap', 'sourceCheck', 'reservedHostPorts', 'policy']);
 
 export class ConfigError extends Error {}
 
@@ -182,6 +183,12 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
     if (typeof sc !== 'object' || sc === null || Array.isArray(sc) || Object.keys(sc).some((k) => k !== 'optOutNamespaces')) problems.push('sourceCheck takes only optOutNamespaces');
     else if (list !== undefined && (!Array.isArray(list) || list.length > 256 || list.some((n) => typeof n !== 'string' || !/^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$/.test(n)))) problems.push('sourceCheck.optOutNamespaces must list at most 256 namespace names');
     else if (list) cfg.sourceCheck = { optOutNamespaces: list as string[] };
+  }
+  if (r.policy !== undefined) {
+    const pol = r.policy as { enabled?: unknown } | null;
+    if (typeof pol !== 'object' || pol === null || Array.isArray(pol) || Object.keys(pol).some((k) => k !== 'enabled')) problems.push('policy takes only enabled');
+    else if (pol.enabled !== undefined && typeof pol.enabled !== 'boolean') problems.push('policy.enabled must be true or false');
+    else cfg.policy = { enabled: pol.enabled ?? true };
   }
   if (r.reservedHostPorts !== undefined) {
     const l = r.reservedHostPorts;

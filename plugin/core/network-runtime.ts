@@ -33,7 +33,7 @@ import { cniIpamStatus } from '../cni/cni-ipam-status';
 import { EventLog } from './events';
 import { ExtensionRegistry } from '../extensions/extension-registry';
 import { definitionOf, NetworkBackend } from './network-backend';
-import { BuiltInBackend } from './builtin-backend';
+import { BuiltInBackend, PodPolicy } from './builtin-backend';
 import { CniBackend } from './cni-backend';
 import { attachSandbox } from './sandbox-attach';
 import { backendOfInterface } from './network-plan';
@@ -87,6 +87,8 @@ export class NetworkRuntime {
   readonly cniCache: CniResultCache;
   /** Secondary network definitions (NetworkAttachmentDefinitions, networks.dir). */
   readonly networks: NetworkDefinitions;
+  /** Network policy for the default network's pods, while kni enforces it (plugin/kube/policy-watch.ts). */
+  podPolicy?: PodPolicy;
   /** A Pod's annotations from the API (the pod watcher's cache), for entry points that pass none. */
   podAnnotations?: (namespace: string, name: string) => Record<string, string> | undefined;
   /** The devices the kubelet gave a pod, by resource name (main.ts: its pod-resources API). */

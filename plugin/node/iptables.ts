@@ -9,6 +9,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { log } from '../core/log';
 import { Family } from '../ipam/ip';
+import { nftRun } from '../sys/libnftables';
 
 const run = promisify(execFile);
 const stderrOf = (e: unknown): string => ((e as { stderr?: string }).stderr ?? String(e)).trim();
@@ -155,15 +156,5 @@ export const nftMapJson = (family: 'ip' | 'ip6', table: string, map: string, kin
 /** A whole table (reconcile's look at kni's masquerade table). */
 export const nftTableJson = (family: 'inet' | 'ip' | 'ip6' | 'bridge', table: string): Promise<unknown> => nftListJson('table', family, table);
 
-/** Runs `nft -f -` with a script (one transaction: all of it or nothing); `what` names it in errors. */
-export function nftApply(script: string, what: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const child = execFile('nft', ['-f', '-'], (err, _out, stderr) => {
-      if (!err) return resolve();
-      if ((err as NodeJS.ErrnoException).code === 'ENOENT') return reject(new Error(`nft is not installed: ${what} need it`));
-      reject(new Error(`nft could not write ${what}: ${String(stderr).trim() || err.message}`));
-    });
-    child.stdin?.on('error', () => undefined); // EPIPE when it exits before reading all (its status says why)
-    child.stdin?.end(script);
-  });
-}
+/** Runs an nft script (one transaction: all of it or nothing) through libnftables, no process spawned; `what` names it in errors. */
+export const nftApply = (script: string, what: string): Promise<void> => nftRun(script, what);

@@ -17,6 +17,8 @@ import { removeHostPorts } from './host-ports';
 import { removeMasquerade } from './masquerade';
 import { NodeGuards } from './node-guards';
 import { removeVxlanDevice } from './vxlan-device';
+import { nftApply } from './iptables';
+import { removePolicyTableScript } from '../policy/policy-ruleset';
 
 /** The host ends of pods' links that carry kni's marks (a veth's alias, an ifb): pods still on kni's network. */
 export function kniPodLinks(sock: NetlinkSocket): string[] {
@@ -58,5 +60,6 @@ export async function removeNodeNetwork(sock: NetlinkSocket, cfg: Config, ranges
     await attempt('host port rules', () => removeHostPorts(ranges));
   }
   await attempt("kni's nftables tables", () => new NodeGuards().removeTables());
+  await attempt('the network policy table', () => nftApply(removePolicyTableScript(), 'the network policy table'));
   return { removed, failed };
 }

@@ -1,0 +1,195 @@
+// What network policy reads from the API server: every NetworkPolicy, every Namespace's labels
+// and every Pod's labels, addresses and named ports (a policy's peers are pods anywhere in the
+// cluster), from three watches. The first full read of all three makes the model and writes the
+// table; until then the table the kernel holds is left alone and attaches wait (policy-enforcer.ts).
+// A policy kni cannot enforce as written is said once per version: a log line and a Warning
+// Event on the policy; the rules it cannot judge allow nothing.
+import type * as K8s from '@kubernetes/client-node';
+import type { PodPolicy } from '../core/builtin-backend';
+import { KniError } from '../core/errors';
+import { log } from '../core/log';
+import { nftTables } from '../netlink/nftables';
+import { compilePolicies, LocalPod, PolicyPod } from '../policy/policy-model';
+import { PolicyEnforcer } from '../policy/policy-enforcer';
+import { POLICY_TABLE } from '../policy/policy-ruleset';
+import type { InterfaceRecord, SandboxRecord } from '../store/records';
+import { apiError, KubeApi, withTimeout } from './kube-api';
+import { recordEvent } from './kube-events';
+import { containerPorts } from './policy-verdict';
+import { WatchRestart } from './watch-restart';
+
+const POD_READ_MS = 5_000;
+/** How often the table is written whole even when nothing changed (someone may have edited it). */
+const REWRITE_MS = 5 * 60_000;
+
+type Cached<T extends K8s.KubernetesObject> = K8s.Informer<T> & K8s.ObjectCache<T>;
+
+/** A Pod as policy judges it; undefined for one it does not (host network, no address yet, finished). */
+export function policyPod(p: K8s.V1Pod): PolicyPod | undefined {
+  if (p.spec?.hostNetwork) return undefined;
+  if (p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed') return undefined;
+  const ips = (p.status?.podIPs ?? []).map((x) => x.ip).filter((x): x is string => !!x);
+  if (!ips.length) return undefined;
+  return { namespace: p.metadata?.namespace ?? 'default', name: p.metadata?.name ?? '', labels: p.metadata?.labels ?? {}, ips, ports: containerPorts(p) };
+}
+
+/** The pod labels a runtime passes, without the ones the kubelet adds (io.kubernetes.pod.*). */
+const podLabels = (labels: Record<string, string>): Record<string, string> => Object.fromEntries(Object.entries(labels).filter(([k]) => !k.startsWith('io.kubernetes.')));
+
+/** What the policy watch reads of the runtime. */
+export interface PolicyRuntimeParts {
+  readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  podPolicy?: PodPolicy;
+}
+
+export class PolicyWatch implements PodPolicy {
+  readonly enforcer = new PolicyEnforcer();
+  private policies?: Cached<K8s.V1NetworkPolicy>;
+  private namespaces?: Cached<K8s.V1Namespace>;
+  private pods?: Cached<K8s.V1Pod>;
+  private readonly restarts: WatchRestart[] = [];
+  private readonly listed = new Set<string>();
+  private reported = new Set<string>();
+  private timers: NodeJS.Timeout[] = [];
+  private compileTimer?: NodeJS.Timeout;
+
+  constructor(private readonly rt: PolicyRuntimeParts, private readonly api: KubeApi, private readonly reconcileMs: number) {}
+
+  start(): void {
+    const { k8s, kc, core } = this.api;
+    const net = kc.makeApiClient(k8s.NetworkingV1Api);
+    // From the watch cache (resourceVersion "0"): every kni lists them.
+    this.policies = k8s.makeInformer<K8s.V1NetworkPolicy>(kc, '/apis/networking.k8s.io/v1/networkpolicies', () => net.listNetworkPolicyForAllNamespaces({ resourceVersion: '0' }));
+    this.namespaces = k8s.makeInformer<K8s.V1Namespace>(kc, '/api/v1/namespaces', () => core.listNamespace({ resourceVersion: '0' }));
+    this.pods = k8s.makeInformer<K8s.V1Pod>(kc, '/api/v1/pods', () => core.listPodForAllNamespaces({ resourceVersion: '0' }));
+    for (const inf of [this.policies, this.namespaces] as Cached<K8s.KubernetesObject>[]) {
+      for (const verb of ['add', 'update', 'delete'] as const) inf.on(verb, () => this.recompile());
+    }
+    this.pods.on('add', (p) => this.pod(p));
+    this.pods.on('update', (p) => this.pod(p));
+    this.pods.on('delete', (p) => this.enforcer.setPod(keyOf(p), undefined));
+    const watch = (inf: Cached<K8s.KubernetesObject>, resource: string, what: string) => {
+      const r = new WatchRestart(inf, { resource, what, onConnected: () => this.connected(resource) });
+      this.restarts.push(r);
+      r.begin();
+    };
+    watch(this.policies as Cached<K8s.KubernetesObject>, 'networkpolicy', 'NetworkPolicy watch');
+    watch(this.namespaces as Cached<K8s.KubernetesObject>, 'namespace', 'Namespace watch');
+    watch(this.pods as Cached<K8s.KubernetesObject>, 'pods', 'Pod watch (network policy)');
+    this.rt.podPolicy = this;
+    this.timers.push(setInterval(() => this.checkTable(), this.reconcileMs).unref(), setInterval(() => this.enforcer.writeNow(), REWRITE_MS).unref());
+  }
+
+  stop(): void {
+    for (const r of this.restarts) r.stop();
+    for (const t of this.timers) clearInterval(t);
+    if (this.compileTimer) clearTimeout(this.compileTimer);
+    this.enforcer.stop();
+    if (this.rt.podPolicy === this) this.rt.podPolicy = undefined;
+  }
+
+  async admit(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+    const pod = await this.localPod(rec, itf);
+    await this.enforcer.admit(pod).catch((e: Error) => {
+      throw new KniError('UNAVAILABLE', `network policy for pod ${rec.pod.namespace}/${rec.pod.name}: ${e.message}`);
+    });
+  }
+
+  async release(_rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+    await this.enforcer.release(itf.hostVeth);
+  }
+
+  /** The labels and named ports of a pod of this node: from the watch, the runtime's labels, or a read of the Pod. */
+  private async localPod(rec: SandboxRecord, itf: InterfaceRecord): Promise<LocalPod> {
+    const { namespace, name } = rec.pod;
+    const base = { namespace: namespace || 'default', name, end: itf.hostVeth, ips: itf.addresses.map((a) => a.address) };
+    let p = this.pods?.get(name, base.namespace);
+    if (!p && !Object.keys(podLabels(rec.labels)).length) {
+      p = await withTimeout(this.api.core.readNamespacedPod({ namespace: base.namespace, name }), POD_READ_MS, `read pod ${base.namespace}/${name}`).catch((e) => {
+        // A pod no policy of its namespace can select is judged by none: it may start without its labels.
+        if (!this.policies?.list(base.namespace).length) return undefined;
+        throw new KniError('UNAVAILABLE', `pod ${base.namespace}/${name} cannot be read for its NetworkPolicies (${apiError(e)}); it cannot start before they are in place`);
+      });
+    }
+    return p ? { ...base, labels: p.metadata?.labels ?? {}, ports: containerPorts(p) } : { ...base, labels: podLabels(rec.labels), ports: [] };
+  }
+
+  private pod(p: K8s.V1Pod): void {
+    const view = policyPod(p);
+    this.enforcer.setPod(keyOf(p), view);
+    // A pod of this node whose labels or ports changed: its own chains follow.
+    const ns = p.metadata?.namespace ?? 'default';
+    for (const l of this.enforcer.localPods()) {
+      if (l.namespace === ns && l.name === p.metadata?.name) this.enforcer.updateLocal(l.end, { labels: p.metadata?.labels ?? {}, ports: containerPorts(p) });
+    }
+  }
+
+  private connected(resource: string): void {
+    const first = !this.enforcer.isReady;
+    this.listed.add(resource);
+    if (this.listed.size < 3) return;
+    if (first) {
+      // This node's pods as their records hold them, before the first write: it keeps their policies.
+      this.enforcer.setLocal(this.recordedPods());
+      for (const p of this.pods?.list() ?? []) this.enforcer.setPod(keyOf(p), policyPod(p));
+      log('info', 'network policy: NetworkPolicies, Namespaces and Pods read; writing the table', { policies: this.policies?.list().length ?? 0 });
+    }
+    this.compileNow();
+  }
+
+  private recordedPods(): LocalPod[] {
+    const out: LocalPod[] = [];
+    for (const rec of this.rt.sandboxes.values()) {
+      if (rec.phase !== 'attached') continue;
+      for (const itf of rec.interfaces) {
+        if (itf.network || itf.backend === 'cni' || !itf.hostVeth) continue;
+        const p = this.pods?.get(rec.pod.name, rec.pod.namespace || 'default');
+        out.push({ namespace: rec.pod.namespace || 'default', name: rec.pod.name, end: itf.hostVeth, ips: itf.addresses.map((a) => a.address), labels: p?.metadata?.labels ?? podLabels(rec.labels), ports: p ? containerPorts(p) : [] });
+      }
+    }
+    return out;
+  }
+
+  /** Changes of policies and namespaces that come together are compiled once. */
+  private recompile(): void {
+    if (!this.enforcer.isReady || this.compileTimer) return;
+    this.compileTimer = setTimeout(() => this.compileNow(), 5);
+  }
+
+  private compileNow(): void {
+    if (this.compileTimer) clearTimeout(this.compileTimer);
+    this.compileTimer = undefined;
+    const labels = new Map((this.namespaces?.list() ?? []).map((n) => [n.metadata?.name ?? '', n.metadata?.labels ?? {}]));
+    const policies = [...(this.policies?.list() ?? [])];
+    const model = compilePolicies(policies, labels);
+    this.enforcer.setModel(model);
+    this.report(policies, model.problems);
+  }
+
+  private report(policies: readonly K8s.V1NetworkPolicy[], problems: string[]): void {
+    for (const problem of problems) {
+      const name = problem.slice(0, problem.indexOf(': '));
+      const [namespace, policyName] = name.split('/');
+      const p = policies.find((x) => x.metadata?.namespace === namespace && x.metadata?.name === policyName);
+      const version = `${p?.metadata?.uid}/${p?.metadata?.resourceVersion}/${problem}`;
+      if (this.reported.has(version)) continue;
+      this.reported.add(version);
+      log('warn', 'a NetworkPolicy names something kni cannot enforce: that rule allows nothing', { policy: name, problem });
+      void recordEvent(this.api, { kind: 'NetworkPolicy', apiVersion: 'networking.k8s.io/v1', name: policyName, namespace, uid: p?.metadata?.uid }, 'Warning', 'PolicyNotEnforced', problem.slice(name.length + 2));
+    }
+  }
+
+  /** Reconcile: the table is put back when someone deleted it. */
+  private checkTable(): void {
+    if (!this.enforcer.isReady) return;
+    try {
+      if (nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE)) return;
+    } catch (e) {
+      return void log('debug', 'cannot list nftables tables', { error: (e as Error).message });
+    }
+    log('warn', `the network policy table (inet ${POLICY_TABLE}) was deleted behind kni's back: written again`);
+    this.enforcer.writeNow();
+  }
+}
+
+const keyOf = (p: K8s.V1Pod): string => `${p.metadata?.namespace}/${p.metadata?.name}`;

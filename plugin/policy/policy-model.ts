@@ -1,0 +1,279 @@
+// NetworkPolicies (networking.k8s.io/v1) compiled into what the kernel judges by: for each rule,
+// the peers it lets through (pod addresses by selector, CIDRs less their exceptions) and the
+// ports (numbers, ranges, names resolved against the receiving pod's container ports); for each
+// pod of this node, the rules of the policies that select it. Pure: the objects are read in
+// plugin/kube/policy-watch.ts, the nftables text is made in policy-ruleset.ts.
+//
+// Semantics as the API defines them: a pod is isolated in a direction once a policy of that type
+// selects it, and then takes only what some rule of those policies allows; policies add up.
+// Traffic between a pod and its own node is not judged here (it never crosses the forward hook).
+import type * as K8s from '@kubernetes/client-node';
+import { bitsOf, Family, formatIp, parseCidr } from '../ipam/ip';
+import { labelSelectorMatches } from '../kube/label-selectors';
+import { ingressPeers, NamedPort, Protocol, policyTypes } from '../kube/policy-verdict';
+
+export type { NamedPort, Protocol };
+
+/** A pod as policy sees it: where it is in the API, its labels, its addresses, its named container ports. */
+export interface PolicyPod {
+  namespace: string;
+  name: string;
+  labels: Record<string, string>;
+  ips: string[];
+  ports: NamedPort[];
+}
+
+/** A pod of this node: with the host end kni wired for it (which names its chains). */
+export interface LocalPod extends PolicyPod {
+  end: string;
+}
+
+interface PeerSelector {
+  namespace: string;
+  namespaceSelector?: K8s.V1LabelSelector;
+  podSelector?: K8s.V1LabelSelector;
+}
+
+export interface PortRange {
+  protocol: Protocol;
+  first: number;
+  last: number;
+}
+
+export interface CompiledRule {
+  /** The rule's sets are named from this (`<set>-4`, `<set>-n6`). */
+  set: string;
+  /** No from / to: any peer. */
+  anyPeer: boolean;
+  selectors: PeerSelector[];
+  /** ipBlocks less their exceptions, as nft ranges. */
+  blocks: Record<Family, string[]>;
+  /** No ports: any port of any protocol. */
+  anyPort: boolean;
+  ports: PortRange[];
+  named: { name: string; protocol: Protocol }[];
+}
+
+export interface CompiledPolicy {
+  /** "namespace/name". */
+  name: string;
+  namespace: string;
+  podSelector?: K8s.V1LabelSelector;
+  /** Absent: the policy does not isolate in that direction. */
+  ingress?: CompiledRule[];
+  egress?: CompiledRule[];
+}
+
+export interface PolicyModel {
+  policies: CompiledPolicy[];
+  namespaceLabels: ReadonlyMap<string, Record<string, string>>;
+  /** What kni cannot enforce as written, per policy ("ns/name: why"); such a rule allows nothing. */
+  problems: string[];
+}
+
+export type Direction = 'ingress' | 'egress';
+
+const PROTOCOLS: Protocol[] = ['TCP', 'UDP', 'SCTP'];
+const OPERATORS = new Set(['In', 'NotIn', 'Exists', 'DoesNotExist']);
+
+/** Why a selector cannot be judged as written ('' when it can): an operator the API refuses. */
+function selectorProblem(sel: K8s.V1LabelSelector | undefined): string {
+  const bad = (sel?.matchExpressions ?? []).find((e) => !OPERATORS.has(e.operator));
+  return bad ? `label selector operator ${JSON.stringify(bad.operator)} is not In, NotIn, Exists or DoesNotExist` : '';
+}
+
+/** A CIDR less some CIDRs inside it, as nft ranges ("a-b", or the CIDR when nothing is taken out). */
+export function blockRanges(cidr: string, except: string[]): { family: Family; ranges: string[] } {
+  const outer = parseCidr(cidr);
+  const bits = BigInt(bitsOf(outer.family));
+  const size = (prefix: number) => 1n << (bits - BigInt(prefix));
+  const holes = except
+    .map(parseCidr)
+    .filter((c) => c.family === outer.family)
+    .map((c) => [c.base, c.base + size(c.prefixLength) - 1n] as const)
+    .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+  if (!holes.length) return { family: outer.family, ranges: [outer.text] };
+  const ranges: string[] = [];
+  const range = (a: bigint, b: bigint) => ranges.push(a === b ? formatIp(outer.family, a) : `${formatIp(outer.family, a)}-${formatIp(outer.family, b)}`);
+  let next = outer.base;
+  const end = outer.base + size(outer.prefixLength) - 1n;
+  for (const [a, b] of holes) {
+    const lo = a < outer.base ? outer.base : a;
+    const hi = b > end ? end : b;
+    if (lo > hi) continue;
+    if (lo > next) range(next, lo - 1n);
+    if (hi + 1n > next) next = hi + 1n;
+  }
+  if (next <= end) range(next, end);
+  return { family: outer.family, ranges };
+}
+
+function compileRule(set: string, namespace: string, peers: K8s.V1NetworkPolicyPeer[] | undefined, ports: K8s.V1NetworkPolicyPort[] | undefined, problems: string[]): CompiledRule {
+  const rule: CompiledRule = { set, anyPeer: !peers?.length, selectors: [], blocks: { 4: [], 6: [] }, anyPort: !ports?.length, ports: [], named: [] };
+  for (const p of peers ?? []) {
+    if (p.ipBlock) {
+      try {
+        const { family, ranges } = blockRanges(p.ipBlock.cidr, p.ipBlock.except ?? []);
+        rule.blocks[family].push(...ranges);
+      } catch (e) {
+        problems.push(`ipBlock ${JSON.stringify(p.ipBlock.cidr)}: ${(e as Error).message}`);
+      }
+      continue;
+    }
+    if (!p.podSelector && !p.namespaceSelector) continue; // the API refuses such a peer
+    const why = selectorProblem(p.podSelector) || selectorProblem(p.namespaceSelector);
+    if (why) {
+      problems.push(why);
+      continue;
+    }
+    rule.selectors.push({ namespace, namespaceSelector: p.namespaceSelector, podSelector: p.podSelector });
+  }
+  for (const x of ports ?? []) {
+    const protocol = (x.protocol ?? 'TCP').toUpperCase() as Protocol;
+    if (!PROTOCOLS.includes(protocol)) {
+      problems.push(`protocol ${JSON.stringify(x.protocol)} is not TCP, UDP or SCTP`);
+      continue;
+    }
+    if (x.port === undefined || x.port === null) rule.ports.push({ protocol, first: 0, last: 65535 });
+    else if (typeof x.port === 'string' && !/^\d+$/.test(x.port)) rule.named.push({ name: x.port, protocol });
+    else {
+      const first = Number(x.port);
+      const last = x.endPort ?? first;
+      if (first < 1 || first > 65535 || last < first || last > 65535) problems.push(`port ${first}${x.endPort !== undefined ? `-${x.endPort}` : ''} is not within 1-65535`);
+      else rule.ports.push({ protocol, first, last });
+    }
+  }
+  return rule;
+}
+
+/** The model of a cluster's NetworkPolicies, with its namespaces' labels (for namespaceSelector). */
+export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels: ReadonlyMap<string, Record<string, string>>): PolicyModel {
+  const out: PolicyModel = { policies: [], namespaceLabels, problems: [] };
+  const sorted = [...policies].sort((a, b) => nameOf(a).localeCompare(nameOf(b)));
+  sorted.forEach((p, i) => {
+    const namespace = p.metadata?.namespace ?? 'default';
+    const name = nameOf(p);
+    const problems: string[] = [];
+    const why = selectorProblem(p.spec?.podSelector);
+    if (why) problems.push(`podSelector: ${why}`);
+    const types = policyTypes(p);
+    const c: CompiledPolicy = { name, namespace, podSelector: p.spec?.podSelector ?? {} };
+    // A podSelector kni cannot judge: the policy selects nothing (said in problems).
+    if (!why) {
+      if (types.includes('ingress')) c.ingress = (p.spec?.ingress ?? []).map((r, j) => compileRule(`p${i}-i${j}`, namespace, ingressPeers(r), r.ports, problems));
+      if (types.includes('egress')) c.egress = (p.spec?.egress ?? []).map((r, j) => compileRule(`p${i}-e${j}`, namespace, r.to, r.ports, problems));
+    }
+    out.problems.push(...problems.map((x) => `${name}: ${x}`));
+    out.policies.push(c);
+  });
+  return out;
+}
+
+const nameOf = (p: K8s.V1NetworkPolicy): string => `${p.metadata?.namespace ?? 'default'}/${p.metadata?.name ?? ''}`;
+
+export const selects = (p: CompiledPolicy, pod: PolicyPod): boolean => p.namespace === pod.namespace && labelSelectorMatches(p.podSelector, pod.labels);
+
+function selectorMatches(model: PolicyModel, s: PeerSelector, pod: PolicyPod): boolean {
+  const namespaceOk = s.namespaceSelector ? labelSelectorMatches(s.namespaceSelector, model.namespaceLabels.get(pod.namespace) ?? {}) : pod.namespace === s.namespace;
+  return namespaceOk && labelSelectorMatches(s.podSelector, pod.labels);
+}
+
+export const familyOfIp = (ip: string): Family => (ip.includes(':') ? 6 : 4);
+
+const PROTO_NAME: Record<Protocol, string> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
+
+/**
+ * The set elements a pod brings as a peer: its addresses in the sets of the rules whose
+ * selectors take it, and (egress rules naming ports) `address . protocol . port` for each named
+ * port it has. Set name → elements.
+ */
+export function peerElements(model: PolicyModel, pod: PolicyPod): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  const add = (set: string, e: string) => {
+    const l = out.get(set);
+    if (l) l.push(e);
+    else out.set(set, [e]);
+  };
+  for (const p of model.policies) {
+    for (const [rules, egress] of [[p.ingress, false], [p.egress, true]] as const) {
+      for (const r of rules ?? []) {
+        const taken = r.selectors.some((s) => selectorMatches(model, s, pod));
+        if (taken) for (const ip of pod.ips) add(`${r.set}-${familyOfIp(ip)}`, ip);
+        if (egress && r.named.length && (taken || r.anyPeer)) {
+          for (const n of r.named) {
+            for (const port of pod.ports.filter((x) => x.name === n.name && x.protocol === n.protocol)) {
+              for (const ip of pod.ips) add(`${r.set}-n${familyOfIp(ip)}`, `${ip} . ${PROTO_NAME[n.protocol]} . ${port.port}`);
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/** The sets a model's rules use, with the element type of each. */
+export function modelSets(model: PolicyModel): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const p of model.policies) {
+    for (const [rules, egress] of [[p.ingress, false], [p.egress, true]] as const) {
+      for (const r of rules ?? []) {
+        if (r.selectors.length) {
+          out.set(`${r.set}-4`, 'ipv4_addr');
+          out.set(`${r.set}-6`, 'ipv6_addr');
+        }
+        if (egress && r.named.length) {
+          out.set(`${r.set}-n4`, 'ipv4_addr . inet_proto . inet_service');
+          out.set(`${r.set}-n6`, 'ipv6_addr . inet_proto . inet_service');
+        }
+      }
+    }
+  }
+  return out;
+}
+
+/** The nft rules (each ending in accept) by which one rule lets a packet of `pod` through in a direction. */
+function ruleLines(r: CompiledRule, direction: Direction, pod: LocalPod): string[] {
+  const peerField = direction === 'ingress' ? 'saddr' : 'daddr';
+  const peers: string[] = [];
+  if (r.anyPeer) peers.push('');
+  else {
+    if (r.selectors.length) peers.push(`ip ${peerField} @${r.set}-4 `, `ip6 ${peerField} @${r.set}-6 `);
+    if (r.blocks[4].length) peers.push(`ip ${peerField} { ${r.blocks[4].join(', ')} } `);
+    if (r.blocks[6].length) peers.push(`ip6 ${peerField} { ${r.blocks[6].join(', ')} } `);
+  }
+  const ports: PortRange[] = [...r.ports];
+  // Named ports of ingress rules are the pod's own; those of egress rules are the peer's (a set, below).
+  if (direction === 'ingress') {
+    for (const n of r.named) for (const x of pod.ports.filter((y) => y.name === n.name && y.protocol === n.protocol)) ports.push({ protocol: n.protocol, first: x.port, last: x.port });
+  }
+  const lines: string[] = [];
+  const portMatch = ports.length ? `meta l4proto . th dport { ${ports.map((x) => `${PROTO_NAME[x.protocol]} . ${x.first === x.last ? x.first : `${x.first}-${x.last}`}`).join(', ')} } ` : '';
+  if (r.anyPort) for (const peer of peers) lines.push(`${peer}accept`);
+  else if (portMatch) for (const peer of peers) lines.push(`${peer}${portMatch}accept`);
+  if (direction === 'egress' && r.named.length) lines.push(`ip daddr . meta l4proto . th dport @${r.set}-n4 accept`, `ip6 daddr . meta l4proto . th dport @${r.set}-n6 accept`);
+  return lines;
+}
+
+/** The policies that isolate a pod in a direction (empty: it is not isolated, everything passes). */
+export const isolating = (model: PolicyModel, pod: PolicyPod, direction: Direction): CompiledPolicy[] => model.policies.filter((p) => p[direction] && selects(p, pod));
+
+/**
+ * The rules of a pod's chain in a direction, undefined when no policy isolates it there: what
+ * each selecting policy allows, the pod to itself (through a Service), then a counted drop.
+ */
+export function podChainRules(model: PolicyModel, pod: LocalPod, direction: Direction): string[] | undefined {
+  const policies = isolating(model, pod, direction);
+  if (!policies.length) return undefined;
+  const field = direction === 'ingress' ? 'saddr' : 'daddr';
+  const own = (f: Family) => pod.ips.filter((ip) => familyOfIp(ip) === f);
+  const lines: string[] = [];
+  if (own(4).length) lines.push(`ip ${field} { ${own(4).join(', ')} } accept`);
+  if (own(6).length) lines.push(`ip6 ${field} { ${own(6).join(', ')} } accept`);
+  for (const p of policies) for (const r of p[direction]!) lines.push(...ruleLines(r, direction, pod).map((l) => `${l} comment ${nftString(p.name)}`));
+  lines.push(`counter drop comment ${nftString(`${pod.namespace}/${pod.name}: ${direction} isolated by ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}`)}`);
+  return lines;
+}
+
+/** A comment as nft takes it: quoted, with what it cannot hold taken out (object names hold none of it anyway). */
+export const nftString = (s: string): string => `"${s.replace(/["\\\n]/g, '').slice(0, 120)}"`;

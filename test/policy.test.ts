@@ -1,0 +1,142 @@
+// Network policy's compiled form (plugin/policy/): what NetworkPolicies become, and what the
+// kernel then does with real connections between routed pods: a node netns with three pod
+// netns, the table written as kni writes it, TCP connections tried on the real kernel. The
+// cluster's own specs run in test/cluster/k8s-e2e.cluster.ts and test/cluster/policy.cluster.ts.
+import assert from 'node:assert/strict';
+import { ChildProcess, spawn, spawnSync } from 'node:child_process';
+import type * as K8s from '@kubernetes/client-node';
+import { blockRanges, compilePolicies, LocalPod, peerElements, podChainRules, PolicyModel } from '../plugin/policy/policy-model';
+import { podAddScript, podDeleteScript, policyTableScript } from '../plugin/policy/policy-ruleset';
+import { RUN, sh, trySh } from './helpers/sh';
+import { waitFor } from './helpers/wait';
+
+const np = (name: string, spec: K8s.V1NetworkPolicySpec, namespace = 'ns1'): K8s.V1NetworkPolicy => ({ metadata: { name, namespace }, spec });
+const NAMESPACES = new Map([['ns1', { team: 'x' }], ['ns2', { team: 'y' }]]);
+const model = (...ps: K8s.V1NetworkPolicy[]): PolicyModel => compilePolicies(ps, NAMESPACES);
+
+describe('network policy: NetworkPolicies compiled', () => {
+  it('an ipBlock less its exceptions is the ranges between them', () => {
+    assert.deepEqual(blockRanges('10.0.0.0/24', []).ranges, ['10.0.0.0/24']);
+    assert.deepEqual(blockRanges('10.0.0.0/24', ['10.0.0.128/25']).ranges, ['10.0.0.0-10.0.0.127']);
+    assert.deepEqual(blockRanges('10.0.0.0/24', ['10.0.0.4/32', '10.0.0.8/30']).ranges, ['10.0.0.0-10.0.0.3', '10.0.0.5-10.0.0.7', '10.0.0.12-10.0.0.255']);
+    assert.deepEqual(blockRanges('10.0.0.0/24', ['10.0.0.0/16']).ranges, [], 'an exception holding the whole block leaves nothing');
+    assert.deepEqual(blockRanges('fd00::/64', ['fd00::/65']).ranges, ['fd00::8000:0:0:0-fd00::ffff:ffff:ffff:ffff']);
+  });
+
+  const server: LocalPod = { namespace: 'ns1', name: 'server', end: 'kniserver', labels: { app: 'server' }, ips: ['10.1.0.2', 'fd00::2'], ports: [{ name: 'http', port: 8080, protocol: 'TCP' }] };
+
+  it("a pod's chain: its own addresses, each allowing rule (named ports resolved against it), then a counted drop", () => {
+    const m = model(np('allow', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: 'client' } } }, { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.1.0/24'] } }], ports: [{ port: 'http' }, { port: 9000, endPort: 9010, protocol: 'UDP' }] }] }));
+    const rules = podChainRules(m, server, 'ingress')!;
+    assert.deepEqual(rules.slice(0, 2), ['ip saddr { 10.1.0.2 } accept', 'ip6 saddr { fd00::2 } accept']);
+    assert.ok(rules.includes('ip saddr @p0-i0-4 meta l4proto . th dport { udp . 9000-9010, tcp . 8080 } accept comment "ns1/allow"'), rules.join('\n'));
+    assert.ok(rules.includes('ip saddr { 192.168.0.0-192.168.0.255, 192.168.2.0-192.168.255.255 } meta l4proto . th dport { udp . 9000-9010, tcp . 8080 } accept comment "ns1/allow"'), rules.join('\n'));
+    assert.match(rules.at(-1)!, /^counter drop comment "ns1\/server: ingress isolated by 1 policy"$/);
+    assert.equal(podChainRules(m, server, 'egress'), undefined, 'an Ingress policy isolated egress');
+    assert.equal(podChainRules(m, { ...server, labels: { app: 'other' } }, 'ingress'), undefined, 'a pod the podSelector does not take is isolated');
+  });
+
+  it('a pod as a peer: in the sets of the rules whose pod and namespace selectors take it; egress named ports with its port numbers', () => {
+    const m = model(
+      np('a', { podSelector: {}, ingress: [{ _from: [{ namespaceSelector: { matchLabels: { team: 'y' } }, podSelector: { matchExpressions: [{ key: 'app', operator: 'In', values: ['client'] }] } }] }] }),
+      np('b', { podSelector: {}, policyTypes: ['Egress'], egress: [{ ports: [{ port: 'http' }] }] }),
+    );
+    const client = (namespace: string) => ({ namespace, name: 'c', labels: { app: 'client' }, ips: ['10.1.0.9'], ports: [{ name: 'http', port: 8080, protocol: 'TCP' as const }] });
+    assert.deepEqual(Object.fromEntries(peerElements(m, client('ns2'))), { 'p0-i0-4': ['10.1.0.9'], 'p1-e0-n4': ['10.1.0.9 . tcp . 8080'] });
+    assert.deepEqual(Object.fromEntries(peerElements(m, client('ns1'))), { 'p1-e0-n4': ['10.1.0.9 . tcp . 8080'] }, 'a namespace the namespaceSelector does not take');
+  });
+
+  it('what kni cannot enforce is said, and allows nothing', () => {
+    const m = model(np('bad', { podSelector: {}, ingress: [{ ports: [{ port: 80, protocol: 'ICMP' }] }, { _from: [{ ipBlock: { cidr: '10.0.0.0/33' } }] }] }));
+    assert.equal(m.problems.length, 2, m.problems.join('\n'));
+    assert.match(m.problems[0], /^ns1\/bad: protocol "ICMP" is not TCP, UDP or SCTP$/);
+    const rules = podChainRules(m, server, 'ingress')!;
+    assert.equal(rules.filter((r) => r.includes('comment "ns1/bad"')).length, 0, rules.join('\n'));
+  });
+});
+
+/** A pod netns on the test node: routed as kni's are (its address alone, the gateway through its veth). */
+interface Pod {
+  netns: string;
+  end: string;
+  ip: string;
+}
+
+describe('network policy on the real kernel: connections between routed pods', function () {
+  this.timeout(120_000);
+  const node = `${RUN}-pn`;
+  const pods: Record<string, Pod> = {};
+  const servers: ChildProcess[] = [];
+  const PORTS = [80, 8080, 9000];
+
+  const ns = (n: string) => `/run/netns/${n}`;
+  const nft = (script: string) => {
+    const r = spawnSync('ip', ['netns', 'exec', node, 'nft', '-f', '-'], { input: script, encoding: 'utf8' });
+    assert.equal(r.status, 0, `nft: ${r.stderr}\n${script}`);
+  };
+  const connects = (from: string, to: string, port: number): boolean => trySh('nsenter', [`--net=${ns(pods[from].netns)}`, 'timeout', '2', 'bash', '-c', `exec 3<>/dev/tcp/${pods[to].ip}/${port}`]).ok;
+  const local = (name: string, labels: Record<string, string>): LocalPod => ({ namespace: 'ns1', name, end: pods[name].end, labels, ips: [pods[name].ip], ports: name === 'b' ? [{ name: 'http', port: 8080, protocol: 'TCP' }] : [] });
+  const LABELS: Record<string, Record<string, string>> = { a: { app: 'client' }, b: { app: 'server' }, c: { app: 'other' } };
+  const write = (m: PolicyModel) => nft(policyTableScript(m, Object.keys(pods).filter((p) => p !== 'd').map((p) => local(p, LABELS[p])), []));
+  const reach = (pairs: [string, string, number][]) => Object.fromEntries(pairs.map(([f, t, p]) => [`${f}->${t}:${p}`, connects(f, t, p)]));
+
+  before(async () => {
+    sh('ip', ['netns', 'add', node]);
+    sh('ip', ['netns', 'exec', node, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
+    sh('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
+    ['a', 'b', 'c', 'd'].forEach((name, i) => {
+      const p: Pod = { netns: `${RUN}-p${name}`, end: `${RUN}v${name}`, ip: `10.99.0.${i + 2}` };
+      pods[name] = p;
+      sh('ip', ['netns', 'add', p.netns]);
+      sh('ip', ['-n', node, 'link', 'add', p.end, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', p.netns]);
+      sh('ip', ['-n', node, 'addr', 'add', '10.99.0.1/32', 'dev', p.end]);
+      sh('ip', ['-n', node, 'link', 'set', p.end, 'up']);
+      sh('ip', ['-n', node, 'route', 'add', `${p.ip}/32`, 'dev', p.end]);
+      for (const args of [['link', 'set', 'lo', 'up'], ['link', 'set', 'eth0', 'up'], ['addr', 'add', `${p.ip}/32`, 'dev', 'eth0'], ['route', 'add', '10.99.0.1', 'dev', 'eth0'], ['route', 'add', 'default', 'via', '10.99.0.1']]) sh('ip', ['-n', p.netns, ...args]);
+      const server = spawn('nsenter', [`--net=${ns(p.netns)}`, process.execPath, '-e', `for (const p of [${PORTS.join(',')}]) require('net').createServer((s) => s.end()).listen(p)`], { stdio: 'ignore' });
+      servers.push(server);
+    });
+    await waitFor(() => connects('a', 'b', 80) && connects('b', 'c', 9000) && connects('c', 'd', 8080), 20_000, () => 'the test pods do not reach each other without policy');
+  });
+
+  after(() => {
+    for (const s of servers) s.kill('SIGKILL');
+    for (const p of Object.values(pods)) trySh('ip', ['netns', 'del', p.netns]);
+    trySh('ip', ['netns', 'del', node]);
+  });
+
+  it('a default deny isolates the pods it selects, and only them; replies to their own connections come back', () => {
+    write(model(np('deny', { podSelector: { matchLabels: { app: 'server' } }, policyTypes: ['Ingress'] })));
+    assert.deepEqual(reach([['a', 'b', 80], ['c', 'b', 8080], ['b', 'a', 80], ['a', 'c', 80]]), { 'a->b:80': false, 'c->b:8080': false, 'b->a:80': true, 'a->c:80': true });
+  });
+
+  it('peers by pod selector on a named port, and by an ipBlock less an exception on a port range', () => {
+    write(model(
+      np('deny', { podSelector: {}, policyTypes: ['Ingress'] }),
+      np('from-client', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: 'client' } } }], ports: [{ port: 'http' }] }] }),
+      np('from-block', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ ipBlock: { cidr: '10.99.0.0/24', except: ['10.99.0.4/32'] } }], ports: [{ port: 8999, endPort: 9001 }] }] }),
+    ));
+    assert.deepEqual(reach([['a', 'b', 8080], ['a', 'b', 80], ['c', 'b', 8080], ['a', 'b', 9000], ['c', 'b', 9000], ['b', 'a', 80]]), {
+      'a->b:8080': true, 'a->b:80': false, 'c->b:8080': false, 'a->b:9000': true, 'c->b:9000': false, 'b->a:80': false,
+    });
+  });
+
+  it("egress: only to the server's named port, by the peer's own port number", () => {
+    write(model(np('out', { podSelector: { matchLabels: { app: 'client' } }, policyTypes: ['Egress'], egress: [{ to: [{ podSelector: { matchLabels: { app: 'server' } } }], ports: [{ port: 'http' }] }] })));
+    // b's elements as a peer: what the cluster's pods bring to the table.
+    assert.deepEqual(reach([['a', 'b', 8080], ['a', 'b', 80], ['a', 'c', 8080], ['c', 'a', 80]]), { 'a->b:8080': true, 'a->b:80': false, 'a->c:8080': false, 'c->a:80': true });
+  });
+
+  it("a new pod's chain and elements added into the table as it stands, and taken out again", () => {
+    const m = model(np('deny', { podSelector: {}, policyTypes: ['Ingress'] }), np('from-new', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: 'new' } } }] }] }));
+    write(m);
+    assert.deepEqual(reach([['d', 'b', 80], ['a', 'd', 80]]), { 'd->b:80': false, 'a->d:80': true }, 'd is in no table yet: not a peer the policies allow, and not isolated');
+    const d = local('d', { app: 'new' });
+    nft(podAddScript(m, d));
+    assert.deepEqual(reach([['d', 'b', 80], ['a', 'd', 80]]), { 'd->b:80': true, 'a->d:80': false });
+    nft(podDeleteScript(m, d));
+    assert.deepEqual(reach([['a', 'd', 80], ['d', 'b', 80]]), { 'a->d:80': true, 'd->b:80': false });
+    const table = sh('ip', ['netns', 'exec', node, 'nft', 'list', 'table', 'inet', 'kni-policy']);
+    assert.doesNotMatch(table, new RegExp(`in-${d.end}|${d.ips[0]}`), table);
+  });
+});
