@@ -45,7 +45,8 @@ mv "$root$(command -v node)" "$root/usr/local/bin/node" 2> /dev/null || true
 # Both iptables backends: kni writes its rules with the one the node's kubelet uses
 # (plugin/node/iptables.ts), as kube-proxy's image does.
 with_libs /usr/sbin/xtables-nft-multi /usr/sbin/xtables-legacy-multi /usr/lib/x86_64-linux-gnu/xtables/*.so
-# nft, read only: knictl trace looks for a ClusterIP in kube-proxy's nftables map.
+# nft and its library: kni writes its nftables tables through libnftables.so.1 (in-process,
+# plugin/sys/libnftables.ts); nft lists them, and kube-proxy's map for knictl trace.
 with_libs /usr/sbin/nft
 # nsenter: the example extension (hack/examples/mesh-redirect.ts) enters pod netns with it.
 with_libs /usr/bin/nsenter

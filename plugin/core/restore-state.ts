@@ -86,7 +86,8 @@ function choosePodLink(rt: RestoreParts): void {
  * Pods on one bridge answer each other over the bridge, below the node's iptables: a Service
  * between two of them is DNATed on the way out, but its answer skips the reverse NAT unless
  * bridged traffic is passed to iptables (br_netfilter, bridge-nf-call-iptables=1, which kubeadm
- * checks for). Routed pods always go through the node's routing and need none of it.
+ * checks for); kni's NetworkPolicy table (on the forward hook) sees it only then too. Routed pods
+ * always go through the node's routing and need none of it.
  */
 function warnWithoutBridgeNetfilter(rt: RestoreParts): void {
   for (const [family, key] of [[4, 'bridge-nf-call-iptables'], [6, 'bridge-nf-call-ip6tables']] as const) {
@@ -97,6 +98,6 @@ function warnWithoutBridgeNetfilter(rt: RestoreParts): void {
       // no br_netfilter
     }
     const off = rt.podLink === 'bridge' && rt.cfg.ranges.some((c) => c.family === family) && value !== '1';
-    rt.node.warn(key, off ? `pods are wired on the bridge but net.bridge.${key} is ${value}: a Service between two pods of this node gets no answer; load br_netfilter and set it to 1, or wire pods routed (podLink routed)` : undefined, { sysctl: `net.bridge.${key}` });
+    rt.node.warn(key, off ? `pods are wired on the bridge but net.bridge.${key} is ${value}: a Service between two pods of this node gets no answer and NetworkPolicy does not judge what passes between them; load br_netfilter and set it to 1, or wire pods routed (podLink routed)` : undefined, { sysctl: `net.bridge.${key}` });
   }
 }
