@@ -135,6 +135,12 @@ build_bench_client() {
   touch "$done"
 }
 
+# Not a cluster component: kube-network-policies, the policy agent that runs beside a CNI
+# (kindnet's), run with kni's policy off for the policy bench (bench/policy.ts).
+build_kube_network_policies() {
+  build_in_module kube-network-policies sigs.k8s.io/kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" "" "" 0 "" sigs.k8s.io/kube-network-policies/cmd:kube-network-policies
+}
+
 case "${1:-all}" in
   kubernetes) build_kubernetes ;;
   containerd) build_containerd ;;
@@ -145,7 +151,8 @@ case "${1:-all}" in
   critest) build_critest ;;
   k8s-e2e) build_k8s_e2e; build_coredns ;;
   coredns) build_coredns ;;
+  kube-network-policies) build_kube_network_policies ;;
   all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e; build_coredns ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e|coredns]" >&2; exit 2 ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e|coredns|kube-network-policies]" >&2; exit 2 ;;
 esac
 echo "$bin"
