@@ -6,7 +6,6 @@ import fc from 'fast-check';
 import { cidrsOverlap, formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { labelSelectorMatches } from '../plugin/kube/label-selectors';
-import { parseTracedPort, policyVerdict } from '../plugin/kube/policy-verdict';
 import { unroutedPeersWarning } from '../plugin/kube/unrouted-peers';
 import { slimNode } from '../plugin/kube/node-cache';
 import { podCidrsOfNode } from '../plugin/kube/node-ranges';
@@ -61,72 +60,6 @@ describe('label selectors (which NetworkPolicies select a pod)', () => {
     assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Gt', values: ['1'] }] }), false);
     assert.equal(m({ matchExpressions: [{ key: 'app', operator: 'Like', values: ['web'] }] }), false);
     assert.equal(labelSelectorMatches({ matchExpressions: [{ key: 'toString', operator: 'Exists' }] }, {}), false, 'no label from the object prototype');
-  });
-});
-
-describe('NetworkPolicy verdicts (knictl trace judges the policies on a path)', () => {
-  const pol = (name: string, spec: object) => ({ metadata: { namespace: 'shop', name }, spec }) as any;
-  const web = { app: 'web' };
-  const client = { ip: parseIp('10.1.0.7'), pod: { namespace: 'shop', labels: { app: 'client' }, namespaceLabels: { 'kubernetes.io/metadata.name': 'shop', team: 'a' } } };
-  const stranger = { ip: parseIp('10.1.0.8'), pod: { namespace: 'other', labels: { app: 'client' }, namespaceLabels: { 'kubernetes.io/metadata.name': 'other' } } };
-  const outside = { ip: parseIp('192.0.2.9') };
-  const httpPort = [{ name: 'http', port: 8080, protocol: 'TCP' as const }];
-  const tcp = (port: number) => ({ port, protocol: 'TCP' as const });
-  it('isolates only in the directions of its types (Ingress by default, Egress too with egress rules); a pod no policy selects is not isolated', () => {
-    const deny = pol('deny', { podSelector: {} });
-    assert.deepEqual(policyVerdict([deny], 'ingress', web, client, []), { selecting: ['shop/deny'], allowedBy: [], ports: [] });
-    assert.deepEqual(policyVerdict([deny], 'egress', web, client, []).selecting, []);
-    assert.deepEqual(policyVerdict([pol('out', { podSelector: {}, egress: [{}] })], 'egress', web, client, []), { selecting: ['shop/out'], allowedBy: ['shop/out'], ports: 'all' });
-    assert.deepEqual(policyVerdict([pol('db', { podSelector: { matchLabels: { app: 'db' } } })], 'ingress', web, client, []).selecting, []);
-  });
-  it('peers: a podSelector alone is of the policy\'s namespace, a namespaceSelector takes namespaces by label, both together both; an ipBlock holds the address minus its excepts', () => {
-    const from = (...peers: object[]) => [pol('p', { podSelector: { matchLabels: web }, ingress: [{ from: peers }] })];
-    // As @kubernetes/client-node reads it, `from` is `_from`: either is taken.
-    const read = (...peers: object[]) => from(...peers).map((p) => ({ ...p, spec: { ...p.spec, ingress: [{ _from: p.spec.ingress[0].from }] } }));
-    const allowed = (peers: object[], peer: any) => {
-      const [asRead, asWritten] = [read(...peers), from(...peers)].map((p) => policyVerdict(p, 'ingress', web, peer, []).allowedBy.length === 1);
-      assert.equal(asRead, asWritten);
-      return asRead;
-    };
-    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], client), true);
-    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], stranger), false, 'another namespace');
-    assert.equal(allowed([{ namespaceSelector: { matchLabels: { team: 'a' } } }], client), true);
-    assert.equal(allowed([{ namespaceSelector: {} }], stranger), true, 'every namespace');
-    assert.equal(allowed([{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }], stranger), false);
-    assert.equal(allowed([{ podSelector: {} }], outside), false, 'an address is no pod');
-    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], client), true);
-    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], stranger), false);
-    assert.equal(allowed([{ ipBlock: { cidr: 'fd00::/8' } }], outside), false, 'another family');
-    assert.equal(allowed([{ ipBlock: { cidr: '0.0.0.0/0' } }], outside), true);
-    assert.equal(allowed([], stranger), true, 'an empty from: every source');
-  });
-  it('ports: a traced port is judged by protocol, number, range and name (the receiving pod\'s container port); without one the allowed ports are described', () => {
-    const ports = (...p: object[]) => [pol('p', { podSelector: {}, ingress: [{ ports: p }] })];
-    const judge = (p: object[], port?: any, named = httpPort) => policyVerdict(ports(...p), 'ingress', web, client, named, port);
-    assert.deepEqual(judge([{ port: 80 }], tcp(80)).allowedBy, ['shop/p']);
-    assert.deepEqual(judge([{ port: 80 }], tcp(81)).allowedBy, []);
-    assert.deepEqual(judge([{ port: 80 }], { port: 80, protocol: 'UDP' }).allowedBy, [], 'TCP unless said');
-    assert.deepEqual(judge([{ protocol: 'UDP' }], { port: 53, protocol: 'UDP' }).allowedBy, ['shop/p'], 'no port: every port of the protocol');
-    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8080)).allowedBy, ['shop/p']);
-    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8101)).allowedBy, []);
-    assert.deepEqual(judge([{ port: 'http' }], tcp(8080)).allowedBy, ['shop/p']);
-    assert.deepEqual(judge([{ port: 'http' }], tcp(8080), []).allowedBy, [], 'a name the pod does not have');
-    assert.deepEqual(judge([{ port: 80 }, { port: 'http' }, { port: 'grpc' }, { protocol: 'UDP' }, { port: 9000, endPort: 9009 }]), { selecting: ['shop/p'], allowedBy: ['shop/p'], ports: ['80/TCP', 'http (8080/TCP)', 'every UDP port', '9000-9009/TCP'] });
-    assert.deepEqual(judge([{ port: 'grpc' }]), { selecting: ['shop/p'], allowedBy: [], ports: [] }, 'only a name the pod lacks: nothing');
-  });
-  it('policies add up: any selecting policy\'s rule lets it through; each rule needs its peer and its port', () => {
-    const a = pol('a', { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 80 }] }] });
-    const b = pol('b', { podSelector: { matchLabels: web }, ingress: [{ from: [{ podSelector: {} }], ports: [{ port: 443 }] }] });
-    const v = (port?: any) => policyVerdict([a, b], 'ingress', web, client, [], port);
-    assert.deepEqual(v(tcp(80)), { selecting: ['shop/a', 'shop/b'], allowedBy: [], ports: [] }, 'a has the port but not the peer');
-    assert.deepEqual(v(tcp(443)).allowedBy, ['shop/b']);
-    assert.deepEqual(v().ports, ['443/TCP']);
-  });
-  it('a traced port is a number 1-65535, TCP unless /UDP or /SCTP is said', () => {
-    assert.deepEqual(parseTracedPort('80'), { port: 80, protocol: 'TCP' });
-    assert.deepEqual(parseTracedPort(' 53/udp'), { port: 53, protocol: 'UDP' });
-    assert.deepEqual(parseTracedPort('9/SCTP'), { port: 9, protocol: 'SCTP' });
-    for (const bad of ['0', '65536', 'http', '80/icmp', '80/', '']) assert.throws(() => parseTracedPort(bad), /want a port 1-65535/, bad);
   });
 });
 

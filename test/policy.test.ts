@@ -5,7 +5,9 @@
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import type * as K8s from '@kubernetes/client-node';
-import { blockRanges, compilePolicies, LocalPod, peerElements, podChainRules, PolicyModel } from '../plugin/policy/policy-model';
+import { parseIp } from '../plugin/ipam/ip';
+import { parseTracedPort } from '../plugin/kube/policy-verdict';
+import { blockRanges, compilePolicies, judge, LocalPod, peerElements, podChainRules, PolicyModel } from '../plugin/policy/policy-model';
 import { podAddScript, podDeleteScript, policyTableScript } from '../plugin/policy/policy-ruleset';
 import { RUN, sh, trySh } from './helpers/sh';
 import { waitFor } from './helpers/wait';
@@ -52,6 +54,77 @@ describe('network policy: NetworkPolicies compiled', () => {
     assert.match(m.problems[0], /^ns1\/bad: protocol "ICMP" is not TCP, UDP or SCTP$/);
     const rules = podChainRules(m, server, 'ingress')!;
     assert.equal(rules.filter((r) => r.includes('comment "ns1/bad"')).length, 0, rules.join('\n'));
+  });
+});
+
+describe('NetworkPolicy verdicts from the compiled rules (knictl trace judges the policies on a path with them)', () => {
+  const pol = (name: string, spec: object) => ({ metadata: { namespace: 'shop', name }, spec }) as any;
+  const web = { app: 'web' };
+  const labels = new Map<string, Record<string, string>>([['shop', { 'kubernetes.io/metadata.name': 'shop', team: 'a' }], ['other', { 'kubernetes.io/metadata.name': 'other' }]]);
+  const peerPod = (namespace: string, ip: string) => ({ ip: parseIp(ip), pod: { namespace, name: 'c', labels: { app: 'client' }, ips: [ip], ports: [] } });
+  const client = peerPod('shop', '10.1.0.7');
+  const stranger = peerPod('other', '10.1.0.8');
+  const outside = { ip: parseIp('192.0.2.9') };
+  /** The verdict on the web pod (its labels, its named ports) of policies, compiled as for the kernel. */
+  const policyVerdict = (policies: any[], direction: 'ingress' | 'egress', podLabels: Record<string, string>, peer: any, ports: any[], port?: any) =>
+    judge(compilePolicies(policies, labels), direction, { namespace: 'shop', name: 'web', labels: podLabels, ips: ['10.1.0.2'], ports }, peer, port);
+  const httpPort = [{ name: 'http', port: 8080, protocol: 'TCP' as const }];
+  const tcp = (port: number) => ({ port, protocol: 'TCP' as const });
+  it('isolates only in the directions of its types (Ingress by default, Egress too with egress rules); a pod no policy selects is not isolated', () => {
+    const deny = pol('deny', { podSelector: {} });
+    assert.deepEqual(policyVerdict([deny], 'ingress', web, client, []), { selecting: ['shop/deny'], allowedBy: [], ports: [] });
+    assert.deepEqual(policyVerdict([deny], 'egress', web, client, []).selecting, []);
+    assert.deepEqual(policyVerdict([pol('out', { podSelector: {}, egress: [{}] })], 'egress', web, client, []), { selecting: ['shop/out'], allowedBy: ['shop/out'], ports: 'all' });
+    assert.deepEqual(policyVerdict([pol('db', { podSelector: { matchLabels: { app: 'db' } } })], 'ingress', web, client, []).selecting, []);
+  });
+  it('peers: a podSelector alone is of the policy\'s namespace, a namespaceSelector takes namespaces by label, both together both; an ipBlock holds the address minus its excepts', () => {
+    const from = (...peers: object[]) => [pol('p', { podSelector: { matchLabels: web }, ingress: [{ from: peers }] })];
+    // As @kubernetes/client-node reads it, `from` is `_from`: either is taken.
+    const read = (...peers: object[]) => from(...peers).map((p) => ({ ...p, spec: { ...p.spec, ingress: [{ _from: p.spec.ingress[0].from }] } }));
+    const allowed = (peers: object[], peer: any) => {
+      const [asRead, asWritten] = [read(...peers), from(...peers)].map((p) => policyVerdict(p, 'ingress', web, peer, []).allowedBy.length === 1);
+      assert.equal(asRead, asWritten);
+      return asRead;
+    };
+    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], client), true);
+    assert.equal(allowed([{ podSelector: { matchLabels: { app: 'client' } } }], stranger), false, 'another namespace');
+    assert.equal(allowed([{ namespaceSelector: { matchLabels: { team: 'a' } } }], client), true);
+    assert.equal(allowed([{ namespaceSelector: {} }], stranger), true, 'every namespace');
+    assert.equal(allowed([{ namespaceSelector: {}, podSelector: { matchLabels: { app: 'db' } } }], stranger), false);
+    assert.equal(allowed([{ podSelector: {} }], outside), false, 'an address is no pod');
+    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], client), true);
+    assert.equal(allowed([{ ipBlock: { cidr: '10.1.0.0/16', except: ['10.1.0.8/32'] } }], stranger), false);
+    assert.equal(allowed([{ ipBlock: { cidr: 'fd00::/8' } }], outside), false, 'another family');
+    assert.equal(allowed([{ ipBlock: { cidr: '0.0.0.0/0' } }], outside), true);
+    assert.equal(allowed([], stranger), true, 'an empty from: every source');
+  });
+  it('ports: a traced port is judged by protocol, number, range and name (the receiving pod\'s container port); without one the allowed ports are described', () => {
+    const ports = (...p: object[]) => [pol('p', { podSelector: {}, ingress: [{ ports: p }] })];
+    const judge = (p: object[], port?: any, named = httpPort) => policyVerdict(ports(...p), 'ingress', web, client, named, port);
+    assert.deepEqual(judge([{ port: 80 }], tcp(80)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 80 }], tcp(81)).allowedBy, []);
+    assert.deepEqual(judge([{ port: 80 }], { port: 80, protocol: 'UDP' }).allowedBy, [], 'TCP unless said');
+    assert.deepEqual(judge([{ protocol: 'UDP' }], { port: 53, protocol: 'UDP' }).allowedBy, ['shop/p'], 'no port: every port of the protocol');
+    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8080)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 8000, endPort: 8100 }], tcp(8101)).allowedBy, []);
+    assert.deepEqual(judge([{ port: 'http' }], tcp(8080)).allowedBy, ['shop/p']);
+    assert.deepEqual(judge([{ port: 'http' }], tcp(8080), []).allowedBy, [], 'a name the pod does not have');
+    assert.deepEqual(judge([{ port: 80 }, { port: 'http' }, { port: 'grpc' }, { protocol: 'UDP' }, { port: 9000, endPort: 9009 }]), { selecting: ['shop/p'], allowedBy: ['shop/p'], ports: ['80/TCP', 'every UDP port', '9000-9009/TCP', 'http (8080/TCP)'] });
+    assert.deepEqual(judge([{ port: 'grpc' }]), { selecting: ['shop/p'], allowedBy: [], ports: [] }, 'only a name the pod lacks: nothing');
+  });
+  it('policies add up: any selecting policy\'s rule lets it through; each rule needs its peer and its port', () => {
+    const a = pol('a', { podSelector: {}, ingress: [{ from: [{ podSelector: { matchLabels: { app: 'db' } } }], ports: [{ port: 80 }] }] });
+    const b = pol('b', { podSelector: { matchLabels: web }, ingress: [{ from: [{ podSelector: {} }], ports: [{ port: 443 }] }] });
+    const v = (port?: any) => policyVerdict([a, b], 'ingress', web, client, [], port);
+    assert.deepEqual(v(tcp(80)), { selecting: ['shop/a', 'shop/b'], allowedBy: [], ports: [] }, 'a has the port but not the peer');
+    assert.deepEqual(v(tcp(443)).allowedBy, ['shop/b']);
+    assert.deepEqual(v().ports, ['443/TCP']);
+  });
+  it('a traced port is a number 1-65535, TCP unless /UDP or /SCTP is said', () => {
+    assert.deepEqual(parseTracedPort('80'), { port: 80, protocol: 'TCP' });
+    assert.deepEqual(parseTracedPort(' 53/udp'), { port: 53, protocol: 'UDP' });
+    assert.deepEqual(parseTracedPort('9/SCTP'), { port: 9, protocol: 'SCTP' });
+    for (const bad of ['0', '65536', 'http', '80/icmp', '80/', '']) assert.throws(() => parseTracedPort(bad), /want a port 1-65535/, bad);
   });
 });
 

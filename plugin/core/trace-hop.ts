@@ -17,6 +17,8 @@ export const hopOf = (at: string, what: string, problem = ''): TraceHop => ({ at
 
 /** What Trace asks of the cluster about policies (plugin/kube/network-policies.ts), one trace at a time. */
 export interface PolicyVerdicts {
+  /** kni enforces them (its policy is on), or an agent beside it may. */
+  readonly enforcedByKni: boolean;
   /** The verdict of a pod's policies in a direction on what passes between it and a peer; undefined when they cannot be read. */
   verdict(direction: Direction, pod: PodName, peer: { pod?: PodName; ip?: string }, port?: TracedPort): Promise<DirectionVerdict | undefined>;
 }

@@ -1,11 +1,14 @@
-// The NetworkPolicies on a traced path, read for Trace: which select a pod, and whether they let
-// the traced peer through (policy-verdict.ts). kni enforces none, but a policy agent on the node
-// may, and "a policy drops it" is where to look next when a path looks open.
+// The NetworkPolicies on a traced path, read from the API server for Trace when kni's own policy
+// is off (a policy agent beside kni may enforce them): compiled and judged as kni's policy
+// compiles them for the kernel (plugin/policy/policy-model.ts), one evaluator. With kni's policy
+// on, Trace asks the policy watch instead (policy-watch.ts): the model the table was written from.
 import type * as K8s from '@kubernetes/client-node';
 import { log } from '../core/log';
 import type { PodName } from '../core/trace-destination';
+import { compilePolicies, judge, JudgedPeer } from '../policy/policy-model';
 import { apiError, KubeApi, withTimeout } from './kube-api';
-import { containerPorts, Direction, ingressPeers, DirectionVerdict, peerIp, PolicyPeer, policyVerdict, TracedPort } from './policy-verdict';
+import { Direction, ingressPeers, DirectionVerdict, peerIp, TracedPort } from './policy-verdict';
+import { podView } from './policy-watch';
 
 /** The other end of what a policy is asked about: a pod by name, and its address (a node or the outside: the address only). */
 export interface PeerRef {
@@ -25,6 +28,8 @@ export class PolicyLookup {
   private readonly pods = new Map<string, Promise<K8s.V1Pod>>();
   private readonly namespaces = new Map<string, Promise<Record<string, string>>>();
   private failed = false;
+  /** Read from the API: kni's policy is off, so an agent beside kni may enforce them. */
+  readonly enforcedByKni = false;
 
   constructor(private readonly api: KubeApi) {}
 
@@ -38,13 +43,13 @@ export class PolicyLookup {
       const [own, policies] = await Promise.all([this.pod(pod), this.inNamespace(pod.namespace)]);
       const other = peer.pod ? await this.pod(peer.pod).catch(() => undefined) : undefined;
       const byNamespace = policies.some((p) => [...(p.spec?.ingress ?? []).flatMap((r) => ingressPeers(r) ?? []), ...(p.spec?.egress ?? []).flatMap((r) => r.to ?? [])].some((x) => x.namespaceSelector));
-      const asPeer: PolicyPeer = { ip: peerIp(peer.ip) };
+      const asPeer: JudgedPeer = { ip: peerIp(peer.ip) };
+      const labels = new Map<string, Record<string, string>>();
       if (other && peer.pod) {
-        const namespaceLabels = byNamespace ? await this.namespaceLabels(peer.pod.namespace) : {};
-        asPeer.pod = { namespace: peer.pod.namespace, labels: other.metadata?.labels ?? {}, namespaceLabels };
+        if (byNamespace) labels.set(peer.pod.namespace, await this.namespaceLabels(peer.pod.namespace));
+        asPeer.pod = podView(other);
       }
-      const receiving = direction === 'ingress' ? own : other;
-      return policyVerdict(policies, direction, own.metadata?.labels ?? {}, asPeer, receiving ? containerPorts(receiving) : [], port);
+      return judge(compilePolicies(policies, labels), direction, podView(own), asPeer, port);
     } catch (e) {
       this.failed = true;
       log('debug', 'NetworkPolicies cannot be read for a trace', { pod: `${pod.namespace}/${pod.name}`, error: apiError(e) });

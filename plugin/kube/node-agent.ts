@@ -8,6 +8,7 @@ import { Config } from '../core/config';
 import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
+import type { PolicyVerdicts } from '../core/trace-hop';
 import { Cidr } from '../ipam/ip';
 import { CHECK_SLICES, gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { RTPROT_KNI } from '../netlink/route';
@@ -70,6 +71,8 @@ export class NodeAgent {
   readonly owners: ExtensionOwners;
   /** What Trace asks of the cluster: Service ranges, the Service behind a ClusterIP, the addresses of a named Service or pod, NetworkPolicies. */
   readonly services: ClusterLookups;
+  /** kni's own policy's verdicts (policy-watch.ts), while it is on; else the API is read per trace. */
+  policyVerdicts?: () => PolicyVerdicts;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;
@@ -110,7 +113,7 @@ export class NodeAgent {
       withNodePort: (family, port) => serviceWithNodePort(api, family, port.port, port.protocol),
       addressesOf: (kind, namespace, name) => addressesOfNamed(api, kind, namespace, name),
       podAt: (ip, node) => podAtAddress(api, ip, node),
-      policyLookup: () => new PolicyLookup(api),
+      policyLookup: () => this.policyVerdicts?.() ?? new PolicyLookup(api),
     };
   }
 

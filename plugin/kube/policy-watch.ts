@@ -9,13 +9,14 @@ import type { PodPolicy } from '../core/builtin-backend';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
 import { nftTables } from '../netlink/nftables';
-import { compilePolicies, LocalPod, PolicyPod } from '../policy/policy-model';
+import { compilePolicies, judge, LocalPod, PolicyPod } from '../policy/policy-model';
+import type { PolicyVerdicts } from '../core/trace-hop';
 import { PolicyEnforcer } from '../policy/policy-enforcer';
 import { POLICY_TABLE } from '../policy/policy-ruleset';
 import type { InterfaceRecord, SandboxRecord } from '../store/records';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 import { recordEvent } from './kube-events';
-import { containerPorts } from './policy-verdict';
+import { containerPorts, peerIp } from './policy-verdict';
 import { WatchRestart } from './watch-restart';
 
 const POD_READ_MS = 5_000;
@@ -24,13 +25,21 @@ const REWRITE_MS = 5 * 60_000;
 
 type Cached<T extends K8s.KubernetesObject> = K8s.Informer<T> & K8s.ObjectCache<T>;
 
-/** A Pod as policy judges it; undefined for one it does not (host network, no address yet, finished). */
+/** A Pod's name, labels, addresses and named container ports. */
+export const podView = (p: K8s.V1Pod): PolicyPod => ({
+  namespace: p.metadata?.namespace ?? 'default',
+  name: p.metadata?.name ?? '',
+  labels: p.metadata?.labels ?? {},
+  ips: (p.status?.podIPs ?? []).map((x) => x.ip).filter((x): x is string => !!x),
+  ports: containerPorts(p),
+});
+
+/** A Pod as a peer of the policies; undefined for one that is none (host network, no address yet, finished). */
 export function policyPod(p: K8s.V1Pod): PolicyPod | undefined {
   if (p.spec?.hostNetwork) return undefined;
   if (p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed') return undefined;
-  const ips = (p.status?.podIPs ?? []).map((x) => x.ip).filter((x): x is string => !!x);
-  if (!ips.length) return undefined;
-  return { namespace: p.metadata?.namespace ?? 'default', name: p.metadata?.name ?? '', labels: p.metadata?.labels ?? {}, ips, ports: containerPorts(p) };
+  const view = podView(p);
+  return view.ips.length ? view : undefined;
 }
 
 /** The pod labels a runtime passes, without the ones the kubelet adds (io.kubernetes.pod.*). */
@@ -86,6 +95,20 @@ export class PolicyWatch implements PodPolicy {
     if (this.compileTimer) clearTimeout(this.compileTimer);
     this.enforcer.stop();
     if (this.rt.podPolicy === this) this.rt.podPolicy = undefined;
+  }
+
+  /** Trace's verdicts from the model the table was written from (network-policies.ts reads the API instead when policy is off). */
+  verdicts(): PolicyVerdicts {
+    return {
+      enforcedByKni: true,
+      verdict: async (direction, pod, peer, port) => {
+        const model = this.enforcer.currentModel;
+        const own = this.pods?.get(pod.name, pod.namespace);
+        if (!model || !own) return undefined;
+        const other = peer.pod && this.pods?.get(peer.pod.name, peer.pod.namespace);
+        return judge(model, direction, podView(own), { ip: peerIp(peer.ip), ...(other ? { pod: podView(other) } : {}) }, port);
+      },
+    };
   }
 
   async admit(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {

@@ -29,6 +29,11 @@ export class PolicyEnforcer {
   writes = 0;
   lastError = '';
 
+  /** The model the table was last made from (undefined until the cluster's policies are read). */
+  get currentModel(): PolicyModel | undefined {
+    return this.model;
+  }
+
   get isReady(): boolean {
     return !!this.model;
   }

@@ -8,11 +8,11 @@
 // selects it, and then takes only what some rule of those policies allows; policies add up.
 // Traffic between a pod and its own node is not judged here (it never crosses the forward hook).
 import type * as K8s from '@kubernetes/client-node';
-import { bitsOf, Family, formatIp, parseCidr } from '../ipam/ip';
+import { bitsOf, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
 import { labelSelectorMatches } from '../kube/label-selectors';
-import { ingressPeers, NamedPort, Protocol, policyTypes } from '../kube/policy-verdict';
+import { DirectionVerdict, ingressPeers, NamedPort, Protocol, policyTypes, TracedPort } from '../kube/policy-verdict';
 
-export type { NamedPort, Protocol };
+export type { DirectionVerdict, NamedPort, Protocol, TracedPort };
 
 /** A pod as policy sees it: where it is in the API, its labels, its addresses, its named container ports. */
 export interface PolicyPod {
@@ -277,3 +277,56 @@ export function podChainRules(model: PolicyModel, pod: LocalPod, direction: Dire
 
 /** A comment as nft takes it: quoted, with what it cannot hold taken out (object names hold none of it anyway). */
 export const nftString = (s: string): string => `"${s.replace(/["\\\n]/g, '').slice(0, 120)}"`;
+
+/** The other end of a judged packet: an address, and the pod holding it when it is one. */
+export interface JudgedPeer {
+  ip?: { family: Family; value: bigint };
+  pod?: PolicyPod;
+}
+
+/** Whether an address is in nft ranges as the compiled rules hold them ("a-b", a CIDR, an address). */
+function inRanges(ranges: string[], ip: { family: Family; value: bigint }): boolean {
+  return ranges.some((r) => {
+    if (r.includes('/')) {
+      const c = parseCidr(r);
+      return c.family === ip.family && ip.value >> BigInt(bitsOf(c.family) - c.prefixLength) === c.base >> BigInt(bitsOf(c.family) - c.prefixLength);
+    }
+    const [a, b = a] = r.split('-').map(parseIp);
+    return a.family === ip.family && ip.value >= a.value && ip.value <= b.value;
+  });
+}
+
+const portRangeText = (x: PortRange): string => (x.first === 0 && x.last === 65535 ? `every ${x.protocol} port` : `${x.first === x.last ? x.first : `${x.first}-${x.last}`}/${x.protocol}`);
+
+/**
+ * What the compiled rules (the ones the kernel gets) do with a packet between `pod` and `peer`
+ * in a direction, on `port` when one is given: which policies isolate the pod there, which of
+ * them let it through, and (without a port) on which ports. knictl trace words it.
+ */
+export function judge(model: PolicyModel, direction: Direction, pod: PolicyPod, peer: JudgedPeer, port?: TracedPort): DirectionVerdict {
+  const out: DirectionVerdict = { selecting: [], allowedBy: [], ports: [] };
+  // Named ports are the receiving pod's: the pod's own for ingress, the peer's for egress.
+  const receiving = direction === 'ingress' ? pod.ports : (peer.pod?.ports ?? []);
+  const reachable = new Set<string>();
+  let all = false;
+  for (const p of isolating(model, pod, direction)) {
+    out.selecting.push(p.name);
+    let allows = false;
+    for (const r of p[direction]!) {
+      const peerOk = r.anyPeer || (!!peer.pod && r.selectors.some((s) => selectorMatches(model, s, peer.pod!))) || (!!peer.ip && inRanges(r.blocks[peer.ip.family], peer.ip));
+      if (!peerOk) continue;
+      const named = r.named.flatMap((n) => receiving.filter((x) => x.name === n.name && x.protocol === n.protocol).map((x) => ({ ...n, port: x.port })));
+      if (port) {
+        if (r.anyPort || r.ports.some((x) => x.protocol === port.protocol && port.port >= x.first && port.port <= x.last) || named.some((x) => x.protocol === port.protocol && x.port === port.port)) allows = true;
+        continue;
+      }
+      if (r.anyPort) all = allows = true;
+      for (const x of r.ports) reachable.add(portRangeText(x));
+      for (const x of named) reachable.add(`${x.name} (${x.port}/${x.protocol})`);
+      if (r.ports.length || named.length) allows = true;
+    }
+    if (allows) out.allowedBy.push(p.name);
+  }
+  out.ports = all ? 'all' : [...reachable];
+  return out;
+}

@@ -91,8 +91,8 @@ spec: {clusterIP: None, selector: {app: whoami}, ports: [{port: 80}]}
 
 /** NetworkPolicies on the paths between who-1, who-2 and Service whoami (`svc`); who-2's IPv6 address `b6`. */
 export function traceNetworkPolicies(svc: string[], b6: string): void {
-  // The NetworkPolicies on the path, judged (kni enforces none, and no policy agent runs here:
-  // the path stays open; the trace says what an agent would drop). who-1 may send to pods of
+  // The NetworkPolicies on the path, judged with kni's policy model (the one its table is written
+  // from; nothing here sends through them). who-1 may send to pods of
   // its namespace (a namespaceSelector: the namespace's labels read) on 80 only; whoami pods
   // take 80 from who-1 only.
   apply(`apiVersion: networking.k8s.io/v1
@@ -130,10 +130,10 @@ spec:
   assert.ok(policyHops(on80).every((h: string) => h.endsWith(' on 80/TCP') || h.endsWith(' to itself is never a policy\'s to stop')), JSON.stringify(policyHops(on80)));
   const on81 = knictlTrace('w1', 'who-1', svc[0], '--port', '81');
   assert.deepEqual([on81.ok, on81.hops.length, on81.hops[1].problem], [false, 2, 'Service default/whoami has no port 81/TCP (it has 80/TCP): kube-proxy rewrites none of it, nothing answers'], JSON.stringify(on81));
-  // who-2 is no who-1: what it sends who-1 is dropped where an agent enforces web-in.
+  // who-2 is no who-1: what it sends who-1 is dropped by kni's policy (web-in).
   const toPod = knictlTrace('w2', 'who-2', 'pod/default/who-1', '--port', '80');
   assert.equal(toPod.ok, false, JSON.stringify(toPod));
-  assert.deepEqual(toPod.hops[toPod.hops.length - 1], { at: 'kc-w1', what: 'NetworkPolicy default/web-in selects pod default/who-1 for ingress', problem: 'it allows nothing sent from pod default/who-2 on 80/TCP: a policy agent enforcing it drops it (kni enforces none)' });
+  assert.deepEqual(toPod.hops[toPod.hops.length - 1], { at: 'kc-w1', what: 'NetworkPolicy default/web-in selects pod default/who-1 for ingress', problem: "it allows nothing sent from pod default/who-2 on 80/TCP: kni's policy drops it" });
   // By address (the pod looked up by it): the same verdicts.
   const byIp = knictlTrace('w1', 'who-1', b6);
   assert.deepEqual(policyHops(byIp), [
@@ -142,7 +142,7 @@ spec:
   ], JSON.stringify(byIp));
   // Outside the cluster: no pod, so no namespace of its; one-out lets nothing out there.
   const out = knictlTrace('w1', 'who-1', '10.240.0.1');
-  assert.deepEqual(out.hops[1], { at: 'pod', what: 'NetworkPolicy default/one-out selects pod default/who-1 for egress', problem: 'it allows nothing sent to 10.240.0.1: a policy agent enforcing it drops it (kni enforces none)' }, JSON.stringify(out));
+  assert.deepEqual(out.hops[1], { at: 'pod', what: 'NetworkPolicy default/one-out selects pod default/who-1 for egress', problem: "it allows nothing sent to 10.240.0.1: kni's policy drops it" }, JSON.stringify(out));
   // From the nodes: its own node always reaches a pod (the kubelet's probes); another node is
   // only an address, which web-in does not allow.
   const ownNode = knictlTrace('w1', '--from-node', 'pod/default/who-1');
@@ -150,7 +150,7 @@ spec:
   assert.equal(ownNode.hops[ownNode.hops.length - 1].what, "NetworkPolicy default/web-in selects pod default/who-1 for ingress; what passes between a pod and its own node is never a policy's to stop");
   const otherNode = knictlTrace('w2', '--from-node', 'pod/default/who-1');
   assert.equal(otherNode.ok, false, JSON.stringify(otherNode));
-  assert.match(otherNode.hops[otherNode.hops.length - 1].problem, /^it allows nothing sent from node \S+: a policy agent enforcing it drops it \(kni enforces none\)$/);
+  assert.match(otherNode.hops[otherNode.hops.length - 1].problem, /^it allows nothing sent from node \S+: kni's policy drops it$/);
   kubectl('delete', 'networkpolicy', 'web-in', 'one-out');
 }
 
