@@ -242,6 +242,25 @@ program
     if (!t.ok) process.exitCode = 2;
   });
 
+program
+  .command('policy <sandbox>')
+  .description(`the NetworkPolicies that select a pod and what each lets through, as kni's policy compiled them for the kernel (sandbox: ${SANDBOX_REF_HELP})`)
+  .addOption(output())
+  .action(async (ref: string, o) => {
+    const p = await withClient(async (c) => c.GetPodPolicy({ sandbox_id: await sandboxOf(c, ref) }));
+    print(o.output, p, () => {
+      if (!p.enforced) return `not enforced by kni: ${p.reason}\n`;
+      const lines = [`host end ${p.host_end}: chains in-${p.host_end} and out-${p.host_end} in table inet kni-policy`];
+      for (const d of ['ingress', 'egress']) {
+        const mine = p.policies.filter((x: any) => x.direction === d);
+        if (!mine.length) lines.push(`${d}: not isolated (no policy selects the pod), everything passes`);
+        for (const x of mine) lines.push(`${d}: ${x.name}`, ...(x.allows.length ? x.allows.map((a: string) => `  allows ${a}`) : ['  allows nothing']));
+      }
+      lines.push(...p.problems.map((x: string) => `PROBLEM: ${x} (that rule allows nothing)`));
+      return `${lines.join('\n')}\n`;
+    });
+  });
+
 program.command('reconcile').description('compare every record with the kernel now: repair, release, remove stale veths').addOption(output()).action(async (o) => {
   const r = await withClient((c) => c.Reconcile({}));
   print(o.output, r, () => (r.findings.length ? r.findings.map((f: string) => `${f}\n`).join('') : 'kernel and records agree\n'));

@@ -187,7 +187,10 @@ async function main(): Promise<void> {
   // Before the sockets are served: an attach waits for the cluster's policies, never passes them by.
   const policyWatch = api && cfg.policy.enabled ? new PolicyWatch(rt, api, cfg.reconcileSeconds * 1000) : undefined;
   policyWatch?.start();
-  if (agent && policyWatch) agent.policyVerdicts = () => policyWatch.verdicts();
+  if (agent && policyWatch) {
+    agent.policyVerdicts = () => policyWatch.verdicts();
+    agent.podPolicy = (rec) => policyWatch.podPolicy(rec);
+  }
   rt.node.warn('policy-cni', policyWatch && rt.cni ? `policy.enabled is true but the default network is a CNI network (${rt.cni.name}): kni's NetworkPolicy isolates only pods on its built-in network; run the CNI network's own policy agent` : undefined);
   if (api && !cfg.policy.enabled) await nftApply(removePolicyTableScript(), 'the network policy table').catch((e: Error) => log('warn', 'policy.enabled is false but the network policy table cannot be removed', { error: e.message }));
   if (agent && podNetworks) agent.owners.localPodUid = (namespace, name) => podNetworks.podUid(namespace, name);

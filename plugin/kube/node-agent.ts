@@ -9,6 +9,8 @@ import { log } from '../core/log';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { ClusterLookups } from '../core/path-trace';
 import type { PolicyVerdicts } from '../core/trace-hop';
+import type { SandboxRecord } from '../store/records';
+import type { PodPolicyView } from './policy-watch';
 import { Cidr } from '../ipam/ip';
 import { CHECK_SLICES, gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
 import { RTPROT_KNI } from '../netlink/route';
@@ -73,6 +75,8 @@ export class NodeAgent {
   readonly services: ClusterLookups;
   /** kni's own policy's verdicts (policy-watch.ts), while it is on; else the API is read per trace. */
   policyVerdicts?: () => PolicyVerdicts;
+  /** The policies selecting a pod, while kni's policy is on (GetPodPolicy). */
+  podPolicy?: (rec: SandboxRecord) => PodPolicyView;
   private connected = false;
   private restart?: WatchRestart;
   private syncTimer?: NodeJS.Timeout;

@@ -9,7 +9,7 @@ import type { PodPolicy } from '../core/builtin-backend';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
 import { nftTables } from '../netlink/nftables';
-import { compilePolicies, judge, LocalPod, PolicyPod } from '../policy/policy-model';
+import { compilePolicies, isolating, judge, LocalPod, PolicyPod, ruleText } from '../policy/policy-model';
 import type { PolicyVerdicts } from '../core/trace-hop';
 import { PolicyEnforcer } from '../policy/policy-enforcer';
 import { POLICY_TABLE } from '../policy/policy-ruleset';
@@ -44,6 +44,15 @@ export function policyPod(p: K8s.V1Pod): PolicyPod | undefined {
 
 /** The pod labels a runtime passes, without the ones the kubelet adds (io.kubernetes.pod.*). */
 const podLabels = (labels: Record<string, string>): Record<string, string> => Object.fromEntries(Object.entries(labels).filter(([k]) => !k.startsWith('io.kubernetes.')));
+
+/** GetPodPolicy's answer. */
+export interface PodPolicyView {
+  enforced: boolean;
+  reason: string;
+  hostEnd: string;
+  policies: { name: string; direction: 'ingress' | 'egress'; allows: string[] }[];
+  problems: string[];
+}
 
 /** What the policy watch reads of the runtime. */
 export interface PolicyRuntimeParts {
@@ -109,6 +118,18 @@ export class PolicyWatch implements PodPolicy {
         return judge(model, direction, podView(own), { ip: peerIp(peer.ip), ...(other ? { pod: podView(other) } : {}) }, port);
       },
     };
+  }
+
+  /** The policies selecting a pod of this node and what each allows (GetPodPolicy). */
+  podPolicy(rec: SandboxRecord): PodPolicyView {
+    const itf = rec.interfaces.find((i) => !i.network && i.backend !== 'cni' && i.hostVeth);
+    const model = this.enforcer.currentModel;
+    if (!model) return { enforced: false, reason: "the cluster's NetworkPolicies have not been read yet", hostEnd: itf?.hostVeth ?? '', policies: [], problems: [] };
+    if (!itf) return { enforced: false, reason: "the pod has no interface on kni's built-in network: its policies are its CNI network's", hostEnd: '', policies: [], problems: [] };
+    const pod = this.enforcer.localPods().find((p) => p.end === itf.hostVeth) ?? { namespace: rec.pod.namespace, name: rec.pod.name, labels: podLabels(rec.labels), ips: [], ports: [] };
+    const policies = (['ingress', 'egress'] as const).flatMap((d) => isolating(model, pod, d).map((p) => ({ name: p.name, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) })));
+    const names = new Set(policies.map((p) => p.name));
+    return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems: model.problems.filter((x) => names.has(x.slice(0, x.indexOf(': ')))) };
   }
 
   async admit(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {

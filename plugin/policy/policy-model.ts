@@ -330,3 +330,26 @@ export function judge(model: PolicyModel, direction: Direction, pod: PolicyPod, 
   out.ports = all ? 'all' : [...reachable];
   return out;
 }
+
+const selectorText = (sel: K8s.V1LabelSelector | undefined): string => {
+  const parts = [...Object.entries(sel?.matchLabels ?? {}).map(([k, v]) => `${k}=${v}`), ...(sel?.matchExpressions ?? []).map((e) => `${e.key} ${e.operator}${e.values?.length ? ` (${e.values.join(', ')})` : ''}`)];
+  return parts.length ? parts.join(', ') : '';
+};
+
+/** One compiled rule in words: its peers and its ports, for `knictl policy`. */
+export function ruleText(r: CompiledRule, direction: Direction, receivingPorts: NamedPort[]): string {
+  const way = direction === 'ingress' ? 'from' : 'to';
+  const peers: string[] = [];
+  if (r.anyPeer) peers.push('anyone');
+  for (const s of r.selectors) {
+    const pods = selectorText(s.podSelector);
+    const where = s.namespaceSelector ? (selectorText(s.namespaceSelector) ? `namespaces ${selectorText(s.namespaceSelector)}` : 'every namespace') : `namespace ${s.namespace}`;
+    peers.push(`${pods ? `pods ${pods}` : 'every pod'} in ${where}`);
+  }
+  for (const f of [4, 6] as const) if (r.blocks[f].length) peers.push(r.blocks[f].join(', '));
+  const ports = r.anyPort ? 'every port' : [...r.ports.map(portRangeText), ...r.named.map((n) => {
+    const own = direction === 'ingress' ? receivingPorts.find((x) => x.name === n.name && x.protocol === n.protocol) : undefined;
+    return direction === 'ingress' ? `${n.name} (${own ? `${own.port}/${n.protocol}` : 'not a port of this pod: nothing'})` : `${n.name}/${n.protocol} (each peer's port of that name)`;
+  })].join(', ') || 'no port';
+  return `${way} ${peers.join('; ') || 'nobody'} on ${ports}`;
+}

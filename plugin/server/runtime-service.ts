@@ -2,7 +2,8 @@
 import * as grpc from '@grpc/grpc-js';
 import { NetworkRuntime } from '../core/network-runtime';
 import type { AgentStatus } from '../kube/node-agent';
-import { InterfaceRecord } from '../store/records';
+import type { PodPolicyView } from '../kube/policy-watch';
+import { InterfaceRecord, SandboxRecord } from '../store/records';
 import { BUILD } from '../version';
 import { unary } from './unary';
 import { invalid } from '../core/errors';
@@ -59,6 +60,8 @@ export interface ClusterView {
   status(): AgentStatus;
   /** The cluster's Services (Trace). */
   services?: ClusterLookups;
+  /** The policies selecting a pod (GetPodPolicy), while kni's policy is on. */
+  podPolicy?: (rec: SandboxRecord) => PodPolicyView;
 }
 
 function clusterStatus(s: AgentStatus): Record<string, unknown> {
@@ -110,6 +113,12 @@ export function runtimeHandlers(rt: NetworkRuntime, cluster?: ClusterView): grpc
     }),
     Trace: u('Trace', (req: { sandbox_id: string; destination: string; from_node: boolean; port: string }) => tracePath(rt, req.sandbox_id, req.destination, cluster?.status().peers, cluster?.services, req.from_node, req.port)),
     GetPod: u('GetPod', (req: { sandbox_id: string }) => podNetwork(rt.get(req.sandbox_id))),
+    GetPodPolicy: u('GetPodPolicy', (req: { sandbox_id: string }) => {
+      const rec = rt.get(req.sandbox_id);
+      const v = cluster?.podPolicy?.(rec);
+      if (!v) return { enforced: false, reason: cluster ? "policy.enabled is false: kni enforces no NetworkPolicy here (knictl trace still judges them)" : 'kni is not a Kubernetes node agent here (kubernetes.nodeName is not set)', host_end: '', policies: [], problems: [] };
+      return { enforced: v.enforced, reason: v.reason, host_end: v.hostEnd, policies: v.policies, problems: v.problems };
+    }),
     ListPods: u('ListPods', (req: { page_size?: number; page_token?: string }) => listPodsPage(rt, req.page_size ?? 0, req.page_token ?? '')),
     GetNode: u('GetNode', () => {
       const s = rt.node.status();

@@ -134,6 +134,12 @@ spec:
   ingress: [{ from: [{ namespaceSelector: { matchLabels: { role: sender } }, podSelector: { matchLabels: { app: sender } } }], ports: [{ port: 80 }] }]
 `);
     const allowMs = await startedAfter(t0, () => connects('w2', 'default', 'sender', ip), 'the allowing policy was not enforced');
+    const shown = knictl('w1', 'policy', 'pol-deny/closed');
+    assert.equal(shown.enforced, true, JSON.stringify(shown));
+    assert.deepEqual(shown.policies.map((p: any) => [p.direction, p.name, p.allows]), [
+      ['ingress', 'pol-deny/deny', []],
+      ['ingress', 'pol-deny/from-sender', ['from pods app=sender in namespaces role=sender on 80/TCP']],
+    ], JSON.stringify(shown));
     t0 = Date.now();
     kubectl('-n', 'pol-deny', 'delete', 'networkpolicy', 'from-sender');
     const denyMs = await startedAfter(t0, () => !connects('w2', 'default', 'sender', ip), 'the deleted policy still allows');
