@@ -8,7 +8,7 @@ import type * as K8s from '@kubernetes/client-node';
 import { parseIp } from '../plugin/ipam/ip';
 import { parseTracedPort } from '../plugin/kube/policy-verdict';
 import { blockRanges, compilePolicies, judge, LocalPod, peerElements, podChainRules, PolicyModel } from '../plugin/policy/policy-model';
-import { podAddScript, podDeleteScript, policyTableScript } from '../plugin/policy/policy-ruleset';
+import { podAddScript, podDeleteScript, podIsolatedScript, policyTableScript } from '../plugin/policy/policy-ruleset';
 import { RUN, sh, trySh } from './helpers/sh';
 import { waitFor } from './helpers/wait';
 
@@ -211,5 +211,16 @@ describe('network policy on the real kernel: connections between routed pods', f
     assert.deepEqual(reach([['a', 'd', 80], ['d', 'b', 80]]), { 'a->d:80': true, 'd->b:80': false });
     const table = sh('ip', ['netns', 'exec', node, 'nft', 'list', 'table', 'inet', 'kni-policy']);
     assert.doesNotMatch(table, new RegExp(`in-${d.end}|${d.ips[0]}`), table);
+  });
+
+  it('a pod attached before the policies could be read starts isolated both ways, the table made if it is missing', () => {
+    sh('ip', ['netns', 'exec', node, 'nft', 'delete', 'table', 'inet', 'kni-policy']);
+    const d = local('d', { app: 'new' });
+    nft(podIsolatedScript(d, true));
+    nft(podIsolatedScript(d, false)); // again, into the table as it stands: the same
+    assert.deepEqual(reach([['a', 'd', 80], ['d', 'b', 80], ['a', 'b', 80]]), { 'a->d:80': false, 'd->b:80': false, 'a->b:80': true });
+    const table = sh('ip', ['netns', 'exec', node, 'nft', 'list', 'table', 'inet', 'kni-policy']);
+    assert.equal(table.match(/ct state established,related accept/g)?.length, 2, table);
+    sh('ip', ['netns', 'exec', node, 'nft', 'delete', 'table', 'inet', 'kni-policy']);
   });
 });

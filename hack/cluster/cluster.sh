@@ -354,6 +354,19 @@ dns_up() {
   log "dns: CoreDNS answers at 10.96.0.10 (kube-dns)"
 }
 
+# kube-network-policies beside kni (run kni with policy.enabled: false), as its manifest deploys
+# it: the binary built from its module as the image (bench/policy.ts compares it with kni's policy).
+knp_up() {
+  bash "$here/build-components.sh" kube-network-policies > /dev/null
+  local image tar=$CL/kube-network-policies.tar
+  image=kni.local/kube-network-policies:$(. "$here/versions.env" && echo "$KUBE_NETWORK_POLICIES_VERSION")
+  bash "$repo/hack/k8s-e2e/binary-image.sh" "$BIN/kube-network-policies" "$tar" "$image"
+  for w in "${WORKERS[@]}"; do ctr -a "$(sock "$w")" -n k8s.io images import "$tar" > /dev/null; done
+  sed "s#@IMAGE@#$image#" "$here/kube-network-policies.yaml" | kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f - > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" -n kube-system rollout status daemonset/kube-network-policies --timeout=300s > /dev/null
+  log "kube-network-policies runs on every worker"
+}
+
 # The images the Kubernetes e2e network specs run, under the names they ask for: agnhost and the
 # DNS specs' jessie-dnsutils (one stand-in, hack/k8s-e2e/agnhost-image.sh), busybox, the
 # Conntrack spec's regression-issue-74839 (its binary alone, as upstream's) and pause (the
@@ -428,10 +441,11 @@ case "${1:-}" in
     start_kni "${2:?worker}" ;;
   kni-daemonset) kni_daemonset ;;
   dns) dns_up ;;
+  kube-network-policies) knp_up ;;
   e2e-images) e2e_images ;;
   pod-routes) cp_pod_routes ;;
   reference-cni) reference_cni ;;
   down) down ;;
   status) status ;;
-  *) echo "usage: $0 up | kni | kni-daemonset | dns | e2e-images | pod-routes | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
+  *) echo "usage: $0 up | kni | kni-daemonset | dns | kube-network-policies | e2e-images | pod-routes | reference-cni | down | status (tests also use: apiserver-stop | apiserver-start | kni-stop W | kni-restart W)" >&2; exit 2 ;;
 esac

@@ -148,7 +148,8 @@ export class PolicyWatch implements PodPolicy {
     const { namespace, name } = rec.pod;
     const base = { namespace: namespace || 'default', name, end: itf.hostVeth, ips: itf.addresses.map((a) => a.address) };
     let p = this.pods?.get(name, base.namespace);
-    if (!p && !Object.keys(podLabels(rec.labels)).length) {
+    // Before the first read (the API away) the pod starts isolated anyway: no read to wait for.
+    if (!p && !Object.keys(podLabels(rec.labels)).length && this.enforcer.isReady) {
       p = await withTimeout(this.api.core.readNamespacedPod({ namespace: base.namespace, name }), POD_READ_MS, `read pod ${base.namespace}/${name}`).catch((e) => {
         // A pod no policy of its namespace can select is judged by none: it may start without its labels.
         if (!this.policies?.list(base.namespace).length) return undefined;

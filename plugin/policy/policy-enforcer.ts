@@ -6,15 +6,21 @@
 //   again in one transaction, at most every WRITE_DELAY_MS: changes that come together are
 //   written together.
 // - Until the cluster's policies have been read the table in the kernel is left as it is (a
-//   restart opens no window), and an attach waits for them.
+//   restart opens no window). An attach waits up to ADMIT_WAIT_MS for them; then (the API
+//   server away since kni started) its pod starts isolated both ways, and gets its real
+//   policies with the first whole write: the sandbox starts, and nothing a policy might forbid
+//   passes meanwhile.
 // Writes run one after another, each made from the state at its turn.
 import { log } from '../core/log';
 import { nftRun } from '../sys/libnftables';
 import { LocalPod, PolicyModel, PolicyPod } from './policy-model';
-import { podAddScript, podDeleteScript, policyTableScript, removePolicyTableScript } from './policy-ruleset';
+import { nftTables } from '../netlink/nftables';
+import { podAddScript, podDeleteScript, podIsolatedScript, POLICY_TABLE, policyTableScript, removePolicyTableScript } from './policy-ruleset';
+
+const tableInKernel = (): boolean => nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE);
 
 const WRITE_DELAY_MS = 20;
-const READY_WAIT_MS = 30_000;
+const ADMIT_WAIT_MS = 3_000;
 
 export class PolicyEnforcer {
   private model?: PolicyModel;
@@ -48,10 +54,9 @@ export class PolicyEnforcer {
     } else this.changed();
   }
 
-  /** This node's pods as the runtime's records have them (at start, after a restart). */
+  /** This node's pods as the runtime's records have them (at start, after a restart); those admitted since stay. */
   setLocal(pods: LocalPod[]): void {
-    this.local.clear();
-    for (const p of pods) this.local.set(p.end, p);
+    for (const p of pods) if (!this.local.has(p.end)) this.local.set(p.end, p);
     this.changed();
   }
 
@@ -76,9 +81,9 @@ export class PolicyEnforcer {
 
   /** A new pod of this node into the kernel's table: resolves once it is there. */
   async admit(pod: LocalPod): Promise<void> {
-    await this.ready();
+    await this.ready(ADMIT_WAIT_MS).catch(() => undefined);
     this.local.set(pod.end, pod);
-    await this.run(() => podAddScript(this.model!, pod), `the network policy of pod ${pod.namespace}/${pod.name}`);
+    await this.run(() => (this.model ? podAddScript(this.model, pod) : podIsolatedScript(pod, !tableInKernel())), `the network policy of pod ${pod.namespace}/${pod.name}`);
   }
 
   /** A pod of this node out of the table (its detach). A failure writes the whole table instead. */
@@ -132,13 +137,13 @@ export class PolicyEnforcer {
     this.writeTimer.unref();
   }
 
-  private ready(): Promise<void> {
+  private ready(waitMs: number): Promise<void> {
     if (this.model) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const timer = setTimeout(() => {
         this.readyWaiters = this.readyWaiters.filter((w) => w !== done);
-        reject(new Error(`the cluster's NetworkPolicies have not been read in ${READY_WAIT_MS / 1000} s: a pod cannot start before its policies are in place`));
-      }, READY_WAIT_MS);
+        reject(new Error(`the cluster's NetworkPolicies have not been read in ${waitMs / 1000} s`));
+      }, waitMs);
       const done = () => {
         clearTimeout(timer);
         if (this.model) resolve();

@@ -11,7 +11,7 @@
 // The whole table is written in one transaction (delete and make again: nothing in between is
 // seen by a packet); a new pod's chains and elements are added in one too, inside its attach.
 import { Family } from '../ipam/ip';
-import { Direction, familyOfIp, LocalPod, modelSets, peerElements, PolicyModel, PolicyPod, podChainRules } from './policy-model';
+import { Direction, familyOfIp, LocalPod, modelSets, nftString, peerElements, PolicyModel, PolicyPod, podChainRules } from './policy-model';
 
 export const POLICY_TABLE = 'kni-policy';
 const T = `inet ${POLICY_TABLE}`;
@@ -47,6 +47,44 @@ const list = (items: Iterable<string>): string => {
   return all.length ? ` elements = { ${all.join(', ')} }` : '';
 };
 
+const BASE_CHAINS = [
+  '  chain egress {',
+  '    type filter hook forward priority filter - 2; policy accept;',
+  '    ct state established,related accept',
+  `    ip saddr vmap @${MAPS.egress[4]}`,
+  `    ip6 saddr vmap @${MAPS.egress[6]}`,
+  '  }',
+  '  chain ingress {',
+  '    type filter hook forward priority filter - 1; policy accept;',
+  '    ct state established,related accept',
+  `    ip daddr vmap @${MAPS.ingress[4]}`,
+  `    ip6 daddr vmap @${MAPS.ingress[6]}`,
+  '  }',
+];
+
+const emptyMaps = (): string[] => (['ingress', 'egress'] as const).flatMap((d) => ([4, 6] as const).map((f) => `  map ${MAPS[d][f]} { type ipv${f}_addr : verdict; }`));
+
+/**
+ * A pod of this node isolated both ways, for an attach before the cluster's policies could be
+ * read (the API server away since kni started): nothing but the pod itself passes until the
+ * first whole write puts its real policies in. `makeTable`: the table is not in the kernel yet.
+ */
+export function podIsolatedScript(pod: LocalPod, makeTable: boolean): string {
+  const lines = makeTable ? [`table ${T} {`, ...emptyMaps(), ...BASE_CHAINS, '}'] : [];
+  for (const d of ['ingress', 'egress'] as const) {
+    const name = chainOf(pod.end, d);
+    const field = d === 'ingress' ? 'saddr' : 'daddr';
+    lines.push(`add chain ${T} ${name}`, `flush chain ${T} ${name}`);
+    for (const f of [4, 6] as const) {
+      const own = pod.ips.filter((ip) => familyOfIp(ip) === f);
+      if (own.length) lines.push(`add rule ${T} ${name} ip${f === 6 ? '6' : ''} ${field} { ${own.join(', ')} } accept`);
+    }
+    lines.push(`add rule ${T} ${name} counter drop comment ${nftString(`${pod.namespace}/${pod.name}: isolated until kni has read the cluster's NetworkPolicies`)}`);
+    for (const ip of pod.ips) lines.push(`add element ${T} ${MAPS[d][familyOfIp(ip)]} { ${ip} : jump ${name} }`);
+  }
+  return `${lines.join('\n')}\n`;
+}
+
 /** The whole table as the model, this node's pods and the cluster's other pods make it (one transaction). */
 export function policyTableScript(model: PolicyModel, local: LocalPod[], others: PolicyPod[]): string {
   const elements = new Map<string, Set<string>>([...modelSets(model).keys()].map((s) => [s, new Set<string>()]));
@@ -70,18 +108,7 @@ export function policyTableScript(model: PolicyModel, local: LocalPod[], others:
     ...[...sets].map(([name, type]) => `  set ${name} { type ${type};${list(elements.get(name) ?? [])} }`),
     ...chains,
     ...(['ingress', 'egress'] as const).flatMap((d) => ([4, 6] as const).map((f) => `  map ${MAPS[d][f]} { type ipv${f}_addr : verdict;${list(verdicts.get(MAPS[d][f]) ?? [])} }`)),
-    '  chain egress {',
-    '    type filter hook forward priority filter - 2; policy accept;',
-    '    ct state established,related accept',
-    `    ip saddr vmap @${MAPS.egress[4]}`,
-    `    ip6 saddr vmap @${MAPS.egress[6]}`,
-    '  }',
-    '  chain ingress {',
-    '    type filter hook forward priority filter - 1; policy accept;',
-    '    ct state established,related accept',
-    `    ip daddr vmap @${MAPS.ingress[4]}`,
-    `    ip6 daddr vmap @${MAPS.ingress[6]}`,
-    '  }',
+    ...BASE_CHAINS,
     '}',
     '',
   ];
