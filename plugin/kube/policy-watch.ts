@@ -57,11 +57,12 @@ export interface PodPolicyView {
 /** What the policy watch reads of the runtime. */
 export interface PolicyRuntimeParts {
   readonly sandboxes: ReadonlyMap<string, SandboxRecord>;
+  readonly node: { warn(key: string, message: string | undefined): void };
   podPolicy?: PodPolicy;
 }
 
 export class PolicyWatch implements PodPolicy {
-  readonly enforcer = new PolicyEnforcer();
+  readonly enforcer: PolicyEnforcer;
   private policies?: Cached<K8s.V1NetworkPolicy>;
   private namespaces?: Cached<K8s.V1Namespace>;
   private pods?: Cached<K8s.V1Pod>;
@@ -71,7 +72,9 @@ export class PolicyWatch implements PodPolicy {
   private timers: NodeJS.Timeout[] = [];
   private compileTimer?: NodeJS.Timeout;
 
-  constructor(private readonly rt: PolicyRuntimeParts, private readonly api: KubeApi, private readonly reconcileMs: number) {}
+  constructor(private readonly rt: PolicyRuntimeParts, private readonly api: KubeApi, private readonly reconcileMs: number) {
+    this.enforcer = new PolicyEnforcer((problem) => rt.node.warn('policy-table', problem));
+  }
 
   start(): void {
     const { k8s, kc, core } = this.api;

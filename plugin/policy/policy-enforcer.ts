@@ -15,7 +15,7 @@ import { log } from '../core/log';
 import { nftRun } from '../sys/libnftables';
 import { LocalPod, PolicyModel, PolicyPod } from './policy-model';
 import { nftTables } from '../netlink/nftables';
-import { podAddScript, podDeleteScript, podIsolatedScript, POLICY_TABLE, policyTableScript, removePolicyTableScript } from './policy-ruleset';
+import { podAddScript, podDeleteScript, podIsolatedScript, POLICY_TABLE, policyTableScript } from './policy-ruleset';
 
 const tableInKernel = (): boolean => nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE);
 
@@ -31,9 +31,8 @@ export class PolicyEnforcer {
   private queue: Promise<void> = Promise.resolve();
   private writeTimer?: NodeJS.Timeout;
   private readyWaiters: (() => void)[] = [];
-  /** Whole-table writes done, and the last one's error ('' when it succeeded). */
-  writes = 0;
-  lastError = '';
+  /** `problem`: said when a whole write fails (the node's warnings), cleared when one succeeds. */
+  constructor(private readonly problem: (text: string | undefined) => void = () => undefined) {}
 
   /** The model the table was last made from (undefined until the cluster's policies are read). */
   get currentModel(): PolicyModel | undefined {
@@ -97,32 +96,18 @@ export class PolicyEnforcer {
     });
   }
 
-  /** Takes the table away (policy turned off, kni leaving the node). */
-  async removeTable(): Promise<void> {
-    if (this.writeTimer) clearTimeout(this.writeTimer);
-    this.writeTimer = undefined;
-    await this.run(removePolicyTableScript, 'the network policy table');
-  }
-
   /** The whole table now (reconcile: someone changed it). */
   writeNow(): void {
     if (this.writeTimer) clearTimeout(this.writeTimer);
     this.writeTimer = undefined;
     if (!this.model) return;
     this.run(() => policyTableScript(this.model!, this.localPods(), [...this.others.values()]), 'the network policy table')
-      .then(() => {
-        this.writes++;
-        this.lastError = '';
-      })
+      .then(() => this.problem(undefined))
       .catch((e) => {
-        this.lastError = (e as Error).message;
-        log('error', 'cannot write the network policy table', { error: this.lastError });
+        const error = (e as Error).message;
+        log('error', 'cannot write the network policy table', { error });
+        this.problem(`the network policy table cannot be written, so policy changes are not enforced: ${error}`);
       });
-  }
-
-  /** Resolves when every write queued so far is done. */
-  settled(): Promise<void> {
-    return this.queue;
   }
 
   stop(): void {
