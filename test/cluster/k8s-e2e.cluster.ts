@@ -77,6 +77,9 @@ for (const config of CONFIGS) {
 
     it('every spec run passes', () => specsPass(FOCUS, SKIP, reports, 90));
 
-    it("every NetworkPolicy spec passes with kni's policy", () => specsPass(NETPOL_FOCUS, NETPOL_SKIP(), path.join(reports, 'netpol'), 44));
+    // In the routed cluster (kni's DaemonSet, pods of both nodes over vxlan) by default: 12 minutes
+    // a cluster on 2 cores; KNI_E2E_NETPOL=all runs them in the bridged one too (47 of 47 there as well).
+    const netpolHere = config.routed || process.env.KNI_E2E_NETPOL === 'all';
+    (netpolHere ? it : it.skip)("every NetworkPolicy spec passes with kni's policy", () => specsPass(NETPOL_FOCUS, NETPOL_SKIP(), path.join(reports, 'netpol'), 44));
   });
 }
