@@ -22,10 +22,15 @@ const POLICIES = Math.max(0, Number(process.argv[3] ?? 1000));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const PROBER = path.join(packageRoot(), 'dist/bench/policy-prober.js');
 
-const kc = new k8s.KubeConfig();
-kc.loadFromFile(KUBECONFIG);
-const net = kc.makeApiClient(k8s.NetworkingV1Api);
-const core = kc.makeApiClient(k8s.CoreV1Api);
+/** The API clients, made once the cluster (and its kubeconfig) is up. */
+let net: k8s.NetworkingV1Api;
+let core: k8s.CoreV1Api;
+function connect(): void {
+  const kc = new k8s.KubeConfig();
+  kc.loadFromFile(KUBECONFIG);
+  net = kc.makeApiClient(k8s.NetworkingV1Api);
+  core = kc.makeApiClient(k8s.CoreV1Api);
+}
 
 const pod = (name: string, namespace: string, node: string, app: string) => `apiVersion: v1
 kind: Pod
@@ -245,6 +250,7 @@ async function main(): Promise<void> {
   try {
     cluster('down');
     clusterUp({});
+    connect();
     cluster('kni');
     kubectl('label', 'namespace', 'default', 'role=client');
     kubectl('create', 'namespace', 'pol');
@@ -261,11 +267,16 @@ async function main(): Promise<void> {
     kniWith('policy: { enabled: false }\n');
     cluster('kube-network-policies');
     await sleep(3000);
-    const knp = await measure('kube-network-policies', knpPid);
-    const row = (name: string, f: (r: Result) => string) => `| ${name} | ${f(kni)} | ${f(knp)} |`;
+    // It judges connections in user space through nftables' queue expression: a kernel without
+    // it (nft_queue) leaves it unable to write its rules, and it enforces nothing.
+    const knpLog = kubectl('-n', 'kube-system', 'logs', '-l', 'app=kube-network-policies', '--tail=200');
+    const knpBroken = /syncing nftables rules" error=/.test(knpLog) ? `kube-network-policies cannot write its nftables rules on this kernel (${/error=<?\s*([^\n]+)/.exec(knpLog)?.[1]?.trim() ?? 'see its log'}; it needs the nft queue expression, nft_queue), so it enforces nothing here` : '';
+    const knp = knpBroken ? undefined : await measure('kube-network-policies', knpPid);
+    const row = (name: string, f: (r: Result) => string) => `| ${name} | ${f(kni)} | ${knp ? f(knp) : '-'} |`;
     const ratio = (a: number, b: number) => (b ? (a / b).toFixed(2) : '-');
     const lines = [
       `NetworkPolicy: kni's own vs kube-network-policies v0.8.0 beside kni (its policy off), one run, ${CHANGES / 2} changes each way`,
+      ...(knpBroken ? [`(${knpBroken})`] : []),
       '',
       "| | kni's policy | kube-network-policies |",
       '|---|---|---|',
@@ -277,8 +288,7 @@ async function main(): Promise<void> {
       row('  ratio to no policy (p50)', (r) => ratio(percentile(r.connectMs, 50), percentile(r.connectNoPolicyMs, 50))),
       row('one stream, no policy / through a policy, MB/s', (r) => `${r.mbPerSNoPolicy.toFixed(0)} / ${r.mbPerS.toFixed(0)}`),
       row('RSS of the enforcing process, MB (kni: the whole node agent)', (r) => r.agentRssMb.toFixed(0)),
-      '',
-      `enforcement, kni vs kube-network-policies (p50): ${ratio(percentile(kni.enforceMs, 50), percentile(knp.enforceMs, 50))}`,
+      ...(knp ? ['', `enforcement, kni vs kube-network-policies (p50): ${ratio(percentile(kni.enforceMs, 50), percentile(knp.enforceMs, 50))}`] : []),
       ...(scale ? [
         '',
         `kni with ${POLICIES} NetworkPolicies (API objects; created in ${scale.createS.toFixed(0)} s): RSS ${scale.rssBefore.toFixed(0)} → ${scale.rssAfter.toFixed(0)} MB, CPU ${scale.cpuS.toFixed(1)} s while they came, a deny then enforced in ${pct(scale.enforceMs)} ms (p50 / p99)`,
