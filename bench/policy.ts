@@ -14,7 +14,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { packageRoot } from '../plugin/server/protos';
-import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, KUBECONFIG } from '../test/cluster/cluster-helpers';
+import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, POD, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { cpuMs, percentile, rssMb } from './stats';
 
 const CHANGES = Math.max(2, Number(process.argv[2] ?? 20));
@@ -32,19 +32,7 @@ function connect(): void {
   core = kc.makeApiClient(k8s.CoreV1Api);
 }
 
-const pod = (name: string, namespace: string, node: string, app: string) => `apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: ${namespace}, labels: { app: ${app} } }
-spec:
-  nodeName: kc-${node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 0
-  containers:
-  - name: httpd
-    image: kni.local/e2e:1
-    imagePullPolicy: Never
-    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-`;
+const pod = (name: string, namespace: string, node: string, app: string) => POD(name, node, { namespace, labels: { app } });
 
 const DENY: k8s.V1NetworkPolicy = { metadata: { name: 'deny' }, spec: { podSelector: {}, policyTypes: ['Ingress'] } };
 const ALLOW: k8s.V1NetworkPolicy = {

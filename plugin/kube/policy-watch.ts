@@ -8,11 +8,10 @@ import type * as K8s from '@kubernetes/client-node';
 import type { PodPolicy } from '../core/builtin-backend';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
-import { nftTables } from '../netlink/nftables';
 import { compilePolicies, isolating, judge, LocalPod, PolicyPod, ruleText } from '../policy/policy-model';
 import type { PolicyVerdicts } from '../core/trace-hop';
 import { PolicyEnforcer } from '../policy/policy-enforcer';
-import { POLICY_TABLE } from '../policy/policy-ruleset';
+import { POLICY_TABLE, policyTableInKernel } from '../policy/policy-ruleset';
 import type { InterfaceRecord, SandboxRecord } from '../store/records';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 import { recordEvent } from './kube-events';
@@ -231,7 +230,7 @@ export class PolicyWatch implements PodPolicy {
   private checkTable(): void {
     if (!this.enforcer.isReady) return;
     try {
-      if (nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE)) return;
+      if (policyTableInKernel()) return;
     } catch (e) {
       return void log('debug', 'cannot list nftables tables', { error: (e as Error).message });
     }

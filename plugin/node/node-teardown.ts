@@ -18,8 +18,7 @@ import { removeMasquerade } from './masquerade';
 import { NodeGuards } from './node-guards';
 import { removeVxlanDevice } from './vxlan-device';
 import { nftApply } from './iptables';
-import { POLICY_TABLE, removePolicyTableScript } from '../policy/policy-ruleset';
-import { nftTables } from '../netlink/nftables';
+import { policyTableInKernel, removePolicyTableScript } from '../policy/policy-ruleset';
 
 /** The host ends of pods' links that carry kni's marks (a veth's alias, an ifb): pods still on kni's network. */
 export function kniPodLinks(sock: NetlinkSocket): string[] {
@@ -62,7 +61,7 @@ export async function removeNodeNetwork(sock: NetlinkSocket, cfg: Config, ranges
   }
   await attempt("kni's nftables tables", () => new NodeGuards().removeTables());
   await attempt('the network policy table', async () => {
-    if (!nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE)) return false;
+    if (!policyTableInKernel()) return false;
     await nftApply(removePolicyTableScript(), 'the network policy table');
     return true;
   });

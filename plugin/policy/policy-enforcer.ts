@@ -16,10 +16,7 @@
 import { log } from '../core/log';
 import { nftRun } from '../sys/libnftables';
 import { LocalPod, PolicyModel, PolicyPod } from './policy-model';
-import { nftTables } from '../netlink/nftables';
-import { podAddScript, podDeleteScript, podIsolatedScript, POLICY_TABLE, policyTableScript } from './policy-ruleset';
-
-const tableInKernel = (): boolean => nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE);
+import { podAddScript, podDeleteScript, podIsolatedScript, policyTableInKernel, policyTableScript } from './policy-ruleset';
 
 const WRITE_DELAY_MS = 20;
 const ADMIT_WAIT_MS = 3_000;
@@ -87,7 +84,7 @@ export class PolicyEnforcer {
   async admit(pod: LocalPod): Promise<void> {
     await this.ready(ADMIT_WAIT_MS).catch(() => undefined);
     this.local.set(pod.end, pod);
-    await this.run(() => (this.model ? podAddScript(this.model, pod) : podIsolatedScript(pod, !tableInKernel())), `the network policy of pod ${pod.namespace}/${pod.name}`);
+    await this.run(() => (this.model ? podAddScript(this.model, pod) : podIsolatedScript(pod, !policyTableInKernel())), `the network policy of pod ${pod.namespace}/${pod.name}`);
   }
 
   /** A pod of this node out of the table (its detach). A failure writes the whole table instead. */

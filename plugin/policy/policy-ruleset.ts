@@ -11,10 +11,14 @@
 // The whole table is written in one transaction (delete and make again: nothing in between is
 // seen by a packet); a new pod's chains and elements are added in one too, inside its attach.
 import { Family } from '../ipam/ip';
+import { nftTables } from '../netlink/nftables';
 import { Direction, familyOfIp, LocalPod, modelSets, nftString, peerElements, PolicyModel, PolicyPod, podChainRules } from './policy-model';
 
 export const POLICY_TABLE = 'kni-policy';
 const T = `inet ${POLICY_TABLE}`;
+
+/** Whether the kernel has the table now (one netlink dump). */
+export const policyTableInKernel = (): boolean => nftTables().some((t) => t.family === 'inet' && t.name === POLICY_TABLE);
 
 const MAPS: Record<Direction, Record<Family, string>> = { ingress: { 4: 'ingress4', 6: 'ingress6' }, egress: { 4: 'egress4', 6: 'egress6' } };
 const chainOf = (end: string, d: Direction): string => `${d === 'ingress' ? 'in' : 'out'}-${end}`;
@@ -47,20 +51,15 @@ const list = (items: Iterable<string>): string => {
   return all.length ? ` elements = { ${all.join(', ')} }` : '';
 };
 
-const BASE_CHAINS = [
-  '  chain egress {',
-  '    type filter hook forward priority filter - 2; policy accept;',
+/** Egress first (the sender's policies), then ingress (the receiver's): one vmap lookup per family each. */
+const BASE_CHAINS = ([['egress', 'saddr', 2], ['ingress', 'daddr', 1]] as const).flatMap(([d, field, before]) => [
+  `  chain ${d} {`,
+  `    type filter hook forward priority filter - ${before}; policy accept;`,
   '    ct state established,related accept',
-  `    ip saddr vmap @${MAPS.egress[4]}`,
-  `    ip6 saddr vmap @${MAPS.egress[6]}`,
+  `    ip ${field} vmap @${MAPS[d][4]}`,
+  `    ip6 ${field} vmap @${MAPS[d][6]}`,
   '  }',
-  '  chain ingress {',
-  '    type filter hook forward priority filter - 1; policy accept;',
-  '    ct state established,related accept',
-  `    ip daddr vmap @${MAPS.ingress[4]}`,
-  `    ip6 daddr vmap @${MAPS.ingress[6]}`,
-  '  }',
-];
+]);
 
 const emptyMaps = (): string[] => (['ingress', 'egress'] as const).flatMap((d) => ([4, 6] as const).map((f) => `  map ${MAPS[d][f]} { type ipv${f}_addr : verdict; }`));
 

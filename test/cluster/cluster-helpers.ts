@@ -71,12 +71,12 @@ const HTTPD = (indent: string, extra = '') => [
   ...(extra ? [`  ${extra}`] : []),
 ].map((l) => `${indent}${l}`).join('\n');
 
-/** One httpd pod pinned to a worker, with annotations and a hostPort when given. */
-export const POD = (name: string, node: string, o: { labels?: Record<string, string>; annotations?: Record<string, string>; hostPort?: number } = {}) => `apiVersion: v1
+/** One httpd pod pinned to a worker, with a namespace, annotations and a hostPort when given. */
+export const POD = (name: string, node: string, o: { labels?: Record<string, string>; annotations?: Record<string, string>; hostPort?: number; namespace?: string } = {}) => `apiVersion: v1
 kind: Pod
 metadata:
   name: ${name}
-  labels: ${JSON.stringify(o.labels ?? { app: name })}
+${o.namespace ? `  namespace: ${o.namespace}\n` : ''}  labels: ${JSON.stringify(o.labels ?? { app: name })}
   annotations: ${JSON.stringify(o.annotations ?? {})}
 spec:
   nodeName: kc-${node}

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
 import { trySh } from '../helpers/sh';
 import { waitFor } from '../helpers/wait';
-import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson } from './cluster-helpers';
+import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, POD } from './cluster-helpers';
 
 /** Sends UDP to port 9 of every address of a /24 and of the first 254 of a /64, round after round, until killed. */
 const FLOOD = `
@@ -24,19 +24,7 @@ setInterval(() => {
 }, 5);
 `;
 
-const pod = (name: string, namespace: string, node: string) => `apiVersion: v1
-kind: Pod
-metadata: { name: ${name}, namespace: ${namespace}, labels: { app: ${name} } }
-spec:
-  nodeName: kc-${node}
-  automountServiceAccountToken: false
-  terminationGracePeriodSeconds: 1
-  containers:
-  - name: httpd
-    image: kni.local/e2e:1
-    imagePullPolicy: Never
-    command: ["/bin/busybox", "httpd", "-f", "-p", "80", "-h", "/www"]
-`;
+const pod = (name: string, namespace: string, node: string) => POD(name, node, { namespace, labels: { app: name } });
 
 const DENY = (namespace: string) => `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy
