@@ -7,7 +7,8 @@ import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import type * as K8s from '@kubernetes/client-node';
 import { parseIp } from '../plugin/ipam/ip';
 import { parseTracedPort } from '../plugin/kube/policy-verdict';
-import { blockRanges, compilePolicies, judge, LocalPod, peerElements, podChainRules, PolicyModel } from '../plugin/policy/policy-model';
+import { ClusterNetworkPolicy, compileClusterPolicies } from '../plugin/policy/cluster-policies';
+import { blockRanges, compilePolicies, judge, LocalPod, peerElements, PodChain, podChains, PolicyModel } from '../plugin/policy/policy-model';
 import { podAddScript, podDeleteScript, podIsolatedScript, policyTableScript } from '../plugin/policy/policy-ruleset';
 import { RUN, sh, trySh } from './helpers/sh';
 import { waitFor } from './helpers/wait';
@@ -15,6 +16,12 @@ import { waitFor } from './helpers/wait';
 const np = (name: string, spec: K8s.V1NetworkPolicySpec, namespace = 'ns1'): K8s.V1NetworkPolicy => ({ metadata: { name, namespace }, spec });
 const NAMESPACES = new Map([['ns1', { team: 'x' }], ['ns2', { team: 'y' }]]);
 const model = (...ps: K8s.V1NetworkPolicy[]): PolicyModel => compilePolicies(ps, NAMESPACES);
+/** The rules of a pod's one chain in a direction (undefined: no policy judges it there). */
+const chainRules = (m: PolicyModel, pod: LocalPod, d: 'ingress' | 'egress'): string[] | undefined => {
+  const chains: PodChain[] = podChains(m, pod, d, 'c');
+  assert.ok(chains.length <= 1, 'one chain without a Pass');
+  return chains[0]?.rules;
+};
 
 describe('network policy: NetworkPolicies compiled', () => {
   it('an ipBlock less its exceptions is the ranges between them', () => {
@@ -29,13 +36,13 @@ describe('network policy: NetworkPolicies compiled', () => {
 
   it("a pod's chain: its own addresses, each allowing rule (named ports resolved against it), then a counted drop", () => {
     const m = model(np('allow', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: 'client' } } }, { ipBlock: { cidr: '192.168.0.0/16', except: ['192.168.1.0/24'] } }], ports: [{ port: 'http' }, { port: 9000, endPort: 9010, protocol: 'UDP' }] }] }));
-    const rules = podChainRules(m, server, 'ingress')!;
+    const rules = chainRules(m, server, 'ingress')!;
     assert.deepEqual(rules.slice(0, 2), ['ip saddr { 10.1.0.2 } accept', 'ip6 saddr { fd00::2 } accept']);
     assert.ok(rules.includes('ip saddr @p0-i0-4 meta l4proto . th dport { udp . 9000-9010, tcp . 8080 } accept comment "ns1/allow"'), rules.join('\n'));
     assert.ok(rules.includes('ip saddr { 192.168.0.0-192.168.0.255, 192.168.2.0-192.168.255.255 } meta l4proto . th dport { udp . 9000-9010, tcp . 8080 } accept comment "ns1/allow"'), rules.join('\n'));
     assert.match(rules.at(-1)!, /^counter drop comment "ns1\/server: ingress isolated by 1 policy"$/);
-    assert.equal(podChainRules(m, server, 'egress'), undefined, 'an Ingress policy isolated egress');
-    assert.equal(podChainRules(m, { ...server, labels: { app: 'other' } }, 'ingress'), undefined, 'a pod the podSelector does not take is isolated');
+    assert.equal(chainRules(m, server, 'egress'), undefined, 'an Ingress policy isolated egress');
+    assert.equal(chainRules(m, { ...server, labels: { app: 'other' } }, 'ingress'), undefined, 'a pod the podSelector does not take is isolated');
   });
 
   it('a pod as a peer: in the sets of the rules whose pod and namespace selectors take it; egress named ports with its port numbers', () => {
@@ -52,7 +59,7 @@ describe('network policy: NetworkPolicies compiled', () => {
     const m = model(np('bad', { podSelector: {}, ingress: [{ ports: [{ port: 80, protocol: 'ICMP' }] }, { _from: [{ ipBlock: { cidr: '10.0.0.0/33' } }] }] }));
     assert.equal(m.problems.length, 2, m.problems.join('\n'));
     assert.match(m.problems[0], /^ns1\/bad: protocol "ICMP" is not TCP, UDP or SCTP$/);
-    const rules = podChainRules(m, server, 'ingress')!;
+    const rules = chainRules(m, server, 'ingress')!;
     assert.equal(rules.filter((r) => r.includes('comment "ns1/bad"')).length, 0, rules.join('\n'));
   });
 });
@@ -135,6 +142,87 @@ interface Pod {
   ip: string;
 }
 
+const NS_LABELS = new Map([['ns1', { 'kubernetes.io/metadata.name': 'ns1', team: 'x' }], ['ns2', { 'kubernetes.io/metadata.name': 'ns2', team: 'y' }]]);
+const cnp = (name: string, tier: string, priority: number, spec: object): ClusterNetworkPolicy => ({ metadata: { name }, spec: { tier, priority, subject: { namespaces: { matchLabels: { 'kubernetes.io/metadata.name': 'ns1' } } }, ...spec } });
+/** NetworkPolicies and ClusterNetworkPolicies in one model, as the policy watch compiles them. */
+const fullModel = (nps: K8s.V1NetworkPolicy[], cnps: ClusterNetworkPolicy[]): PolicyModel => compilePolicies(nps, NS_LABELS, compileClusterPolicies(cnps));
+const fromNs = (ns: string) => ({ namespaces: { matchLabels: { 'kubernetes.io/metadata.name': ns } } });
+
+describe('network policy: ClusterNetworkPolicies compiled (network-policy-api v0.3.0)', () => {
+  const pod: LocalPod = { namespace: 'ns1', name: 'web', end: 'kniweb', labels: { app: 'web' }, ips: ['10.1.0.2'], ports: [{ name: 'http', port: 8080, protocol: 'TCP' }] };
+
+  it('Admin rules by priority before the NetworkPolicies; a Pass goes to them in a chain of their own; Baseline only for a pod they do not isolate', () => {
+    const m = fullModel([np('allow', { podSelector: {}, ingress: [{}] })], [
+      cnp('second', 'Admin', 20, { ingress: [{ name: 'deny-ns2', action: 'Deny', from: [fromNs('ns2')] }] }),
+      cnp('first', 'Admin', 10, { ingress: [{ name: 'pass-ns2-http', action: 'Pass', from: [fromNs('ns2')], protocols: [{ destinationNamedPort: 'http' }] }] }),
+      cnp('base', 'Baseline', 5, { ingress: [{ name: 'deny-all', action: 'Deny', from: [{ namespaces: {} }] }] }),
+    ]);
+    const chains = podChains(m, pod, 'ingress', 'in-x');
+    assert.deepEqual(chains.map((c) => c.name), ['in-x-t', 'in-x'], 'the chain a Pass goes to comes first');
+    const [tail, head] = chains.map((c) => c.rules);
+    assert.deepEqual(head, [
+      'ip saddr { 10.1.0.2 } accept',
+      'ip saddr @c1-i0-4 meta l4proto . th dport { tcp . 8080 } goto in-x-t comment "first (Admin) pass-ns2-http"',
+      'ip6 saddr @c1-i0-6 meta l4proto . th dport { tcp . 8080 } goto in-x-t comment "first (Admin) pass-ns2-http"',
+      'ip saddr @c2-i0-4 counter drop comment "second (Admin) deny-ns2"',
+      'ip6 saddr @c2-i0-6 counter drop comment "second (Admin) deny-ns2"',
+      'goto in-x-t',
+    ]);
+    assert.deepEqual(tail, ['accept comment "ns1/allow"', 'counter drop comment "ns1/web: ingress isolated by 1 policy"'], 'a pod a NetworkPolicy isolates: no Baseline rule');
+    const bare = podChains(fullModel([], [cnp('base', 'Baseline', 5, { ingress: [{ name: 'deny-all', action: 'Deny', from: [{ namespaces: {} }] }] })]), pod, 'ingress', 'in-x');
+    assert.deepEqual(bare, [{ name: 'in-x', rules: ['ip saddr { 10.1.0.2 } accept', 'ip saddr @c0-i0-4 counter drop comment "base (Baseline) deny-all"', 'ip6 saddr @c0-i0-6 counter drop comment "base (Baseline) deny-all"'] }]);
+    assert.deepEqual(podChains(m, { ...pod, namespace: 'ns2' }, 'egress', 'out-x'), [], 'a pod no subject takes and no NetworkPolicy isolates has no chain');
+  });
+
+  it('peers: namespaces, pods in namespaces, networks; ports by number, range, protocol and name', () => {
+    const m = fullModel([], [cnp('out', 'Admin', 1, { egress: [
+      { name: 'pods', action: 'Accept', to: [{ pods: { namespaceSelector: { matchLabels: { team: 'y' } }, podSelector: { matchLabels: { app: 'db' } } } }], protocols: [{ tcp: { destinationPort: { number: 5432 } } }, { udp: { destinationPort: { range: { start: 5000, end: 5010 } } } }, { sctp: {} }] },
+      { name: 'nets', action: 'Deny', to: [{ networks: ['192.0.2.0/24', 'fd00:1::/64'] }] },
+      { name: 'named', action: 'Accept', to: [{ namespaces: {} }], protocols: [{ destinationNamedPort: 'http' }] },
+    ] })]);
+    const rules = podChains(m, pod, 'egress', 'o')[0].rules;
+    assert.ok(rules.includes('ip daddr @c0-e0-4 meta l4proto . th dport { tcp . 5432, udp . 5000-5010, sctp . 0-65535 } accept comment "out (Admin) pods"'), rules.join('\n'));
+    assert.ok(rules.includes('ip daddr { 192.0.2.0/24 } counter drop comment "out (Admin) nets"'), rules.join('\n'));
+    assert.ok(rules.includes('ip6 daddr { fd00:1::/64 } counter drop comment "out (Admin) nets"'), rules.join('\n'));
+    assert.ok(rules.includes('ip daddr . meta l4proto . th dport @c0-e2-n4 accept comment "out (Admin) named"'), rules.join('\n'));
+    const db = { namespace: 'ns2', name: 'db', labels: { app: 'db' }, ips: ['10.1.0.9'], ports: [{ name: 'http', port: 8081, protocol: 'TCP' as const }] };
+    assert.deepEqual(Object.fromEntries(peerElements(m, db)), { 'c0-e0-4': ['10.1.0.9'], 'c0-e2-4': ['10.1.0.9'], 'c0-e2-n4': ['10.1.0.9 . tcp . 8081'] });
+  });
+
+  it('what kni cannot enforce is said: a tier, a priority, an action, nodes and domainNames peers', () => {
+    const { policies, problems } = compileClusterPolicies([
+      cnp('tier', 'Middle', 1, {}),
+      cnp('prio', 'Admin', 1001, {}),
+      cnp('rules', 'Admin', 1, { egress: [{ name: 'r0', action: 'Allow', to: [fromNs('ns2')] }, { name: 'r1', action: 'Deny', to: [{ nodes: {} }, { domainNames: ['example.com'] }] }] }),
+      { metadata: { name: 'nosubject' }, spec: { tier: 'Admin', priority: 1, subject: {} } },
+    ]);
+    assert.deepEqual(policies.map((p) => `${p.name}:${p.egress.map((r) => r.name)}`), ['rules:r1']);
+    assert.deepEqual(problems, [
+      'nosubject: the subject names no namespaces or pods: the policy is left out',
+      'rules: egress rule "r0": action "Allow" is not Accept, Deny or Pass: the rule is left out',
+      'rules: egress rule "r1": nodes peers are not enforced by kni: they match nothing',
+      'rules: egress rule "r1": domainNames peers are not enforced by kni: they match nothing',
+      'tier: tier "Middle" is not Admin or Baseline: the policy is left out',
+      'prio: priority 1001 is not 0-1000: the policy is left out',
+    ]);
+  });
+
+  it('verdicts: the first Admin rule that matches decides, a Pass leaves it to the NetworkPolicies, Baseline decides for a pod they do not isolate', () => {
+    const from = (ns: string) => ({ ip: parseIp('10.1.0.7'), pod: { namespace: ns, name: 'c', labels: {}, ips: ['10.1.0.7'], ports: [] } });
+    const tcp = (port: number) => ({ port, protocol: 'TCP' as const });
+    const admin = cnp('admin', 'Admin', 1, { ingress: [{ name: 'pass-80', action: 'Pass', from: [fromNs('ns2')], protocols: [{ tcp: { destinationPort: { number: 80 } } }] }, { name: 'deny', action: 'Deny', from: [fromNs('ns2')] }] });
+    const base = cnp('base', 'Baseline', 1, { ingress: [{ name: 'accept', action: 'Accept', from: [fromNs('ns1')] }, { name: 'deny', action: 'Deny', from: [{ namespaces: {} }] }] });
+    const allow80 = np('allow', { podSelector: {}, ingress: [{ ports: [{ port: 80 }] }] });
+    const judged = (nps: K8s.V1NetworkPolicy[], peerNs: string, port?: number) => judge(fullModel(nps, [admin, base]), 'ingress', pod, from(peerNs), port === undefined ? undefined : tcp(port));
+    assert.deepEqual(judged([], 'ns2', 81).decidedBy, { policy: 'admin', tier: 'Admin', rule: 'deny', action: 'Deny' });
+    assert.deepEqual(judged([allow80], 'ns2', 80), { selecting: ['ns1/allow'], allowedBy: ['ns1/allow'], ports: [] }, 'passed to the NetworkPolicy, which allows it');
+    assert.deepEqual(judged([], 'ns2', 80).decidedBy, { policy: 'base', tier: 'Baseline', rule: 'deny', action: 'Deny' }, 'passed, no NetworkPolicy: Baseline');
+    assert.deepEqual(judged([], 'ns1', 80).decidedBy, { policy: 'base', tier: 'Baseline', rule: 'accept', action: 'Accept' });
+    assert.equal(judged([allow80], 'ns1', 81).decidedBy, undefined, 'a pod a NetworkPolicy isolates: Baseline says nothing');
+    assert.equal(judged([], 'ns2').decidedBy?.rule, 'deny', 'without a port, the first rule for every port');
+  });
+});
+
 describe('network policy on the real kernel: connections between routed pods', function () {
   this.timeout(120_000);
   const node = `${RUN}-pn`;
@@ -211,6 +299,26 @@ describe('network policy on the real kernel: connections between routed pods', f
     assert.deepEqual(reach([['a', 'd', 80], ['d', 'b', 80]]), { 'a->d:80': true, 'd->b:80': false });
     const table = sh('ip', ['netns', 'exec', node, 'nft', 'list', 'table', 'inet', 'kni-policy']);
     assert.doesNotMatch(table, new RegExp(`in-${d.end}|${d.ips[0]}`), table);
+  });
+
+  it('ClusterNetworkPolicies: an Admin Deny over a NetworkPolicy allow, a Pass to it, Baseline for the pods it does not isolate; added and taken out with a new pod', () => {
+    const byName = (pod: string) => ({ pods: { namespaceSelector: {}, podSelector: { matchLabels: LABELS[pod] } } });
+    const m = fullModel([np('allow-b', { podSelector: { matchLabels: { app: 'server' } }, ingress: [{ _from: [{ podSelector: {} }] }] })], [
+      { metadata: { name: 'admin' }, spec: { tier: 'Admin', priority: 10, subject: byName('b'), ingress: [
+        { name: 'pass-a', action: 'Pass', from: [byName('a')], protocols: [{ tcp: { destinationPort: { number: 80 } } }] },
+        { name: 'deny-a', action: 'Deny', from: [byName('a')] },
+      ] } },
+      { metadata: { name: 'base' }, spec: { tier: 'Baseline', priority: 10, subject: { namespaces: {} }, ingress: [{ name: 'deny-c-9000', action: 'Deny', from: [byName('c')], protocols: [{ tcp: { destinationPort: { range: { start: 8999, end: 9001 } } } }] }] } },
+    ]);
+    write(m);
+    assert.deepEqual(reach([['a', 'b', 80], ['a', 'b', 8080], ['c', 'b', 9000], ['c', 'a', 9000], ['c', 'a', 80], ['b', 'c', 9000]]), {
+      'a->b:80': true, 'a->b:8080': false, 'c->b:9000': true, 'c->a:9000': false, 'c->a:80': true, 'b->c:9000': true,
+    });
+    const d = local('d', { app: 'new' });
+    nft(podAddScript(m, d));
+    assert.deepEqual(reach([['c', 'd', 9000], ['c', 'd', 80]]), { 'c->d:9000': false, 'c->d:80': true }, 'the new pod has its Baseline rule');
+    nft(podDeleteScript(m, d));
+    assert.equal(reach([['c', 'd', 9000]])['c->d:9000'], true);
   });
 
   it('a pod attached before the policies could be read starts isolated both ways, the table made if it is missing', () => {

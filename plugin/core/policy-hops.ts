@@ -18,14 +18,22 @@ export async function policyHops(ctx: PolicyContext | undefined, receiver: Recei
   if (sender.pod) {
     const v = await ctx.lookup.verdict('egress', sender.pod, { pod: receiver.pod, ip: receiver.ip }, port);
     const to = receiver.pod ? podText(receiver.pod) : receiver.ip;
-    if (v?.selecting.length) out.egress.push(verdictHop('pod', 'egress', sender.pod, v, to, port, always, ctx.lookup.enforcedByKni));
+    if (v?.decidedBy) out.egress.push(clusterHop('pod', 'egress', v.decidedBy, to, port, always));
+    else if (v?.selecting.length) out.egress.push(verdictHop('pod', 'egress', sender.pod, v, to, port, always, ctx.lookup.enforcedByKni));
   }
   if (receiver.pod) {
     const v = await ctx.lookup.verdict('ingress', receiver.pod, { pod: sender.pod, ip: sender.ip }, port);
     const from = sender.pod ? podText(sender.pod) : sender.node ? `node ${sender.ip ?? ''}`.trim() : sender.ip ?? 'the sender';
-    if (v?.selecting.length) out.ingress.push(verdictHop(at, 'ingress', receiver.pod, v, from, port, always, ctx.lookup.enforcedByKni));
+    if (v?.decidedBy) out.ingress.push(clusterHop(at, 'ingress', v.decidedBy, from, port, always));
+    else if (v?.selecting.length) out.ingress.push(verdictHop(at, 'ingress', receiver.pod, v, from, port, always, ctx.lookup.enforcedByKni));
   }
   return out;
+}
+
+function clusterHop(at: string, direction: Direction, d: NonNullable<DirectionVerdict['decidedBy']>, peer: string, port: TracedPort | undefined, always: string): TraceHop {
+  const what = `ClusterNetworkPolicy ${d.policy} (${d.tier} tier, rule ${JSON.stringify(d.rule)}) ${d.action === 'Accept' ? 'accepts' : 'denies'} what is sent ${direction === 'ingress' ? 'from' : 'to'} ${peer}${port ? ` on ${portText(port)}` : ''}`;
+  if (always) return { at, what: `${what}; what passes ${always} is never a policy's to stop`, problem: '' };
+  return { at, what, problem: d.action === 'Deny' ? "kni's policy drops it" : '' };
 }
 
 /** `always`: what always passes, as the API says ("between a pod and its own node", "from a pod to itself"); '' for the rest. */

@@ -28,6 +28,8 @@ export interface DirectionVerdict {
   allowedBy: string[];
   /** Without a traced port: what the peer may reach ("80/TCP", "every UDP port"); 'all' when a rule lists no ports. */
   ports: 'all' | string[];
+  /** A ClusterNetworkPolicy rule that decides (Admin: before any NetworkPolicy; Baseline: for a pod none isolates). */
+  decidedBy?: { policy: string; tier: 'Admin' | 'Baseline'; rule: string; action: 'Accept' | 'Deny' };
 }
 
 /** "80", "80/tcp", "53/UDP", "sctp"-less: a traced port as knictl and the Trace RPC take it; throws saying what is wrong. */

@@ -4,8 +4,11 @@
 // pod of this node, the rules of the policies that select it. Pure: the objects are read in
 // plugin/kube/policy-watch.ts, the nftables text is made in policy-ruleset.ts.
 //
-// Semantics as the API defines them: a pod is isolated in a direction once a policy of that type
-// selects it, and then takes only what some rule of those policies allows; policies add up.
+// Semantics as the APIs define them: a pod is isolated in a direction once a NetworkPolicy of that
+// type selects it, and then takes only what some rule of those policies allows; policies add up.
+// ClusterNetworkPolicies (cluster-policies.ts) come around them: the Admin tier's rules first, in
+// priority order, where the first that matches decides (Pass: on to the NetworkPolicies); the
+// Baseline tier's after them, for a pod no NetworkPolicy isolates.
 // Traffic between a pod and its own node is not judged here (it never crosses the forward hook).
 import type * as K8s from '@kubernetes/client-node';
 import { bitsOf, Family, formatIp, parseCidr, parseIp } from '../ipam/ip';
@@ -28,7 +31,7 @@ export interface LocalPod extends PolicyPod {
   end: string;
 }
 
-interface PeerSelector {
+export interface PeerSelector {
   namespace: string;
   namespaceSelector?: K8s.V1LabelSelector;
   podSelector?: K8s.V1LabelSelector;
@@ -64,8 +67,28 @@ export interface CompiledPolicy {
   egress?: CompiledRule[];
 }
 
+export type ClusterAction = 'Accept' | 'Deny' | 'Pass';
+export type ClusterTier = 'Admin' | 'Baseline';
+
+export interface CompiledClusterRule extends CompiledRule {
+  name: string;
+  action: ClusterAction;
+}
+
+export interface CompiledClusterPolicy {
+  /** The ClusterNetworkPolicy's name (no namespace, so no "/": a NetworkPolicy's names always have one). */
+  name: string;
+  tier: ClusterTier;
+  priority: number;
+  subject: PeerSelector;
+  ingress: CompiledClusterRule[];
+  egress: CompiledClusterRule[];
+}
+
 export interface PolicyModel {
   policies: CompiledPolicy[];
+  /** ClusterNetworkPolicies in the order they are judged. */
+  cluster: CompiledClusterPolicy[];
   namespaceLabels: ReadonlyMap<string, Record<string, string>>;
   /** What kni cannot enforce as written, per policy ("ns/name: why"); such a rule allows nothing. */
   problems: string[];
@@ -73,11 +96,11 @@ export interface PolicyModel {
 
 export type Direction = 'ingress' | 'egress';
 
-const PROTOCOLS: Protocol[] = ['TCP', 'UDP', 'SCTP'];
+export const PROTOCOLS: Protocol[] = ['TCP', 'UDP', 'SCTP'];
 const OPERATORS = new Set(['In', 'NotIn', 'Exists', 'DoesNotExist']);
 
 /** Why a selector cannot be judged as written ('' when it can): an operator the API refuses. */
-function selectorProblem(sel: K8s.V1LabelSelector | undefined): string {
+export function selectorProblem(sel: K8s.V1LabelSelector | undefined): string {
   const bad = (sel?.matchExpressions ?? []).find((e) => !OPERATORS.has(e.operator));
   return bad ? `label selector operator ${JSON.stringify(bad.operator)} is not In, NotIn, Exists or DoesNotExist` : '';
 }
@@ -146,9 +169,9 @@ function compileRule(set: string, namespace: string, peers: K8s.V1NetworkPolicyP
   return rule;
 }
 
-/** The model of a cluster's NetworkPolicies, with its namespaces' labels (for namespaceSelector). */
-export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels: ReadonlyMap<string, Record<string, string>>): PolicyModel {
-  const out: PolicyModel = { policies: [], namespaceLabels, problems: [] };
+/** The model of a cluster's NetworkPolicies and compiled ClusterNetworkPolicies, with its namespaces' labels (for namespace selectors). */
+export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels: ReadonlyMap<string, Record<string, string>>, cluster: { policies: CompiledClusterPolicy[]; problems: string[] } = { policies: [], problems: [] }): PolicyModel {
+  const out: PolicyModel = { policies: [], cluster: cluster.policies, namespaceLabels, problems: [...cluster.problems] };
   const sorted = [...policies].sort((a, b) => nameOf(a).localeCompare(nameOf(b)));
   sorted.forEach((p, i) => {
     const namespace = p.metadata?.namespace ?? 'default';
@@ -178,6 +201,17 @@ function selectorMatches(model: PolicyModel, s: PeerSelector, pod: PolicyPod): b
   return namespaceOk && labelSelectorMatches(s.podSelector, pod.labels);
 }
 
+/** Whether a ClusterNetworkPolicy's subject takes a pod. */
+export const clusterSelects = (model: PolicyModel, p: CompiledClusterPolicy, pod: PolicyPod): boolean => selectorMatches(model, p.subject, pod);
+
+/** Every rule of the model, NetworkPolicies' and ClusterNetworkPolicies', with its direction. */
+function* rulesOf(model: PolicyModel): Generator<{ rule: CompiledRule; egress: boolean }> {
+  for (const p of [...model.policies, ...model.cluster]) {
+    for (const rule of p.ingress ?? []) yield { rule, egress: false };
+    for (const rule of p.egress ?? []) yield { rule, egress: true };
+  }
+}
+
 export const familyOfIp = (ip: string): Family => (ip.includes(':') ? 6 : 4);
 
 const PROTO_NAME: Record<Protocol, string> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
@@ -194,17 +228,13 @@ export function peerElements(model: PolicyModel, pod: PolicyPod): Map<string, st
     if (l) l.push(e);
     else out.set(set, [e]);
   };
-  for (const p of model.policies) {
-    for (const [rules, egress] of [[p.ingress, false], [p.egress, true]] as const) {
-      for (const r of rules ?? []) {
-        const taken = r.selectors.some((s) => selectorMatches(model, s, pod));
-        if (taken) for (const ip of pod.ips) add(`${r.set}-${familyOfIp(ip)}`, ip);
-        if (egress && r.named.length && (taken || r.anyPeer)) {
-          for (const n of r.named) {
-            for (const port of pod.ports.filter((x) => x.name === n.name && x.protocol === n.protocol)) {
-              for (const ip of pod.ips) add(`${r.set}-n${familyOfIp(ip)}`, `${ip} . ${PROTO_NAME[n.protocol]} . ${port.port}`);
-            }
-          }
+  for (const { rule: r, egress } of rulesOf(model)) {
+    const taken = r.selectors.some((s) => selectorMatches(model, s, pod));
+    if (taken) for (const ip of pod.ips) add(`${r.set}-${familyOfIp(ip)}`, ip);
+    if (egress && r.named.length && (taken || r.anyPeer)) {
+      for (const n of r.named) {
+        for (const port of pod.ports.filter((x) => x.name === n.name && x.protocol === n.protocol)) {
+          for (const ip of pod.ips) add(`${r.set}-n${familyOfIp(ip)}`, `${ip} . ${PROTO_NAME[n.protocol]} . ${port.port}`);
         }
       }
     }
@@ -215,25 +245,21 @@ export function peerElements(model: PolicyModel, pod: PolicyPod): Map<string, st
 /** The sets a model's rules use, with the element type of each. */
 export function modelSets(model: PolicyModel): Map<string, string> {
   const out = new Map<string, string>();
-  for (const p of model.policies) {
-    for (const [rules, egress] of [[p.ingress, false], [p.egress, true]] as const) {
-      for (const r of rules ?? []) {
-        if (r.selectors.length) {
-          out.set(`${r.set}-4`, 'ipv4_addr');
-          out.set(`${r.set}-6`, 'ipv6_addr');
-        }
-        if (egress && r.named.length) {
-          out.set(`${r.set}-n4`, 'ipv4_addr . inet_proto . inet_service');
-          out.set(`${r.set}-n6`, 'ipv6_addr . inet_proto . inet_service');
-        }
-      }
+  for (const { rule: r, egress } of rulesOf(model)) {
+    if (r.selectors.length) {
+      out.set(`${r.set}-4`, 'ipv4_addr');
+      out.set(`${r.set}-6`, 'ipv6_addr');
+    }
+    if (egress && r.named.length) {
+      out.set(`${r.set}-n4`, 'ipv4_addr . inet_proto . inet_service');
+      out.set(`${r.set}-n6`, 'ipv6_addr . inet_proto . inet_service');
     }
   }
   return out;
 }
 
-/** The nft rules (each ending in accept) by which one rule lets a packet of `pod` through in a direction. */
-function ruleLines(r: CompiledRule, direction: Direction, pod: LocalPod): string[] {
+/** The nft rules (each ending in `verdict`) by which one rule matches a packet of `pod` in a direction. */
+function ruleLines(r: CompiledRule, direction: Direction, pod: LocalPod, verdict = 'accept'): string[] {
   const peerField = direction === 'ingress' ? 'saddr' : 'daddr';
   const peers: string[] = [];
   if (r.anyPeer) peers.push('');
@@ -249,30 +275,54 @@ function ruleLines(r: CompiledRule, direction: Direction, pod: LocalPod): string
   }
   const lines: string[] = [];
   const portMatch = ports.length ? `meta l4proto . th dport { ${ports.map((x) => `${PROTO_NAME[x.protocol]} . ${x.first === x.last ? x.first : `${x.first}-${x.last}`}`).join(', ')} } ` : '';
-  if (r.anyPort) for (const peer of peers) lines.push(`${peer}accept`);
-  else if (portMatch) for (const peer of peers) lines.push(`${peer}${portMatch}accept`);
-  if (direction === 'egress' && r.named.length) lines.push(`ip daddr . meta l4proto . th dport @${r.set}-n4 accept`, `ip6 daddr . meta l4proto . th dport @${r.set}-n6 accept`);
+  if (r.anyPort) for (const peer of peers) lines.push(`${peer}${verdict}`);
+  else if (portMatch) for (const peer of peers) lines.push(`${peer}${portMatch}${verdict}`);
+  if (direction === 'egress' && r.named.length) lines.push(`ip daddr . meta l4proto . th dport @${r.set}-n4 ${verdict}`, `ip6 daddr . meta l4proto . th dport @${r.set}-n6 ${verdict}`);
   return lines;
 }
 
 /** The policies that isolate a pod in a direction (empty: it is not isolated, everything passes). */
 export const isolating = (model: PolicyModel, pod: PolicyPod, direction: Direction): CompiledPolicy[] => model.policies.filter((p) => p[direction] && selects(p, pod));
 
+/** The rules of ClusterNetworkPolicies of a tier whose subject takes a pod, in the order they are judged. */
+export const clusterRules = (model: PolicyModel, pod: PolicyPod, direction: Direction, tier: ClusterTier): { policy: CompiledClusterPolicy; rule: CompiledClusterRule }[] =>
+  model.cluster.filter((p) => p.tier === tier && p[direction].length && clusterSelects(model, p, pod)).flatMap((policy) => policy[direction].map((rule) => ({ policy, rule })));
+
+export interface PodChain {
+  name: string;
+  rules: string[];
+}
+
 /**
- * The rules of a pod's chain in a direction, undefined when no policy isolates it there: what
- * each selecting policy allows, the pod to itself (through a Service), then a counted drop.
+ * A pod's chains in a direction (none when no policy judges it there), those jumped to first:
+ * the pod to itself (through a Service) passes; the Admin tier's rules, the first that matches
+ * deciding (Pass goes to `<chain>-t`); then in `<chain>-t` when there is a Pass, what the
+ * NetworkPolicies isolating the pod allow and a counted drop, or, when none isolates it, the
+ * Baseline tier's rules. What reaches the end passes.
  */
-export function podChainRules(model: PolicyModel, pod: LocalPod, direction: Direction): string[] | undefined {
+export function podChains(model: PolicyModel, pod: LocalPod, direction: Direction, chain: string): PodChain[] {
   const policies = isolating(model, pod, direction);
-  if (!policies.length) return undefined;
+  const admin = clusterRules(model, pod, direction, 'Admin');
+  const baseline = policies.length ? [] : clusterRules(model, pod, direction, 'Baseline');
+  if (!policies.length && !admin.length && !baseline.length) return [];
   const field = direction === 'ingress' ? 'saddr' : 'daddr';
   const own = (f: Family) => pod.ips.filter((ip) => familyOfIp(ip) === f);
-  const lines: string[] = [];
-  if (own(4).length) lines.push(`ip ${field} { ${own(4).join(', ')} } accept`);
-  if (own(6).length) lines.push(`ip6 ${field} { ${own(6).join(', ')} } accept`);
-  for (const p of policies) for (const r of p[direction]!) lines.push(...ruleLines(r, direction, pod).map((l) => `${l} comment ${nftString(p.name)}`));
-  lines.push(`counter drop comment ${nftString(`${pod.namespace}/${pod.name}: ${direction} isolated by ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}`)}`);
-  return lines;
+  const head: string[] = [];
+  if (own(4).length) head.push(`ip ${field} { ${own(4).join(', ')} } accept`);
+  if (own(6).length) head.push(`ip6 ${field} { ${own(6).join(', ')} } accept`);
+  const tailChain = `${chain}-t`;
+  const hasPass = admin.some((x) => x.rule.action === 'Pass');
+  const verdicts: Record<ClusterAction, string> = { Accept: 'accept', Deny: 'counter drop', Pass: hasPass ? `goto ${tailChain}` : '' };
+  const clusterLines = (list: typeof admin, pass: string) =>
+    list.flatMap(({ policy, rule }) => ruleLines(rule, direction, pod, rule.action === 'Pass' ? pass : verdicts[rule.action]).map((l) => `${l} comment ${nftString(`${policy.name} (${policy.tier}) ${rule.name}`)}`));
+  head.push(...clusterLines(admin, verdicts.Pass));
+  const tail: string[] = [];
+  for (const p of policies) for (const r of p[direction]!) tail.push(...ruleLines(r, direction, pod).map((l) => `${l} comment ${nftString(p.name)}`));
+  if (policies.length) tail.push(`counter drop comment ${nftString(`${pod.namespace}/${pod.name}: ${direction} isolated by ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}`)}`);
+  // A Pass in the Baseline tier leaves the rest of it to the default: the packet passes.
+  tail.push(...clusterLines(baseline, 'accept'));
+  if (!hasPass) return [{ name: chain, rules: [...head, ...tail] }];
+  return [{ name: tailChain, rules: tail }, { name: chain, rules: [...head, `goto ${tailChain}`] }];
 }
 
 /** A comment as nft takes it: quoted, with what it cannot hold taken out (object names hold none of it anyway). */
@@ -307,17 +357,29 @@ export function judge(model: PolicyModel, direction: Direction, pod: PolicyPod, 
   const out: DirectionVerdict = { selecting: [], allowedBy: [], ports: [] };
   // Named ports are the receiving pod's: the pod's own for ingress, the peer's for egress.
   const receiving = direction === 'ingress' ? pod.ports : (peer.pod?.ports ?? []);
+  const peerOk = (r: CompiledRule) => r.anyPeer || (!!peer.pod && r.selectors.some((s) => selectorMatches(model, s, peer.pod!))) || (!!peer.ip && inRanges(r.blocks[peer.ip.family], peer.ip));
+  const namedOf = (r: CompiledRule) => r.named.flatMap((n) => receiving.filter((x) => x.name === n.name && x.protocol === n.protocol).map((x) => ({ ...n, port: x.port })));
+  const portOk = (r: CompiledRule, p: TracedPort) => r.anyPort || r.ports.some((x) => x.protocol === p.protocol && p.port >= x.first && p.port <= x.last) || namedOf(r).some((x) => x.protocol === p.protocol && x.port === p.port);
+  // The first rule of a tier that matches decides; without a traced port, only a rule for every port can.
+  const decide = (tier: ClusterTier): DirectionVerdict['decidedBy'] | 'Pass' | undefined => {
+    for (const { policy, rule } of clusterRules(model, pod, direction, tier)) {
+      if (!peerOk(rule) || !(port ? portOk(rule, port) : rule.anyPort)) continue;
+      return rule.action === 'Pass' ? 'Pass' : { policy: policy.name, tier, rule: rule.name, action: rule.action };
+    }
+    return undefined;
+  };
+  const admin = decide('Admin');
+  if (admin && admin !== 'Pass') return { ...out, ports: admin.action === 'Accept' ? 'all' : [], decidedBy: admin };
   const reachable = new Set<string>();
   let all = false;
   for (const p of isolating(model, pod, direction)) {
     out.selecting.push(p.name);
     let allows = false;
     for (const r of p[direction]!) {
-      const peerOk = r.anyPeer || (!!peer.pod && r.selectors.some((s) => selectorMatches(model, s, peer.pod!))) || (!!peer.ip && inRanges(r.blocks[peer.ip.family], peer.ip));
-      if (!peerOk) continue;
-      const named = r.named.flatMap((n) => receiving.filter((x) => x.name === n.name && x.protocol === n.protocol).map((x) => ({ ...n, port: x.port })));
+      if (!peerOk(r)) continue;
+      const named = namedOf(r);
       if (port) {
-        if (r.anyPort || r.ports.some((x) => x.protocol === port.protocol && port.port >= x.first && port.port <= x.last) || named.some((x) => x.protocol === port.protocol && x.port === port.port)) allows = true;
+        if (portOk(r, port)) allows = true;
         continue;
       }
       if (r.anyPort) all = allows = true;
@@ -328,6 +390,10 @@ export function judge(model: PolicyModel, direction: Direction, pod: PolicyPod, 
     if (allows) out.allowedBy.push(p.name);
   }
   out.ports = all ? 'all' : [...reachable];
+  if (!out.selecting.length) {
+    const baseline = decide('Baseline');
+    if (baseline && baseline !== 'Pass') return { ...out, ports: baseline.action === 'Accept' ? 'all' : [], decidedBy: baseline };
+  }
   return out;
 }
 

@@ -7,12 +7,13 @@
 //   address to the receiving pod's ingress chain, through verdict maps: one lookup whatever the
 //   number of pods. A pod no policy isolates has no element, and passes.
 // - A pod's chain holds the rules of the policies that select it (one lookup per rule: peer
-//   addresses in a set per rule and selector, ports in an anonymous set), then a counted drop.
+//   addresses in a set per rule and selector, ports in an anonymous set): the Admin tier's
+//   ClusterNetworkPolicies, the NetworkPolicies and their counted drop, the Baseline tier's.
 // The whole table is written in one transaction (delete and make again: nothing in between is
 // seen by a packet); a new pod's chains and elements are added in one too, inside its attach.
 import { Family } from '../ipam/ip';
 import { nftTables } from '../netlink/nftables';
-import { Direction, familyOfIp, LocalPod, modelSets, nftString, peerElements, PolicyModel, PolicyPod, podChainRules } from './policy-model';
+import { Direction, familyOfIp, LocalPod, modelSets, nftString, peerElements, PodChain, podChains, PolicyModel, PolicyPod } from './policy-model';
 
 export const POLICY_TABLE = 'kni-policy';
 const T = `inet ${POLICY_TABLE}`;
@@ -25,7 +26,8 @@ const chainOf = (end: string, d: Direction): string => `${d === 'ingress' ? 'in'
 
 /** What one pod of this node brings to the table: its chains, their map elements, and its set elements as a peer. */
 interface PodPart {
-  chains: { name: string; rules: string[] }[];
+  /** Those jumped to before those that jump to them. */
+  chains: PodChain[];
   /** Map name → `address : jump chain`. */
   verdicts: Map<string, string[]>;
   elements: Map<string, string[]>;
@@ -34,10 +36,10 @@ interface PodPart {
 function podPart(model: PolicyModel, pod: LocalPod): PodPart {
   const part: PodPart = { chains: [], verdicts: new Map(), elements: peerElements(model, pod) };
   for (const d of ['ingress', 'egress'] as const) {
-    const rules = podChainRules(model, pod, d);
-    if (!rules) continue;
     const name = chainOf(pod.end, d);
-    part.chains.push({ name, rules });
+    const chains = podChains(model, pod, d, name);
+    if (!chains.length) continue;
+    part.chains.push(...chains);
     for (const ip of pod.ips) {
       const map = MAPS[d][familyOfIp(ip)];
       part.verdicts.set(map, [...(part.verdicts.get(map) ?? []), `${ip} : jump ${name}`]);
@@ -118,10 +120,8 @@ export function policyTableScript(model: PolicyModel, local: LocalPod[], others:
 export function podAddScript(model: PolicyModel, pod: LocalPod): string {
   const part = podPart(model, pod);
   const lines: string[] = [];
-  for (const c of part.chains) {
-    lines.push(`add chain ${T} ${c.name}`, `flush chain ${T} ${c.name}`);
-    for (const r of c.rules) lines.push(`add rule ${T} ${c.name} ${r}`);
-  }
+  for (const c of part.chains) lines.push(`add chain ${T} ${c.name}`, `flush chain ${T} ${c.name}`);
+  for (const c of part.chains) for (const r of c.rules) lines.push(`add rule ${T} ${c.name} ${r}`);
   for (const [set, es] of part.elements) lines.push(`add element ${T} ${set} { ${es.join(', ')} }`);
   for (const [map, vs] of part.verdicts) lines.push(`add element ${T} ${map} { ${vs.join(', ')} }`);
   return lines.length ? `${lines.join('\n')}\n` : '';
@@ -132,7 +132,7 @@ export function podDeleteScript(model: PolicyModel, pod: LocalPod): string {
   const part = podPart(model, pod);
   const lines: string[] = [];
   for (const [map, vs] of part.verdicts) lines.push(`delete element ${T} ${map} { ${vs.map((v) => v.split(' : ')[0]).join(', ')} }`);
-  for (const c of part.chains) lines.push(`delete chain ${T} ${c.name}`);
+  for (const c of [...part.chains].reverse()) lines.push(`delete chain ${T} ${c.name}`);
   for (const [set, es] of part.elements) lines.push(`delete element ${T} ${set} { ${es.join(', ')} }`);
   return lines.length ? `${lines.join('\n')}\n` : '';
 }
