@@ -244,7 +244,7 @@ program
 
 program
   .command('policy <sandbox>')
-  .description(`the NetworkPolicies that select a pod and what each lets through, as kni's policy compiled them for the kernel (sandbox: ${SANDBOX_REF_HELP})`)
+  .description(`the policies that judge a pod (ClusterNetworkPolicies of the Admin tier, NetworkPolicies, the Baseline tier's) and what each does, as kni's policy compiled them for the kernel (sandbox: ${SANDBOX_REF_HELP})`)
   .addOption(output())
   .action(async (ref: string, o) => {
     const p = await withClient(async (c) => c.GetPodPolicy({ sandbox_id: await sandboxOf(c, ref) }));
@@ -254,9 +254,13 @@ program
       for (const d of ['ingress', 'egress']) {
         const mine = p.policies.filter((x: any) => x.direction === d);
         if (!mine.length) lines.push(`${d}: not isolated (no policy selects the pod), everything passes`);
-        for (const x of mine) lines.push(`${d}: ${x.name}`, ...(x.allows.length ? x.allows.map((a: string) => `  allows ${a}`) : ['  allows nothing']));
+        for (const x of mine) {
+          // A ClusterNetworkPolicy's name has no namespace; its rules say their action.
+          if (!x.name.includes('/')) lines.push(`${d}: ClusterNetworkPolicy ${x.name}`, ...x.allows.map((a: string) => `  ${a}`));
+          else lines.push(`${d}: ${x.name}`, ...(x.allows.length ? x.allows.map((a: string) => `  allows ${a}`) : ['  allows nothing']));
+        }
       }
-      lines.push(...p.problems.map((x: string) => `PROBLEM: ${x} (that rule allows nothing)`));
+      lines.push(...p.problems.map((x: string) => `PROBLEM: ${x}${x.slice(0, x.indexOf(': ')).includes('/') ? ' (that rule allows nothing)' : ''}`));
       return `${lines.join('\n')}\n`;
     });
   });

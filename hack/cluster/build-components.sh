@@ -141,6 +141,22 @@ build_kube_network_policies() {
   build_in_module kube-network-policies sigs.k8s.io/kube-network-policies "$KUBE_NETWORK_POLICIES_VERSION" "" "" 0 "" sigs.k8s.io/kube-network-policies/cmd:kube-network-policies
 }
 
+# network-policy-api's conformance tests of ClusterNetworkPolicy as a test binary, built from the
+# module's source at its version; on a kernel without SCTP (this machine's) with the changes
+# cnp-conformance-nosctp.py makes and says, to a copy of that source.
+build_cnp_conformance() {
+  local v=$NETWORK_POLICY_API_VERSION
+  local done=$bin/.cnp-conformance-$v-r$RECIPE-$(sha256sum "$here/cnp-conformance-nosctp.py" | cut -c1-12) dir=$cache/src/network-policy-api-$v src
+  [ -f "$done" ] && return 0
+  echo "build-components: network-policy-api $v: cnp-conformance.test" >&2
+  src=$( (cd "$cache/src" && go mod download -json "sigs.k8s.io/network-policy-api@$v") | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  rm -rf "$dir" && cp -r "$src" "$dir" && chmod -R u+w "$dir"
+  python3 "$here/cnp-conformance-nosctp.py" "$dir" >&2
+  (cd "$dir" && CGO_ENABLED=0 go test -c -trimpath -o "$bin/cnp-conformance.test" ./conformance)
+  rm -f "$bin"/.cnp-conformance-*
+  touch "$done"
+}
+
 case "${1:-all}" in
   kubernetes) build_kubernetes ;;
   containerd) build_containerd ;;
@@ -152,7 +168,8 @@ case "${1:-all}" in
   k8s-e2e) build_k8s_e2e; build_coredns ;;
   coredns) build_coredns ;;
   kube-network-policies) build_kube_network_policies ;;
-  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e; build_coredns ;;
-  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e|coredns|kube-network-policies]" >&2; exit 2 ;;
+  cnp-conformance) build_cnp_conformance ;;
+  all) build_containerd; build_etcd; build_kubernetes; build_bench_client; build_h2spec; build_critest; build_k8s_e2e; build_coredns; build_cnp_conformance ;;
+  *) echo "usage: $0 [all|kubernetes|containerd|etcd|bench-client|h2spec|kwok|critest|k8s-e2e|coredns|kube-network-policies|cnp-conformance]" >&2; exit 2 ;;
 esac
 echo "$bin"

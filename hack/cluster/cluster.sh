@@ -337,8 +337,19 @@ up() {
   start_control_plane
   for w in "${WORKERS[@]}"; do start_worker "$w"; done
   for w in "${WORKERS[@]}"; do wait_for 90 "node kc-$w to register" kubectl --kubeconfig "$CL/admin.kubeconfig" get node "kc-$w"; done
+  cnp_crd
   log "up: nodes registered (Ready once a network runs on them)"
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
+}
+
+# The ClusterNetworkPolicy CRD of sigs.k8s.io/network-policy-api (its standard channel), from
+# the module at the version kni implements, as a cluster operator installs it beside kni.
+cnp_crd() {
+  local dir cache
+  cache=$(dirname "$BIN")
+  dir=$( (mkdir -p "$cache/src" && cd "$cache/src" && GOPATH=$cache/gopath GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/network-policy-api@$(. "$here/versions.env" && echo "$NETWORK_POLICY_API_VERSION")") | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$dir/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" wait --for condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=60s > /dev/null
 }
 
 # The cluster DNS (CoreDNS behind kube-dns at the kubelets' clusterDNS), for the e2e specs that
@@ -381,6 +392,8 @@ e2e_images() {
   for w in "${WORKERS[@]}"; do
     for t in agnhost jessie-dnsutils regression-issue-74839 busybox; do ctr -a "$(sock "$w")" -n k8s.io images import "$CL/$t.tar" > /dev/null; done
     ctr -a "$(sock "$w")" -n k8s.io images tag --force "$IMAGE" registry.k8s.io/pause:3.10.1 > /dev/null
+    # The agnhost network-policy-api's conformance tests name (cnp-conformance.cluster.ts).
+    ctr -a "$(sock "$w")" -n k8s.io images tag --force registry.k8s.io/e2e-test-images/agnhost:2.56 registry.k8s.io/e2e-test-images/agnhost:2.45 > /dev/null
   done
   log "e2e-images: agnhost, jessie-dnsutils, busybox, regression-issue-74839 and pause on every worker"
 }
@@ -442,6 +455,7 @@ case "${1:-}" in
   kni-daemonset) kni_daemonset ;;
   dns) dns_up ;;
   kube-network-policies) knp_up ;;
+  cnp-crd) cnp_crd ;; # the ClusterNetworkPolicy CRD again (up installs it), for tests that delete it
   e2e-images) e2e_images ;;
   pod-routes) cp_pod_routes ;;
   reference-cni) reference_cni ;;

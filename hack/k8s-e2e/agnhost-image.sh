@@ -6,7 +6,8 @@
 # given -T), dig and glibc's getent (the DNS specs) and ss. Upstream's is Alpine with the same
 # tools, porter's TLS certificate and key, and CoreDNS as /coredns (the DNS specs start their own
 # servers with it); those are read from beside the binary, where build-components.sh k8s-e2e puts
-# them. The DNS specs' other querier image (jessie-dnsutils: Debian with dig) is the same root
+# them. network-policy-api's conformance tests run their servers with /bin/bash -c, which
+# upstream's image has too. The DNS specs' other querier image (jessie-dnsutils: Debian with dig) is the same root
 # filesystem under its own name: give more OUT.tar NAME pairs.
 #   agnhost-image.sh AGNHOST-BINARY OUT.tar IMAGE-NAME [OUT.tar IMAGE-NAME]...
 set -euo pipefail
@@ -15,7 +16,7 @@ shift
 here=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../lib/oci-image.sh
 . "$here/../lib/oci-image.sh"
-tools=(/bin/dash /usr/bin/curl /bin/nc.openbsd /usr/bin/wget /usr/bin/dig /usr/bin/getent /bin/ss)
+tools=(/bin/dash /bin/bash /usr/bin/curl /bin/nc.openbsd /usr/bin/wget /usr/bin/dig /usr/bin/getent /bin/ss)
 for tool in "${tools[@]}"; do
   [ -x "$tool" ] || { echo "agnhost-image.sh: $tool is missing (hack/setup.sh installs curl, wget, netcat-openbsd and bind9-dnsutils)" >&2; exit 1; }
 done
@@ -29,6 +30,7 @@ cp /bin/busybox "$r/bin/busybox"
 for a in $(busybox --list); do [ "$a" = busybox ] || [ "$a" = sh ] || ln -s busybox "$r/bin/$a"; done
 # Debian's busybox shell runs its own applets before the PATH (its nc has no -u): the shell is dash.
 cp /bin/dash "$r/bin/sh"
+cp /bin/bash "$r/bin/bash"
 cp /usr/bin/curl "$r/usr/bin/curl"
 cp /bin/nc.openbsd "$r/usr/bin/nc"
 cp /usr/bin/wget /usr/bin/dig /usr/bin/getent /bin/ss "$r/usr/bin/"

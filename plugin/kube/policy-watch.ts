@@ -1,14 +1,17 @@
-// What network policy reads from the API server: every NetworkPolicy, every Namespace's labels
-// and every Pod's labels, addresses and named ports (a policy's peers are pods anywhere in the
-// cluster), from three watches. The first full read of all three makes the model and writes the
-// table; until then the table the kernel holds is left alone and attaches wait (policy-enforcer.ts).
-// A policy kni cannot enforce as written is said once per version: a log line and a Warning
-// Event on the policy; the rules it cannot judge allow nothing.
+// What network policy reads from the API server: every NetworkPolicy and ClusterNetworkPolicy,
+// every Namespace's labels and every Pod's labels, addresses and named ports (a policy's peers
+// are pods anywhere in the cluster), from four watches. The first full read of all four makes
+// the model and writes the table; until then the table the kernel holds is left alone and
+// attaches wait (policy-enforcer.ts). A cluster without the ClusterNetworkPolicy CRD (the API
+// server answers 404) has none: that read counts as done, and the watch keeps trying, so a CRD
+// installed later is read then. A policy kni cannot enforce as written is said once per
+// version: a log line and a Warning Event on the policy; what it cannot judge matches nothing.
 import type * as K8s from '@kubernetes/client-node';
 import type { PodPolicy } from '../core/builtin-backend';
 import { KniError } from '../core/errors';
 import { log } from '../core/log';
-import { compilePolicies, isolating, judge, LocalPod, PolicyPod, ruleText } from '../policy/policy-model';
+import { CLUSTER_POLICY_GROUP, CLUSTER_POLICY_PLURAL, CLUSTER_POLICY_VERSION, ClusterNetworkPolicy, compileClusterPolicies } from '../policy/cluster-policies';
+import { clusterRules, compilePolicies, isolating, judge, LocalPod, PolicyPod, ruleText } from '../policy/policy-model';
 import type { PolicyVerdicts } from '../core/trace-hop';
 import { PolicyEnforcer } from '../policy/policy-enforcer';
 import { POLICY_TABLE, policyTableInKernel } from '../policy/policy-ruleset';
@@ -63,6 +66,7 @@ export interface PolicyRuntimeParts {
 export class PolicyWatch implements PodPolicy {
   readonly enforcer: PolicyEnforcer;
   private policies?: Cached<K8s.V1NetworkPolicy>;
+  private clusterPolicies?: Cached<ClusterNetworkPolicy>;
   private namespaces?: Cached<K8s.V1Namespace>;
   private pods?: Cached<K8s.V1Pod>;
   private readonly restarts: WatchRestart[] = [];
@@ -78,24 +82,34 @@ export class PolicyWatch implements PodPolicy {
   start(): void {
     const { k8s, kc, core } = this.api;
     const net = kc.makeApiClient(k8s.NetworkingV1Api);
+    const custom = kc.makeApiClient(k8s.CustomObjectsApi);
+    const listClusterPolicies = () => custom.listClusterCustomObject({ group: CLUSTER_POLICY_GROUP, version: CLUSTER_POLICY_VERSION, plural: CLUSTER_POLICY_PLURAL, resourceVersion: '0' }) as Promise<K8s.KubernetesListObject<ClusterNetworkPolicy>>;
     // From the watch cache (resourceVersion "0"): every kni lists them.
     this.policies = k8s.makeInformer<K8s.V1NetworkPolicy>(kc, '/apis/networking.k8s.io/v1/networkpolicies', () => net.listNetworkPolicyForAllNamespaces({ resourceVersion: '0' }));
     this.namespaces = k8s.makeInformer<K8s.V1Namespace>(kc, '/api/v1/namespaces', () => core.listNamespace({ resourceVersion: '0' }));
     this.pods = k8s.makeInformer<K8s.V1Pod>(kc, '/api/v1/pods', () => core.listPodForAllNamespaces({ resourceVersion: '0' }));
-    for (const inf of [this.policies, this.namespaces] as Cached<K8s.KubernetesObject>[]) {
+    this.clusterPolicies = k8s.makeInformer<ClusterNetworkPolicy>(kc, `/apis/${CLUSTER_POLICY_GROUP}/${CLUSTER_POLICY_VERSION}/${CLUSTER_POLICY_PLURAL}`, listClusterPolicies);
+    for (const inf of [this.policies, this.namespaces, this.clusterPolicies] as Cached<K8s.KubernetesObject>[]) {
       for (const verb of ['add', 'update', 'delete'] as const) inf.on(verb, () => this.recompile());
     }
     this.pods.on('add', (p) => this.pod(p));
     this.pods.on('update', (p) => this.pod(p));
     this.pods.on('delete', (p) => this.enforcer.setPod(keyOf(p), undefined));
-    const watch = (inf: Cached<K8s.KubernetesObject>, resource: string, what: string) => {
-      const r = new WatchRestart(inf, { resource, what, onConnected: () => this.connected(resource) });
+    const watch = (inf: Cached<K8s.KubernetesObject>, resource: string, what: string, absent?: string) => {
+      const r = new WatchRestart(inf, {
+        resource,
+        what,
+        onConnected: () => this.connected(resource),
+        // A resource the API server does not serve: none exist (and its watch keeps trying).
+        ...(absent ? { describe: (e: string) => (e.includes('404') ? absent : `${what} broke; starting it again`), onBroke: (e: string) => (e.includes('404') && !this.listed.has(resource) ? this.connected(resource) : undefined) } : {}),
+      });
       this.restarts.push(r);
       r.begin();
     };
     watch(this.policies as Cached<K8s.KubernetesObject>, 'networkpolicy', 'NetworkPolicy watch');
     watch(this.namespaces as Cached<K8s.KubernetesObject>, 'namespace', 'Namespace watch');
     watch(this.pods as Cached<K8s.KubernetesObject>, 'pods', 'Pod watch (network policy)');
+    watch(this.clusterPolicies as Cached<K8s.KubernetesObject>, 'clusternetworkpolicy', 'ClusterNetworkPolicy watch', `ClusterNetworkPolicies are not served (their CRD, from sigs.k8s.io/network-policy-api v0.3.0, is not installed): none are enforced; retrying`);
     this.rt.podPolicy = this;
     this.timers.push(setInterval(() => this.checkTable(), this.reconcileMs).unref(), setInterval(() => this.enforcer.writeNow(), REWRITE_MS).unref());
   }
@@ -129,7 +143,13 @@ export class PolicyWatch implements PodPolicy {
     if (!model) return { enforced: false, reason: "the cluster's NetworkPolicies have not been read yet", hostEnd: itf?.hostVeth ?? '', policies: [], problems: [] };
     if (!itf) return { enforced: false, reason: "the pod has no interface on kni's built-in network: its policies are its CNI network's", hostEnd: '', policies: [], problems: [] };
     const pod = this.enforcer.localPods().find((p) => p.end === itf.hostVeth) ?? { namespace: rec.pod.namespace, name: rec.pod.name, labels: podLabels(rec.labels), ips: [], ports: [] };
-    const policies = (['ingress', 'egress'] as const).flatMap((d) => isolating(model, pod, d).map((p) => ({ name: p.name, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) })));
+    const cluster = (d: 'ingress' | 'egress', tier: 'Admin' | 'Baseline') => {
+      const byPolicy = new Map<string, string[]>();
+      for (const { policy, rule } of clusterRules(model, pod, d, tier)) byPolicy.set(policy.name, [...(byPolicy.get(policy.name) ?? []), `${rule.action}${rule.name ? ` (${rule.name})` : ''}: ${ruleText(rule, d, pod.ports)}`]);
+      return [...byPolicy].map(([name, allows]) => ({ name, direction: d, allows }));
+    };
+    // In the order they are judged; Baseline rules apply only where no NetworkPolicy isolates the pod.
+    const policies = (['ingress', 'egress'] as const).flatMap((d) => [...cluster(d, 'Admin'), ...isolating(model, pod, d).map((p) => ({ name: p.name, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) })), ...(isolating(model, pod, d).length ? [] : cluster(d, 'Baseline'))]);
     const names = new Set(policies.map((p) => p.name));
     return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems: model.problems.filter((x) => names.has(x.slice(0, x.indexOf(': ')))) };
   }
@@ -174,12 +194,12 @@ export class PolicyWatch implements PodPolicy {
   private connected(resource: string): void {
     const first = !this.enforcer.isReady;
     this.listed.add(resource);
-    if (this.listed.size < 3) return;
+    if (this.listed.size < 4) return;
     if (first) {
       // This node's pods as their records hold them, before the first write: it keeps their policies.
       this.enforcer.setLocal(this.recordedPods());
       for (const p of this.pods?.list() ?? []) this.enforcer.setPod(keyOf(p), policyPod(p));
-      log('info', 'network policy: NetworkPolicies, Namespaces and Pods read; writing the table', { policies: this.policies?.list().length ?? 0 });
+      log('info', 'network policy: NetworkPolicies, ClusterNetworkPolicies, Namespaces and Pods read; writing the table', { policies: this.policies?.list().length ?? 0, clusterPolicies: this.clusterPolicies?.list().length ?? 0 });
     }
     this.compileNow();
   }
@@ -208,21 +228,26 @@ export class PolicyWatch implements PodPolicy {
     this.compileTimer = undefined;
     const labels = new Map((this.namespaces?.list() ?? []).map((n) => [n.metadata?.name ?? '', n.metadata?.labels ?? {}]));
     const policies = [...(this.policies?.list() ?? [])];
-    const model = compilePolicies(policies, labels);
+    const clusterPolicies = [...(this.clusterPolicies?.list() ?? [])];
+    const model = compilePolicies(policies, labels, compileClusterPolicies(clusterPolicies));
     this.enforcer.setModel(model);
-    this.report(policies, model.problems);
+    this.report([...policies, ...clusterPolicies], model.problems);
   }
 
-  private report(policies: readonly K8s.V1NetworkPolicy[], problems: string[]): void {
+  /** Problems are "namespace/name: why" for a NetworkPolicy, "name: why" for a ClusterNetworkPolicy (cluster-scoped: no "/"). */
+  private report(policies: readonly K8s.KubernetesObject[], problems: string[]): void {
     for (const problem of problems) {
       const name = problem.slice(0, problem.indexOf(': '));
-      const [namespace, policyName] = name.split('/');
+      const cluster = !name.includes('/');
+      const [namespace, policyName] = cluster ? [undefined, name] : name.split('/');
       const p = policies.find((x) => x.metadata?.namespace === namespace && x.metadata?.name === policyName);
       const version = `${p?.metadata?.uid}/${p?.metadata?.resourceVersion}/${problem}`;
       if (this.reported.has(version)) continue;
       this.reported.add(version);
-      log('warn', 'a NetworkPolicy names something kni cannot enforce: that rule allows nothing', { policy: name, problem });
-      void recordEvent(this.api, { kind: 'NetworkPolicy', apiVersion: 'networking.k8s.io/v1', name: policyName, namespace, uid: p?.metadata?.uid }, 'Warning', 'PolicyNotEnforced', problem.slice(name.length + 2));
+      const kind = cluster ? ('ClusterNetworkPolicy' as const) : ('NetworkPolicy' as const);
+      log('warn', `a ${kind} names something kni cannot enforce: it matches nothing`, { policy: name, problem });
+      const target = cluster ? { kind, apiVersion: `${CLUSTER_POLICY_GROUP}/${CLUSTER_POLICY_VERSION}`, name: policyName, uid: p?.metadata?.uid } : { kind, apiVersion: 'networking.k8s.io/v1', name: policyName, namespace, uid: p?.metadata?.uid };
+      void recordEvent(this.api, target, 'Warning', 'PolicyNotEnforced', problem.slice(name.length + 2));
     }
   }
 

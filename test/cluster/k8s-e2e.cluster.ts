@@ -4,9 +4,10 @@
 // CoreDNS as the cluster DNS (cluster.sh dns), the specs' images on every worker under the names
 // the framework asks for (cluster.sh e2e-images). Twice: kni from the checkout beside kube-proxy
 // in iptables mode on a bridged cluster, and kni as its DaemonSet from its image beside kube-proxy
-// in nftables mode on a routed one.
+// in nftables mode on a routed one. With them, the NetworkPolicy specs (routed) and
+// network-policy-api's ClusterNetworkPolicy conformance tests (bridged), kni's policy on.
 import assert from 'node:assert/strict';
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { packageRoot } from '../../plugin/server/protos';
@@ -34,6 +35,38 @@ const NETPOL_FOCUS = String.raw`\[sig-network\] Netpol`;
 const sctp = (): boolean => spawnSync('python3', ['-c', 'import socket; socket.socket(socket.AF_INET, socket.SOCK_STREAM, 132)']).status === 0;
 const NETPOL_SKIP = () => [String.raw`\[Serial\]`, String.raw`\[Disruptive\]`, String.raw`\[Slow\]`, ...(sctp() ? [] : ['SCTPConnectivity'])].join('|');
 
+/**
+ * network-policy-api's conformance tests at the version kni implements (build-components.sh
+ * cnp-conformance): the standard ones and named ports, the one extended feature kni has (not
+ * nodes peers). Without SCTP in the kernel the build takes the SCTP servers out and skips SCTP
+ * pokes (hack/cluster/cnp-conformance-nosctp.py), and the tests of SCTP alone are left out here.
+ */
+async function cnpConformancePasses(dir: string): Promise<void> {
+  fs.mkdirSync(dir, { recursive: true });
+  const logFile = path.join(dir, 'cnp-conformance.log');
+  const out = fs.createWriteStream(logFile);
+  const code = await new Promise<number | null>((resolve, reject) => {
+    const p = spawn(`${BIN}/cnp-conformance.test`, [
+      '-test.v', '-test.timeout=40m', '-test.run=^TestConformance$', ...(sctp() ? [] : ['-test.skip=/SCTP']),
+      '-supported-features=ClusterNetworkPolicy,ClusterNetworkPolicyNamedPorts',
+    ], { cwd: dir, env: { ...process.env, KUBECONFIG }, stdio: ['ignore', 'pipe', 'pipe'] });
+    p.stdout.pipe(out);
+    p.stderr.pipe(out);
+    p.on('error', reject);
+    p.on('close', resolve);
+  });
+  out.end();
+  const text = fs.readFileSync(logFile, 'utf8');
+  const results = [...text.matchAll(/^ {4}--- (PASS|FAIL|SKIP): TestConformance\/(\w+) /gm)].map((m) => ({ verdict: m[1], name: m[2] }));
+  const by = (v: string) => results.filter((r) => r.verdict === v).map((r) => r.name);
+  const sctpPokes = text.match(/KNI-SKIPPED-SCTP-POKE/g)?.length ?? 0;
+  process.stdout.write(`      ${by('PASS').length} passed, ${by('FAIL').length} failed, ${by('SKIP').length} skipped (their feature is not claimed); ${sctpPokes} SCTP pokes skipped (log: ${logFile})` +
+    `${by('FAIL').map((n) => `\n        failed: ${n}`).join('')}\n`);
+  assert.deepEqual(by('FAIL'), [], text.split('\n').filter((l) => /FAILED|Error Trace|Error:|expected/i.test(l)).slice(0, 60).join('\n'));
+  assert.equal(code, 0, `cnp-conformance.test exited with ${code}: ${text.slice(-3000)}`);
+  assert.ok(by('PASS').length >= 19, `fewer conformance tests passed than run here: ${by('PASS').join(', ')}`);
+}
+
 /** Each of kni's ways in, each kube-proxy mode and each cluster shape, once. */
 const CONFIGS = [
   { id: 'checkout-iptables-bridged', what: 'kni from the checkout, kube-proxy in iptables mode, nodes on one subnet', proxy: 'iptables', kni: 'kni', routed: false },
@@ -48,7 +81,7 @@ for (const config of CONFIGS) {
     const reports = path.join(RESULTS, config.id);
 
     before(() => {
-      for (const tool of ['e2e.test', 'ginkgo', 'agnhost', 'coredns', 'regression-issue-74839']) {
+      for (const tool of ['e2e.test', 'ginkgo', 'agnhost', 'coredns', 'regression-issue-74839', 'cnp-conformance.test']) {
         assert.ok(fs.existsSync(`${BIN}/${tool}`), `${BIN}/${tool} is missing: run bash hack/cluster/build-components.sh k8s-e2e`);
       }
       cluster('down');
@@ -81,5 +114,9 @@ for (const config of CONFIGS) {
     // a cluster on 2 cores; KNI_E2E_NETPOL=all runs them in the bridged one too (47 of 47 there as well).
     const netpolHere = config.routed || process.env.KNI_E2E_NETPOL === 'all';
     (netpolHere ? it : it.skip)("every NetworkPolicy spec passes with kni's policy", () => specsPass(NETPOL_FOCUS, NETPOL_SKIP(), path.join(reports, 'netpol'), 44));
+
+    // In the bridged cluster (kni from the checkout) by default; KNI_E2E_NETPOL=all: the routed one too.
+    const cnpHere = !config.routed || process.env.KNI_E2E_NETPOL === 'all';
+    (cnpHere ? it : it.skip)("network-policy-api's ClusterNetworkPolicy conformance tests pass with kni's policy", () => cnpConformancePasses(path.join(reports, 'cnp-conformance')));
   });
 }

@@ -1,11 +1,13 @@
 // Network policy enforced by kni in a real cluster (plugin/policy/, plugin/kube/policy-watch.ts):
 // a new pod in a default-deny namespace receives nothing while another pod floods its address,
 // from before the pod exists until after it is Ready; a policy change takes effect within a
-// second; kill -9 of kni keeps the table in the kernel, and its restart opens no window;
+// second; kill -9 of kni keeps the table in the kernel, and its restart opens no window; a
+// ClusterNetworkPolicy is enforced, and kni does without its CRD until it is installed;
 // policy.enabled: false takes the table away. The upstream NetworkPolicy specs run in
 // k8s-e2e.cluster.ts.
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs';
 import { trySh } from '../helpers/sh';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, POD } from './cluster-helpers';
@@ -148,6 +150,42 @@ spec:
     kubectl('-n', 'pol-deny', 'wait', '--for=condition=Ready', 'pod/later', '--timeout=120s');
     assert.equal(connects('w2', 'default', 'sender', podIp('pol-deny', 'later')), false, 'a pod started after the restart took a connection');
     assert.equal(connects('w2', 'default', 'sender', podIp('pol-open', 'open')), true, 'the pod with no policy takes no connection');
+  });
+
+  it('a ClusterNetworkPolicy: an Admin tier Deny over what no NetworkPolicy isolates, within a second, shown by knictl policy; without its CRD kni enforces NetworkPolicies and reads them when it is back', async () => {
+    const ip = podIp('pol-open', 'open');
+    const sender = () => connects('w2', 'default', 'sender', ip);
+    assert.equal(sender(), true, 'the pod with no policy takes no connection');
+    const CNP = `apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: { name: deny-sender }
+spec:
+  tier: Admin
+  priority: 10
+  subject: { namespaces: { matchLabels: { kubernetes.io/metadata.name: pol-open } } }
+  ingress: [{ name: no-sender, action: Deny, from: [{ pods: { namespaceSelector: {}, podSelector: { matchLabels: { app: sender } } } }] }]
+`;
+    const t0 = Date.now();
+    apply(CNP);
+    const denyMs = await startedAfter(t0, () => !sender(), 'the ClusterNetworkPolicy was not enforced');
+    process.stdout.write(`      a ClusterNetworkPolicy's Deny enforced ${denyMs} ms after it was created\n`);
+    assert.ok(denyMs < 10_000, `denied after ${denyMs} ms`);
+    const shown = knictl('w1', 'policy', 'pol-open/open');
+    assert.deepEqual(shown.policies.map((p: any) => [p.direction, p.name, p.allows]), [['ingress', 'deny-sender', ['Deny (no-sender): from pods app=sender in every namespace on every port']]], JSON.stringify(shown));
+
+    // The CRD deleted (its objects with it), kni restarted: it starts, and NetworkPolicies hold.
+    kubectl('delete', 'crd', 'clusternetworkpolicies.policy.networking.k8s.io', '--wait=true');
+    cluster('kni-stop w1');
+    cluster('kni-restart w1');
+    await waitFor(() => sender(), 60_000, () => 'the deleted ClusterNetworkPolicy still denies');
+    assert.equal(connects('w2', 'default', 'sender', podIp('pol-deny', 'closed')), false, 'without the CRD the NetworkPolicies are not enforced');
+    assert.match(fs.readFileSync(`${CL}/run/kni-w1.log`, 'utf8'), /ClusterNetworkPolicies are not served/);
+    // The CRD back: kni's watch finds it, and a new policy is enforced.
+    cluster('cnp-crd');
+    apply(CNP);
+    await waitFor(() => !sender(), 90_000, () => 'the ClusterNetworkPolicy made after its CRD came back is not enforced');
+    kubectl('delete', 'clusternetworkpolicy', 'deny-sender');
+    await waitFor(() => sender(), 30_000, () => 'the deleted ClusterNetworkPolicy still denies');
   });
 
   it('policy.enabled: false takes the table away at the next start (a cluster running its own policy agent)', async () => {
