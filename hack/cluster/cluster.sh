@@ -342,13 +342,14 @@ up() {
   echo "export KUBECONFIG=$CL/admin.kubeconfig"
 }
 
-# The ClusterNetworkPolicy CRD of sigs.k8s.io/network-policy-api (its standard channel), from
-# the module at the version kni implements, as a cluster operator installs it beside kni.
+# The ClusterNetworkPolicy CRD of sigs.k8s.io/network-policy-api, from the module at the version
+# kni implements, as a cluster operator installs it beside kni: the experimental channel, whose
+# destinationNamedPort kni enforces (its nodes and domainNames peers kni reports and leaves out).
 cnp_crd() {
   local dir cache
   cache=$(dirname "$BIN")
   dir=$( (mkdir -p "$cache/src" && cd "$cache/src" && GOPATH=$cache/gopath GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/network-policy-api@$(. "$here/versions.env" && echo "$NETWORK_POLICY_API_VERSION")") | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$dir/config/crd/standard/policy.networking.k8s.io_clusternetworkpolicies.yaml" > /dev/null
+  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" > /dev/null
   kubectl --kubeconfig "$CL/admin.kubeconfig" wait --for condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=60s > /dev/null
 }
 
