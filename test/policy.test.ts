@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { ChildProcess, spawn, spawnSync } from 'node:child_process';
 import type * as K8s from '@kubernetes/client-node';
 import { parseIp } from '../plugin/ipam/ip';
+import { policyHops } from '../plugin/core/policy-hops';
 import { parseTracedPort } from '../plugin/kube/policy-verdict';
 import { ClusterNetworkPolicy, compileClusterPolicies } from '../plugin/policy/cluster-policies';
 import { blockRanges, compilePolicies, judge, LocalPod, peerElements, PodChain, podChains, PolicyModel } from '../plugin/policy/policy-model';
@@ -220,6 +221,24 @@ describe('network policy: ClusterNetworkPolicies compiled (network-policy-api v0
     assert.deepEqual(judged([], 'ns1', 80).decidedBy, { policy: 'base', tier: 'Baseline', rule: 'accept', action: 'Accept' });
     assert.equal(judged([allow80], 'ns1', 81).decidedBy, undefined, 'a pod a NetworkPolicy isolates: Baseline says nothing');
     assert.equal(judged([], 'ns2').decidedBy?.rule, 'deny', 'without a port, the first rule for every port');
+  });
+
+  it("knictl trace's hops name the ClusterNetworkPolicy rule that decides, and a Deny is the problem", async () => {
+    const m = fullModel([], [cnp('admin', 'Admin', 1, { ingress: [{ name: 'deny-ns2', action: 'Deny', from: [fromNs('ns2')] }] }), cnp('base', 'Baseline', 1, { ingress: [{ name: 'ns1', action: 'Accept', from: [fromNs('ns1')] }] })]);
+    const pods: Record<string, { namespace: string; name: string; labels: Record<string, string>; ips: string[]; ports: never[] }> = {
+      'ns1/web': { namespace: 'ns1', name: 'web', labels: {}, ips: ['10.1.0.2'], ports: [] },
+      'ns2/c': { namespace: 'ns2', name: 'c', labels: {}, ips: ['10.1.0.7'], ports: [] },
+      'ns1/c': { namespace: 'ns1', name: 'c', labels: {}, ips: ['10.1.0.8'], ports: [] },
+    };
+    const lookup = { enforcedByKni: true, verdict: async (d: 'ingress' | 'egress', pod: { namespace: string; name: string }, peer: { pod?: { namespace: string; name: string }; ip?: string }, port?: { port: number; protocol: 'TCP' }) =>
+      judge(m, d, pods[`${pod.namespace}/${pod.name}`], { ip: peer.ip ? parseIp(peer.ip) : undefined, pod: peer.pod && pods[`${peer.pod.namespace}/${peer.pod.name}`] }, port) };
+    const hops = async (from: string) => {
+      const sender = pods[from];
+      const r = await policyHops({ lookup, sender: { pod: sender, ip: sender.ips[0], node: false }, port: { port: 80, protocol: 'TCP' } }, { pod: pods['ns1/web'], ip: '10.1.0.2', ownNode: false }, 'node w1');
+      return r.ingress.map((h) => `${h.what} | ${h.problem}`);
+    };
+    assert.deepEqual(await hops('ns2/c'), [`ClusterNetworkPolicy admin (Admin tier, rule "deny-ns2") denies what is sent from pod ns2/c on 80/TCP | kni's policy drops it`]);
+    assert.deepEqual(await hops('ns1/c'), [`ClusterNetworkPolicy base (Baseline tier, rule "ns1") accepts what is sent from pod ns1/c on 80/TCP | `]);
   });
 });
 
