@@ -83,7 +83,7 @@ function compileRule(set: string, r: Rule, egress: boolean, problems: string[], 
   return rule;
 }
 
-/** The cluster's ClusterNetworkPolicies in the order they are judged (tier, then priority, then name), with what kni cannot enforce. */
+/** The cluster's ClusterNetworkPolicies in the order they are judged within a tier (priority, then name), with what kni cannot enforce. */
 export function compileClusterPolicies(objects: readonly ClusterNetworkPolicy[]): { policies: CompiledClusterPolicy[]; problems: string[] } {
   const problems: string[] = [];
   const policies: CompiledClusterPolicy[] = [];

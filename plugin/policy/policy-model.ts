@@ -90,7 +90,10 @@ export interface PolicyModel {
   /** ClusterNetworkPolicies in the order they are judged. */
   cluster: CompiledClusterPolicy[];
   namespaceLabels: ReadonlyMap<string, Record<string, string>>;
-  /** What kni cannot enforce as written, per policy ("ns/name: why"); such a rule allows nothing. */
+  /**
+   * What kni cannot enforce as written, per policy: "ns/name: why" for a NetworkPolicy (such a
+   * rule allows nothing), "name: why" for a ClusterNetworkPolicy (such a peer matches nothing).
+   */
   problems: string[];
 }
 
