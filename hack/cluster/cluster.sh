@@ -349,8 +349,10 @@ cnp_crd() {
   local dir cache
   cache=$(dirname "$BIN")
   dir=$( (mkdir -p "$cache/src" && cd "$cache/src" && GOPATH=$cache/gopath GOFLAGS=-mod=mod go mod download -json "sigs.k8s.io/network-policy-api@$(. "$here/versions.env" && echo "$NETWORK_POLICY_API_VERSION")") | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
-  kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml" > /dev/null
-  kubectl --kubeconfig "$CL/admin.kubeconfig" wait --for condition=Established crd/clusternetworkpolicies.policy.networking.k8s.io --timeout=60s > /dev/null
+  [ -f "$dir/go.mod" ] || { log "sigs.k8s.io/network-policy-api cannot be downloaded from the Go module proxy"; return 1; }
+  # Until the API server's caches are up it may answer 429 ("storage is (re)initializing").
+  wait_for 60 "the ClusterNetworkPolicy CRD to be applied" kubectl --kubeconfig "$CL/admin.kubeconfig" apply -f "$dir/config/crd/experimental/policy.networking.k8s.io_clusternetworkpolicies.yaml"
+  wait_for 60 "ClusterNetworkPolicies to be served" kubectl --kubeconfig "$CL/admin.kubeconfig" get clusternetworkpolicies
 }
 
 # The cluster DNS (CoreDNS behind kube-dns at the kubelets' clusterDNS), for the e2e specs that
