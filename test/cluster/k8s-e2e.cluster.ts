@@ -64,7 +64,7 @@ async function cnpConformancePasses(dir: string): Promise<void> {
     `${by('FAIL').map((n) => `\n        failed: ${n}`).join('')}\n`);
   assert.deepEqual(by('FAIL'), [], text.split('\n').filter((l) => /FAILED|Error Trace|Error:|expected/i.test(l)).slice(0, 60).join('\n'));
   assert.equal(code, 0, `cnp-conformance.test exited with ${code}: ${text.slice(-3000)}`);
-  assert.ok(by('PASS').length >= 19, `fewer conformance tests passed than run here: ${by('PASS').join(', ')}`);
+  assert.ok(by('PASS').length >= 24, `fewer conformance tests passed than run here: ${by('PASS').join(', ')}`);
 }
 
 /** Each of kni's ways in, each kube-proxy mode and each cluster shape, once. */
