@@ -149,7 +149,10 @@ export class PolicyWatch implements PodPolicy {
       return [...byPolicy].map(([name, allows]) => ({ name, direction: d, allows }));
     };
     // In the order they are judged; Baseline rules apply only where no NetworkPolicy isolates the pod.
-    const policies = (['ingress', 'egress'] as const).flatMap((d) => [...cluster(d, 'Admin'), ...isolating(model, pod, d).map((p) => ({ name: p.name, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) })), ...(isolating(model, pod, d).length ? [] : cluster(d, 'Baseline'))]);
+    const policies = (['ingress', 'egress'] as const).flatMap((d) => {
+      const own = isolating(model, pod, d).map((p) => ({ name: p.name, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) }));
+      return [...cluster(d, 'Admin'), ...own, ...(own.length ? [] : cluster(d, 'Baseline'))];
+    });
     const names = new Set(policies.map((p) => p.name));
     return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems: model.problems.filter((x) => names.has(x.slice(0, x.indexOf(': ')))) };
   }

@@ -73,10 +73,12 @@ function compileRule(set: string, r: Rule, egress: boolean, problems: string[], 
     for (const [protocol, p] of [['TCP', x.tcp], ['UDP', x.udp], ['SCTP', x.sctp]] as [Protocol, { destinationPort?: Port } | undefined][]) {
       if (!p) continue;
       const d = p.destinationPort;
-      const first = d?.range ? d.range.start ?? 0 : d?.number ?? 1;
-      const last = d?.range ? d.range.end ?? 0 : d?.number ?? 65535;
-      if (!d) rule.ports.push({ protocol, first: 0, last: 65535 });
-      else if (first < 1 || last > 65535 || last < first) problems.push(`${at}: port ${first}-${last} is not within 1-65535`);
+      if (!d) {
+        rule.ports.push({ protocol, first: 0, last: 65535 });
+        continue;
+      }
+      const [first, last] = d.range ? [d.range.start ?? 0, d.range.end ?? 0] : [d.number ?? 1, d.number ?? 65535];
+      if (first < 1 || last > 65535 || last < first) problems.push(`${at}: port ${first}-${last} is not within 1-65535`);
       else rule.ports.push({ protocol, first, last });
     }
   }

@@ -315,10 +315,9 @@ export function podChains(model: PolicyModel, pod: LocalPod, direction: Directio
   if (own(6).length) head.push(`ip6 ${field} { ${own(6).join(', ')} } accept`);
   const tailChain = `${chain}-t`;
   const hasPass = admin.some((x) => x.rule.action === 'Pass');
-  const verdicts: Record<ClusterAction, string> = { Accept: 'accept', Deny: 'counter drop', Pass: hasPass ? `goto ${tailChain}` : '' };
   const clusterLines = (list: typeof admin, pass: string) =>
-    list.flatMap(({ policy, rule }) => ruleLines(rule, direction, pod, rule.action === 'Pass' ? pass : verdicts[rule.action]).map((l) => `${l} comment ${nftString(`${policy.name} (${policy.tier}) ${rule.name}`)}`));
-  head.push(...clusterLines(admin, verdicts.Pass));
+    list.flatMap(({ policy, rule }) => ruleLines(rule, direction, pod, rule.action === 'Accept' ? 'accept' : rule.action === 'Deny' ? 'counter drop' : pass).map((l) => `${l} comment ${nftString(`${policy.name} (${policy.tier}) ${rule.name}`)}`));
+  head.push(...clusterLines(admin, `goto ${tailChain}`));
   const tail: string[] = [];
   for (const p of policies) for (const r of p[direction]!) tail.push(...ruleLines(r, direction, pod).map((l) => `${l} comment ${nftString(p.name)}`));
   if (policies.length) tail.push(`counter drop comment ${nftString(`${pod.namespace}/${pod.name}: ${direction} isolated by ${policies.length} ${policies.length === 1 ? 'policy' : 'policies'}`)}`);
