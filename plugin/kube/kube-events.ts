@@ -6,7 +6,7 @@ import { log } from '../core/log';
 import { apiError, isNotFound, KubeApi, withTimeout } from './kube-api';
 
 export interface EventTarget {
-  kind: 'Node' | 'ConfigMap' | 'Pod' | 'NetworkAttachmentDefinition' | 'NetworkPolicy' | 'ClusterNetworkPolicy';
+  kind: 'Node' | 'ConfigMap' | 'Pod' | 'NetworkAttachmentDefinition' | 'NetworkPolicy' | 'ClusterNetworkPolicy' | 'MultiNetworkPolicy';
   apiVersion?: string;
   name: string;
   namespace?: string;

@@ -1,10 +1,11 @@
-// What network policy reads from the API server: every NetworkPolicy and ClusterNetworkPolicy,
-// every Namespace's labels and every Pod's labels, addresses and named ports (a policy's peers
-// are pods anywhere in the cluster), from four watches. The first full read of all four makes
-// the model and writes the table; until then the table the kernel holds is left alone and
-// attaches wait (policy-enforcer.ts). A cluster without the ClusterNetworkPolicy CRD (the API
-// server answers 404) has none: that read counts as done, and the watch keeps trying, so a CRD
-// installed later is read then. A policy kni cannot enforce as written is said once per
+// What network policy reads from the API server: every NetworkPolicy, ClusterNetworkPolicy and
+// MultiNetworkPolicy, every Namespace's labels and every Pod's labels, addresses (on secondary
+// networks too, from network-status) and named ports (a policy's peers are pods anywhere in the
+// cluster), from five watches. The first full read of all five makes the models and writes the
+// tables; until then the table the kernel holds is left alone and attaches wait
+// (policy-enforcer.ts). A cluster without the ClusterNetworkPolicy or MultiNetworkPolicy CRD
+// (the API server answers 404) has none: that read counts as done, and the watch keeps trying,
+// so a CRD installed later is read then. A policy kni cannot enforce as written is said once per
 // version: a log line and a Warning Event on the policy; what it cannot judge matches nothing.
 import type * as K8s from '@kubernetes/client-node';
 import type { PodPolicy } from '../core/builtin-backend';
@@ -13,6 +14,8 @@ import { log } from '../core/log';
 import { CLUSTER_POLICY_GROUP, CLUSTER_POLICY_PLURAL, CLUSTER_POLICY_VERSION, ClusterNetworkPolicy, compileClusterPolicies } from '../policy/cluster-policies';
 import { clusterRules, compilePolicies, isolating, judge, LocalPod, PolicyPod, ruleText } from '../policy/policy-model';
 import type { PolicyVerdicts } from '../core/trace-hop';
+import { compileMultiPolicies, MULTI_POLICY_GROUP, MULTI_POLICY_PLURAL, MULTI_POLICY_VERSION, MultiNetworkPolicy, networkAddresses } from '../policy/multi-policies';
+import { MultiPolicyEnforcer, networkInterfaces } from '../policy/multi-policy-enforcer';
 import { PolicyEnforcer } from '../policy/policy-enforcer';
 import { POLICY_TABLE, policyTableInKernel } from '../policy/policy-ruleset';
 import type { InterfaceRecord, SandboxRecord } from '../store/records';
@@ -65,8 +68,10 @@ export interface PolicyRuntimeParts {
 
 export class PolicyWatch implements PodPolicy {
   readonly enforcer: PolicyEnforcer;
+  readonly multi = new MultiPolicyEnforcer();
   private policies?: Cached<K8s.V1NetworkPolicy>;
   private clusterPolicies?: Cached<ClusterNetworkPolicy>;
+  private multiPolicies?: Cached<MultiNetworkPolicy>;
   private namespaces?: Cached<K8s.V1Namespace>;
   private pods?: Cached<K8s.V1Pod>;
   private readonly restarts: WatchRestart[] = [];
@@ -89,12 +94,17 @@ export class PolicyWatch implements PodPolicy {
     this.namespaces = k8s.makeInformer<K8s.V1Namespace>(kc, '/api/v1/namespaces', () => core.listNamespace({ resourceVersion: '0' }));
     this.pods = k8s.makeInformer<K8s.V1Pod>(kc, '/api/v1/pods', () => core.listPodForAllNamespaces({ resourceVersion: '0' }));
     this.clusterPolicies = k8s.makeInformer<ClusterNetworkPolicy>(kc, `/apis/${CLUSTER_POLICY_GROUP}/${CLUSTER_POLICY_VERSION}/${CLUSTER_POLICY_PLURAL}`, listClusterPolicies);
-    for (const inf of [this.policies, this.namespaces, this.clusterPolicies] as Cached<K8s.KubernetesObject>[]) {
+    const listMultiPolicies = () => custom.listClusterCustomObject({ group: MULTI_POLICY_GROUP, version: MULTI_POLICY_VERSION, plural: MULTI_POLICY_PLURAL, resourceVersion: '0' }) as Promise<K8s.KubernetesListObject<MultiNetworkPolicy>>;
+    this.multiPolicies = k8s.makeInformer<MultiNetworkPolicy>(kc, `/apis/${MULTI_POLICY_GROUP}/${MULTI_POLICY_VERSION}/${MULTI_POLICY_PLURAL}`, listMultiPolicies);
+    for (const inf of [this.policies, this.namespaces, this.clusterPolicies, this.multiPolicies] as Cached<K8s.KubernetesObject>[]) {
       for (const verb of ['add', 'update', 'delete'] as const) inf.on(verb, () => this.recompile());
     }
     this.pods.on('add', (p) => this.pod(p));
     this.pods.on('update', (p) => this.pod(p));
-    this.pods.on('delete', (p) => this.enforcer.setPod(keyOf(p), undefined));
+    this.pods.on('delete', (p) => {
+      this.enforcer.setPod(keyOf(p), undefined);
+      this.multi.setPod(keyOf(p), undefined);
+    });
     const watch = (inf: Cached<K8s.KubernetesObject>, resource: string, what: string, absent?: string) => {
       const r = new WatchRestart(inf, {
         resource,
@@ -110,8 +120,12 @@ export class PolicyWatch implements PodPolicy {
     watch(this.namespaces as Cached<K8s.KubernetesObject>, 'namespace', 'Namespace watch');
     watch(this.pods as Cached<K8s.KubernetesObject>, 'pods', 'Pod watch (network policy)');
     watch(this.clusterPolicies as Cached<K8s.KubernetesObject>, 'clusternetworkpolicy', 'ClusterNetworkPolicy watch', `ClusterNetworkPolicies are not served (their CRD, from sigs.k8s.io/network-policy-api v0.3.0, is not installed): none are enforced; retrying`);
+    watch(this.multiPolicies as Cached<K8s.KubernetesObject>, 'multi-networkpolicy', 'MultiNetworkPolicy watch', `MultiNetworkPolicies are not served (their CRD, in kind-config/kni-daemonset.yaml, is not installed): none are enforced; retrying`);
     this.rt.podPolicy = this;
-    this.timers.push(setInterval(() => this.checkTable(), this.reconcileMs).unref(), setInterval(() => this.enforcer.writeNow(), REWRITE_MS).unref());
+    this.timers.push(setInterval(() => this.checkTable(), this.reconcileMs).unref(), setInterval(() => {
+      this.enforcer.writeNow();
+      this.multi.writeAll(true);
+    }, REWRITE_MS).unref());
   }
 
   stop(): void {
@@ -119,6 +133,7 @@ export class PolicyWatch implements PodPolicy {
     for (const t of this.timers) clearInterval(t);
     if (this.compileTimer) clearTimeout(this.compileTimer);
     this.enforcer.stop();
+    this.multi.stop();
     if (this.rt.podPolicy === this) this.rt.podPolicy = undefined;
   }
 
@@ -162,9 +177,15 @@ export class PolicyWatch implements PodPolicy {
     await this.enforcer.admit(pod).catch((e: Error) => {
       throw new KniError('UNAVAILABLE', `network policy for pod ${rec.pod.namespace}/${rec.pod.name}: ${e.message}`);
     });
+    // Its secondary interfaces are named on the record already, before any of them is wired.
+    await this.multi.admit(rec, pod).catch(async (e: Error) => {
+      await this.enforcer.release(itf.hostVeth).catch(() => undefined);
+      throw new KniError('UNAVAILABLE', `MultiNetworkPolicy for pod ${rec.pod.namespace}/${rec.pod.name}: ${e.message}`);
+    });
   }
 
-  async release(_rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+  async release(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {
+    this.multi.release(rec.id);
     await this.enforcer.release(itf.hostVeth);
   }
 
@@ -187,24 +208,39 @@ export class PolicyWatch implements PodPolicy {
   private pod(p: K8s.V1Pod): void {
     const view = policyPod(p);
     this.enforcer.setPod(keyOf(p), view);
+    this.multi.setPod(keyOf(p), view, networkAddresses(p));
     // A pod of this node whose labels or ports changed: its own chains follow.
     const ns = p.metadata?.namespace ?? 'default';
+    const change = { labels: p.metadata?.labels ?? {}, ports: containerPorts(p) };
     for (const l of this.enforcer.localPods()) {
-      if (l.namespace === ns && l.name === p.metadata?.name) this.enforcer.updateLocal(l.end, { labels: p.metadata?.labels ?? {}, ports: containerPorts(p) });
+      if (l.namespace === ns && l.name === p.metadata?.name) this.enforcer.updateLocal(l.end, change);
     }
+    this.multi.updateLocal(ns, p.metadata?.name ?? '', change);
   }
 
   private connected(resource: string): void {
     const first = !this.enforcer.isReady;
     this.listed.add(resource);
-    if (this.listed.size < 4) return;
+    if (this.listed.size < 5) return;
     if (first) {
       // This node's pods as their records hold them, before the first write: it keeps their policies.
       this.enforcer.setLocal(this.recordedPods());
-      for (const p of this.pods?.list() ?? []) this.enforcer.setPod(keyOf(p), policyPod(p));
-      log('info', 'network policy: NetworkPolicies, ClusterNetworkPolicies, Namespaces and Pods read; writing the table', { policies: this.policies?.list().length ?? 0, clusterPolicies: this.clusterPolicies?.list().length ?? 0 });
+      for (const rec of this.rt.sandboxes.values()) {
+        if (rec.phase === 'attached' && networkInterfaces(rec).length) void this.multi.admit(rec, this.recordedView(rec), false);
+      }
+      for (const p of this.pods?.list() ?? []) {
+        this.enforcer.setPod(keyOf(p), policyPod(p));
+        this.multi.setPod(keyOf(p), policyPod(p), networkAddresses(p));
+      }
+      log('info', 'network policy: NetworkPolicies, ClusterNetworkPolicies, MultiNetworkPolicies, Namespaces and Pods read; writing the tables', { policies: this.policies?.list().length ?? 0, clusterPolicies: this.clusterPolicies?.list().length ?? 0, multiPolicies: this.multiPolicies?.list().length ?? 0 });
     }
     this.compileNow();
+  }
+
+  /** A pod of this node as its record and the watch have it (its addresses are its interfaces'). */
+  private recordedView(rec: SandboxRecord): PolicyPod {
+    const p = this.pods?.get(rec.pod.name, rec.pod.namespace || 'default');
+    return { namespace: rec.pod.namespace || 'default', name: rec.pod.name, ips: [], labels: p?.metadata?.labels ?? podLabels(rec.labels), ports: p ? containerPorts(p) : [] };
   }
 
   private recordedPods(): LocalPod[] {
@@ -235,10 +271,14 @@ export class PolicyWatch implements PodPolicy {
     const model = compilePolicies(policies, labels, compileClusterPolicies(clusterPolicies));
     this.enforcer.setModel(model);
     this.report([...policies, ...clusterPolicies], model.problems);
+    const multiPolicies = [...(this.multiPolicies?.list() ?? [])];
+    const multi = compileMultiPolicies(multiPolicies, labels);
+    this.multi.setModel(multi);
+    this.report(multiPolicies, multi.problems, 'MultiNetworkPolicy');
   }
 
   /** Problems are "namespace/name: why" for a NetworkPolicy, "name: why" for a ClusterNetworkPolicy (cluster-scoped: no "/"). */
-  private report(policies: readonly K8s.KubernetesObject[], problems: string[]): void {
+  private report(policies: readonly K8s.KubernetesObject[], problems: string[], namespacedKind: 'NetworkPolicy' | 'MultiNetworkPolicy' = 'NetworkPolicy'): void {
     for (const problem of problems) {
       const name = problem.slice(0, problem.indexOf(': '));
       const cluster = !name.includes('/');
@@ -247,9 +287,10 @@ export class PolicyWatch implements PodPolicy {
       const version = `${p?.metadata?.uid}/${p?.metadata?.resourceVersion}/${problem}`;
       if (this.reported.has(version)) continue;
       this.reported.add(version);
-      const kind = cluster ? ('ClusterNetworkPolicy' as const) : ('NetworkPolicy' as const);
+      const kind = cluster ? ('ClusterNetworkPolicy' as const) : namespacedKind;
       log('warn', `a ${kind} names something kni cannot enforce: it matches nothing`, { policy: name, problem });
-      const target = cluster ? { kind, apiVersion: `${CLUSTER_POLICY_GROUP}/${CLUSTER_POLICY_VERSION}`, name: policyName, uid: p?.metadata?.uid } : { kind, apiVersion: 'networking.k8s.io/v1', name: policyName, namespace, uid: p?.metadata?.uid };
+      const apiVersion = cluster ? `${CLUSTER_POLICY_GROUP}/${CLUSTER_POLICY_VERSION}` : kind === 'MultiNetworkPolicy' ? `${MULTI_POLICY_GROUP}/${MULTI_POLICY_VERSION}` : 'networking.k8s.io/v1';
+      const target = { kind, apiVersion, name: policyName, ...(cluster ? {} : { namespace }), uid: p?.metadata?.uid };
       void recordEvent(this.api, target, 'Warning', 'PolicyNotEnforced', problem.slice(name.length + 2));
     }
   }

@@ -172,8 +172,11 @@ function compileRule(set: string, namespace: string, peers: K8s.V1NetworkPolicyP
   return rule;
 }
 
-/** The model of a cluster's NetworkPolicies and compiled ClusterNetworkPolicies, with its namespaces' labels (for namespace selectors). */
-export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels: ReadonlyMap<string, Record<string, string>>, cluster: { policies: CompiledClusterPolicy[]; problems: string[] } = { policies: [], problems: [] }): PolicyModel {
+/**
+ * The model of a cluster's NetworkPolicies and compiled ClusterNetworkPolicies, with its
+ * namespaces' labels (for namespace selectors). `setPrefix` starts the names of the rules' sets.
+ */
+export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels: ReadonlyMap<string, Record<string, string>>, cluster: { policies: CompiledClusterPolicy[]; problems: string[] } = { policies: [], problems: [] }, setPrefix = 'p'): PolicyModel {
   const out: PolicyModel = { policies: [], cluster: cluster.policies, namespaceLabels, problems: [...cluster.problems] };
   const sorted = [...policies].sort((a, b) => nameOf(a).localeCompare(nameOf(b)));
   sorted.forEach((p, i) => {
@@ -186,8 +189,8 @@ export function compilePolicies(policies: K8s.V1NetworkPolicy[], namespaceLabels
     const c: CompiledPolicy = { name, namespace, podSelector: p.spec?.podSelector ?? {} };
     // A podSelector kni cannot judge: the policy selects nothing (said in problems).
     if (!why) {
-      if (types.includes('ingress')) c.ingress = (p.spec?.ingress ?? []).map((r, j) => compileRule(`p${i}-i${j}`, namespace, ingressPeers(r), r.ports, problems));
-      if (types.includes('egress')) c.egress = (p.spec?.egress ?? []).map((r, j) => compileRule(`p${i}-e${j}`, namespace, r.to, r.ports, problems));
+      if (types.includes('ingress')) c.ingress = (p.spec?.ingress ?? []).map((r, j) => compileRule(`${setPrefix}${i}-i${j}`, namespace, ingressPeers(r), r.ports, problems));
+      if (types.includes('egress')) c.egress = (p.spec?.egress ?? []).map((r, j) => compileRule(`${setPrefix}${i}-e${j}`, namespace, r.to, r.ports, problems));
     }
     out.problems.push(...problems.map((x) => `${name}: ${x}`));
     out.policies.push(c);
