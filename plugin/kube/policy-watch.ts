@@ -169,7 +169,19 @@ export class PolicyWatch implements PodPolicy {
       return [...cluster(d, 'Admin'), ...own, ...(own.length ? [] : cluster(d, 'Baseline'))];
     });
     const names = new Set(policies.map((p) => p.name));
-    return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems: model.problems.filter((x) => names.has(x.slice(0, x.indexOf(': ')))) };
+    const problems = model.problems.filter((x) => names.has(x.slice(0, x.indexOf(': '))));
+    // The MultiNetworkPolicies judging its interfaces on secondary networks, after the default network's.
+    const multi = this.multi.currentModel;
+    for (const n of multi ? networkInterfaces(rec) : []) {
+      const m = multi!.networks.get(n.network);
+      if (!m) continue;
+      const onNet = { ...pod, ips: n.ips };
+      for (const d of ['ingress', 'egress'] as const) {
+        for (const p of isolating(m, onNet, d)) policies.push({ name: `${p.name} (MultiNetworkPolicy for ${n.network}, on ${n.name})`, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) });
+      }
+      problems.push(...m.problems.filter((x) => !problems.includes(x) && m.policies.some((p) => x.startsWith(`${p.name}: `))));
+    }
+    return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems };
   }
 
   async admit(rec: SandboxRecord, itf: InterfaceRecord): Promise<void> {

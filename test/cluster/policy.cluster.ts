@@ -2,8 +2,9 @@
 // a new pod in a default-deny namespace receives nothing while another pod floods its address,
 // from before the pod exists until after it is Ready; a policy change takes effect within a
 // second; kill -9 of kni keeps the table in the kernel, and its restart opens no window; a
-// ClusterNetworkPolicy is enforced, and kni does without its CRD until it is installed;
-// policy.enabled: false takes the table away. The upstream NetworkPolicy specs run in
+// ClusterNetworkPolicy is enforced, and kni does without its CRD until it is installed; a
+// MultiNetworkPolicy is enforced on a secondary network; policy.enabled: false takes the table
+// away. The upstream NetworkPolicy specs run in
 // k8s-e2e.cluster.ts.
 import assert from 'node:assert/strict';
 import { ChildProcess, spawn } from 'node:child_process';
@@ -186,6 +187,48 @@ spec:
     await waitFor(() => !sender(), 90_000, () => 'the ClusterNetworkPolicy made after its CRD came back is not enforced');
     kubectl('delete', 'clusternetworkpolicy', 'deny-sender');
     await waitFor(() => sender(), 30_000, () => 'the deleted ClusterNetworkPolicy still denies');
+  });
+
+  it('a MultiNetworkPolicy on a secondary network (macvlan): in the pod before its first packet, its peers by their addresses there; the default network untouched; a change within a second', async () => {
+    apply(`apiVersion: k8s.cni.cncf.io/v1
+kind: NetworkAttachmentDefinition
+metadata: { name: mnp-net, namespace: pol-open }
+spec:
+  config: '{"cniVersion": "1.0.0", "name": "mnp-net", "type": "macvlan", "master": "sec0", "mode": "bridge", "capabilities": {"ips": true}, "ipam": {"type": "static"}}'
+`);
+    const MNP = (peer: string) => `apiVersion: k8s.cni.cncf.io/v1beta1
+kind: MultiNetworkPolicy
+metadata: { name: mnp-server, namespace: pol-open, annotations: { k8s.v1.cni.cncf.io/policy-for: mnp-net } }
+spec:
+  podSelector: { matchLabels: { app: mnp-server } }
+  policyTypes: [Ingress]
+  ingress: [{ from: [{ podSelector: { matchLabels: { app: ${peer} } } }] }]
+`;
+    // The policy first: the server's table is written inside its attach.
+    apply(MNP('mnp-client'));
+    const onNet = (name: string, node: string, ip: string) => POD(name, node, { namespace: 'pol-open', labels: { app: name }, annotations: { 'k8s.v1.cni.cncf.io/networks': JSON.stringify([{ name: 'mnp-net', ips: [`${ip}/24`] }]) } });
+    apply([onNet('mnp-server', 'w1', '10.250.0.71'), onNet('mnp-client', 'w2', '10.250.0.72'), onNet('mnp-other', 'w2', '10.250.0.73')].join('---\n'));
+    for (const n of ['mnp-server', 'mnp-client', 'mnp-other']) kubectl('-n', 'pol-open', 'wait', '--for=condition=Ready', `pod/${n}`, '--timeout=120s');
+    const from = (name: string, ip: string) => connects('w2', 'pol-open', name, ip);
+    // The client's address on the network reaches the server once the client's network-status is read.
+    await waitFor(() => from('mnp-client', '10.250.0.71'), 30_000, () => 'the allowed peer does not reach the server on the secondary network');
+    assert.equal(from('mnp-other', '10.250.0.71'), false, 'a peer the MultiNetworkPolicy does not allow reaches the server on its network');
+    assert.equal(from('mnp-other', podIp('pol-open', 'mnp-server')), true, 'the MultiNetworkPolicy judged the default network too');
+    const server = knictl('w1', 'pods').find((p: any) => p.pod.name === 'mnp-server');
+    const table = trySh('nsenter', [`--mount=${CL}/mnt/w1`, 'nsenter', `--net=${server.netns_path}`, 'nft', 'list', 'table', 'inet', 'kni-multi-policy']);
+    assert.match(table.out, /iifname "net1" jump in-0/, table.out);
+    const shown = knictl('w1', 'policy', 'pol-open/mnp-server');
+    assert.deepEqual(shown.policies.map((p: any) => [p.direction, p.name, p.allows]), [['ingress', 'pol-open/mnp-server (MultiNetworkPolicy for pol-open/mnp-net, on net1)', ['from pods app=mnp-client in namespace pol-open on every port']]], JSON.stringify(shown));
+    // The other pod allowed instead: within a second.
+    const t0 = Date.now();
+    apply(MNP('mnp-other'));
+    const allowMs = await startedAfter(t0, () => from('mnp-other', '10.250.0.71'), 'the changed MultiNetworkPolicy was not enforced');
+    process.stdout.write(`      a MultiNetworkPolicy change enforced ${allowMs} ms after it was applied\n`);
+    assert.ok(allowMs < 10_000, `allowed after ${allowMs} ms`);
+    assert.equal(from('mnp-client', '10.250.0.71'), false, 'the peer no longer allowed still reaches the server');
+    kubectl('-n', 'pol-open', 'delete', 'multi-networkpolicy', 'mnp-server');
+    await waitFor(() => from('mnp-client', '10.250.0.71'), 30_000, () => 'the deleted MultiNetworkPolicy still denies');
+    kubectl('-n', 'pol-open', 'delete', 'pod', 'mnp-server', 'mnp-client', 'mnp-other', '--wait=false');
   });
 
   it('policy.enabled: false takes the table away at the next start (a cluster running its own policy agent)', async () => {
