@@ -24,6 +24,7 @@ import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
 import { criClient } from '../test/helpers/containerd-env';
 import { masqueradeTable } from '../test/helpers/masquerade-table';
+import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
 import { cpuMs, percentile, rssMb } from './stats';
 
 const args = process.argv.slice(2);
@@ -37,7 +38,7 @@ const LEASE_SECONDS = option('--lease-seconds', 40);
 const CREATES_AT_ONCE = 16;
 const QUIET_MS = 60_000;
 const LABEL = 'kni.bench/scale';
-const KWOK_STAGES = ['fast/node-initialize.yaml', 'heartbeat-with-lease/node-heartbeat-with-lease.yaml'];
+const KWOK_STAGES = ['node/fast/node-initialize.yaml', 'node/heartbeat-with-lease/node-heartbeat-with-lease.yaml'];
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const kniPid = (): number => Number(fs.readFileSync(`${CL}/run/kni-w1.pid`, 'utf8').trim());
@@ -46,8 +47,8 @@ const kniPid = (): number => Number(fs.readFileSync(`${CL}/run/kni-w1.pid`, 'utf
 const v4Cidr = (i: number) => `10.${100 + (i >> 8)}.${i & 255}.0/24`;
 const v6Cidr = (i: number) => parseCidr(`fd00:20:${i.toString(16)}::/64`).text; // as the kernel prints it
 const madeUpNode = (i: number): k8s.V1Node => ({
-  metadata: { name: `kb-scale-${i}`, labels: { [LABEL]: '1', type: 'kwok' }, annotations: { 'kwok.x-k8s.io/node': 'fake' } },
-  spec: { podCIDR: v4Cidr(i), podCIDRs: [v4Cidr(i), v6Cidr(i)], taints: [{ key: 'kwok.x-k8s.io/node', value: 'fake', effect: 'NoSchedule' }] },
+  metadata: { name: `kb-scale-${i}`, labels: { [LABEL]: '1', type: 'kwok' }, annotations: KWOK_NODE_ANNOTATION },
+  spec: { podCIDR: v4Cidr(i), podCIDRs: [v4Cidr(i), v6Cidr(i)], taints: [KWOK_TAINT] },
   // A Hostname too, as a kubelet reports: kwok's node-initialize stage writes the addresses anew
   // (without the InternalIPs) when either kind is missing.
   status: { addresses: [{ type: 'InternalIP', address: `172.30.${i >> 8}.${i & 255}` }, { type: 'InternalIP', address: `fd00:172:30::${i.toString(16)}` }, { type: 'Hostname', address: `kb-scale-${i}` }] },
@@ -174,19 +175,11 @@ const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${m
 interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: number[]; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
 
 async function main(): Promise<void> {
-  const kwokBin = `${BIN}/kwok`;
-  execFileSync('bash', ['hack/cluster/build-components.sh', 'kwok'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  const kwokSrc = execFileSync('go', ['env', 'GOMODCACHE'], { encoding: 'utf8', env: { ...process.env, GOPATH: process.env.GOPATH ?? `${process.env.KNI_CLUSTER_CACHE ?? '/var/cache/kni-cluster'}/gopath` } }).trim();
-  const version = /KWOK_VERSION=(\S+)/.exec(fs.readFileSync('hack/cluster/versions.env', 'utf8'))![1];
-  const stages = KWOK_STAGES.map((s) => fs.readFileSync(`${kwokSrc}/sigs.k8s.io/kwok@${version}/kustomize/stage/node/${s}`, 'utf8')).join('\n---\n');
-
   cluster('down');
   cluster('up');
   cluster('kni');
   cluster('kni-stop w2');
-  fs.writeFileSync(`${CL}/kwok.yaml`, stages);
-  const kwokLog = fs.openSync(`${CL}/run/kwok.log`, 'a');
-  const kwok = spawn(kwokBin, ['--kubeconfig', KUBECONFIG, '--config', `${CL}/kwok.yaml`, '--manage-all-nodes=false', '--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake', `--node-lease-duration-seconds=${LEASE_SECONDS}`, '-v=WARN'], { stdio: ['ignore', kwokLog, kwokLog] });
+  const kwok = startKwok(KWOK_STAGES, LEASE_SECONDS);
   // The control plane, kwok and this bench on the second CPU: on a real node kni shares no CPU
   // with the API server and etcd, and its event-loop delay would count their turns as kni's
   // stalls. kni itself is not pinned: its garbage collector's threads mark beside its main

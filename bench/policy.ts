@@ -7,18 +7,24 @@
 //     allowing the client (from the API's answer to the create);
 //   - connection setup latency (500 connections one after another) and one stream's throughput
 //     (512 MiB) through an allowing policy, and with no policy at all;
-//   - kni's CPU and RSS on the node with POLICIES NetworkPolicies, and a change's enforcement then.
-//   node dist/bench/policy.js [CHANGES=20] [POLICIES=1000]
+//   - kni's CPU and RSS on the node with PODS pods elsewhere in the cluster (bound to Nodes kwok
+//     keeps, given addresses from their podCIDRs by kwok) and then POLICIES NetworkPolicies
+//     whose peers they are, and a change's enforcement then.
+//   node dist/bench/policy.js [CHANGES=20] [POLICIES=1000] [PODS=1000]
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import * as k8s from '@kubernetes/client-node';
 import { packageRoot } from '../plugin/server/protos';
 import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, POD, KUBECONFIG } from '../test/cluster/cluster-helpers';
+import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
 import { cpuMs, percentile, rssMb } from './stats';
 
 const CHANGES = Math.max(2, Number(process.argv[2] ?? 20));
 const POLICIES = Math.max(0, Number(process.argv[3] ?? 1000));
+const PODS = Math.max(0, Number(process.argv[4] ?? 1000));
+const KWOK_NODES = 10;
+const AT_ONCE = 16;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const PROBER = path.join(packageRoot(), 'dist/bench/policy-prober.js');
 
@@ -198,20 +204,65 @@ async function measure(what: string, agentPid: () => number): Promise<Result> {
   }
 }
 
-/** kni's CPU and RSS on kc-w1 with POLICIES policies (none selecting a pod), and a change's enforcement then. */
-async function atScale(): Promise<{ rssBefore: number; rssAfter: number; cpuS: number; createS: number; enforceMs: number[] }> {
+/** Runs make(i) for i < n, AT_ONCE at a time. */
+async function inParallel(n: number, make: (i: number) => Promise<unknown>): Promise<void> {
+  let next = 0;
+  await Promise.all(Array.from({ length: AT_ONCE }, async () => {
+    while (next < n) await make(next++);
+  }));
+}
+
+/** PODS pods on KWOK_NODES made-up Nodes kwok keeps (Running, addressed from their podCIDRs): peers for kni's sets, no wiring of kni's. */
+async function kwokPods(): Promise<void> {
+  for (let i = 0; i < KWOK_NODES; i++) {
+    await core.createNode({ body: {
+      metadata: { name: `kb-pol-${i}`, labels: { type: 'kwok' }, annotations: KWOK_NODE_ANNOTATION },
+      spec: { podCIDR: `10.201.${i}.0/24`, podCIDRs: [`10.201.${i}.0/24`, `fd00:201:${i}::/64`], taints: [KWOK_TAINT] },
+      status: { addresses: [{ type: 'InternalIP', address: `172.31.0.${i + 1}` }, { type: 'Hostname', address: `kb-pol-${i}` }] },
+    } });
+  }
+  await inParallel(PODS, (i) => core.createNamespacedPod({ namespace: 'bulk', body: {
+    metadata: { name: `peer-${i}`, labels: { app: `peer-${i}` } },
+    spec: { nodeName: `kb-pol-${i % KWOK_NODES}`, tolerations: [{ ...KWOK_TAINT, operator: 'Equal' }], containers: [{ name: 'c', image: 'made-up' }] },
+  } }));
+  for (const deadline = Date.now() + 300_000; ; await sleep(1000)) {
+    const addressed = (await core.listNamespacedPod({ namespace: 'bulk' })).items.filter((p) => p.status?.podIP).length;
+    if (addressed >= PODS) return;
+    if (Date.now() > deadline) throw new Error(`kwok addressed ${addressed} of ${PODS} pods in 300 s`);
+  }
+}
+
+/** kni's CPU and RSS on kc-w1 with PODS pods and POLICIES policies (none selecting a pod of its node), and a change's enforcement then. */
+async function atScale(): Promise<{ rssBefore: number; rssPods: number; rssAfter: number; podsS: number; podsCpuS: number; cpuS: number; createS: number; enforceMs: number[] }> {
   kubectl('create', 'namespace', 'bulk');
   const pid = kniPid();
-  const rssBefore = rssMb(pid);
-  const c0 = cpuMs(pid);
-  const t0 = Date.now();
-  for (let i = 0; i < POLICIES; i++) {
-    await net.createNamespacedNetworkPolicy({ namespace: 'bulk', body: { metadata: { name: `p${i}` }, spec: { podSelector: { matchLabels: { app: `bulk-${i}` } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: `peer-${i}` } } }], ports: [{ port: 80 + (i % 1000) }] }] } } });
+  const kwok = startKwok(['node/fast/node-initialize.yaml', 'node/heartbeat-with-lease/node-heartbeat-with-lease.yaml', 'pod/fast/pod-ready.yaml', 'pod/fast/pod-delete.yaml'], 40);
+  try {
+    const rssBefore = rssMb(pid);
+    const c0 = cpuMs(pid);
+    const t00 = Date.now();
+    if (PODS) await kwokPods();
+    const podsS = (Date.now() - t00) / 1000;
+    await sleep(5000);
+    const cp = cpuMs(pid);
+    const rssPods = rssMb(pid);
+    const t0 = Date.now();
+    await inParallel(POLICIES, (i) => net.createNamespacedNetworkPolicy({ namespace: 'bulk', body: { metadata: { name: `p${i}` }, spec: { podSelector: { matchLabels: { app: `bulk-${i}` } }, ingress: [{ _from: [{ podSelector: { matchLabels: { app: `peer-${i}` } } }], ports: [{ port: 80 + (i % 1000) }] }] } } }));
+    const createS = (Date.now() - t0) / 1000;
+    await sleep(5000);
+    const c1 = cpuMs(pid);
+    const rssAfter = rssMb(pid);
+    const enforceMs = await enforcedWithAll();
+    return { rssBefore, rssPods, rssAfter, podsS, podsCpuS: (cp.user + cp.system - c0.user - c0.system) / 1000, cpuS: (c1.user + c1.system - cp.user - cp.system) / 1000, createS, enforceMs };
+  } finally {
+    kubectl('delete', 'namespace', 'bulk', '--wait=false');
+    kubectl('delete', 'node', '-l', 'type=kwok', '--wait=false');
+    kwok.kill();
   }
-  const createS = (Date.now() - t0) / 1000;
-  await sleep(5000);
-  const c1 = cpuMs(pid);
-  const rssAfter = rssMb(pid);
+}
+
+/** A deny on the target created and deleted 5 times with everything of atScale present: ms to each enforcement. */
+async function enforcedWithAll(): Promise<number[]> {
   const target = await podIp('pol', 'target');
   const prober = new Prober(inPod('w2', 'default', 'client', [process.execPath, PROBER]));
   const enforceMs: number[] = [];
@@ -231,7 +282,7 @@ async function atScale(): Promise<{ rssBefore: number; rssAfter: number; cpuS: n
   } finally {
     prober.kill();
   }
-  return { rssBefore, rssAfter, cpuS: (c1.user + c1.system - c0.user - c0.system) / 1000, createS, enforceMs };
+  return enforceMs;
 }
 
 async function main(): Promise<void> {
@@ -248,7 +299,6 @@ async function main(): Promise<void> {
     kubectl('-n', 'pol', 'wait', '--for=condition=Ready', 'pod/target', '--timeout=120s');
     const kni = await measure("kni's policy", kniPid);
     const scale = POLICIES ? await atScale() : undefined;
-    kubectl('delete', 'namespace', 'bulk', '--wait=false');
     // kni with its policy off (its table gone), kube-network-policies beside it.
     cluster('kni-stop w1');
     cluster('kni-stop w2');
@@ -279,7 +329,8 @@ async function main(): Promise<void> {
       ...(knp ? ['', `enforcement, kni vs kube-network-policies (p50): ${ratio(percentile(kni.enforceMs, 50), percentile(knp.enforceMs, 50))}`] : []),
       ...(scale ? [
         '',
-        `kni with ${POLICIES} NetworkPolicies (API objects; created in ${scale.createS.toFixed(0)} s): RSS ${scale.rssBefore.toFixed(0)} → ${scale.rssAfter.toFixed(0)} MB, CPU ${scale.cpuS.toFixed(1)} s while they came, a deny then enforced in ${pct(scale.enforceMs)} ms (p50 / p99)`,
+        `kni with ${PODS} pods elsewhere (kwok's, on ${KWOK_NODES} Nodes; created and addressed in ${scale.podsS.toFixed(0)} s): RSS ${scale.rssBefore.toFixed(0)} → ${scale.rssPods.toFixed(0)} MB, CPU ${scale.podsCpuS.toFixed(1)} s while they came`,
+        `then ${POLICIES} NetworkPolicies, each with one of those pods as its peer (created in ${scale.createS.toFixed(0)} s): RSS → ${scale.rssAfter.toFixed(0)} MB, CPU ${scale.cpuS.toFixed(1)} s while they came, a deny then enforced in ${pct(scale.enforceMs)} ms (p50 / p99)`,
       ] : []),
     ];
     process.stdout.write(`${lines.join('\n')}\n`);
