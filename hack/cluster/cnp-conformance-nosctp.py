@@ -5,7 +5,7 @@ serving SCTP, which exit at once when the kernel refuses an SCTP socket (the pod
 Ready and no test runs), and every SCTP poke would fail. Two changes, nothing else:
 - the base manifests lose the containers whose environment asks for an SCTP port;
 - PokeServer logs an SCTP poke as skipped (KNI-SKIPPED-SCTP-POKE) instead of making it.
-The tests about SCTP alone are skipped by the runner (test/cluster/cnp-conformance.cluster.ts)."""
+The tests about SCTP alone are skipped by the runner (test/cluster/k8s-e2e.cluster.ts)."""
 import pathlib
 import re
 import sys
