@@ -21,6 +21,7 @@ import { POLICY_TABLE, policyTableInKernel } from '../policy/policy-ruleset';
 import type { InterfaceRecord, SandboxRecord } from '../store/records';
 import { apiError, KubeApi, withTimeout } from './kube-api';
 import { recordEvent } from './kube-events';
+import { policyProblems } from '../observe/metrics';
 import { containerPorts, peerIp } from './policy-verdict';
 import { WatchRestart } from './watch-restart';
 
@@ -283,10 +284,13 @@ export class PolicyWatch implements PodPolicy {
     const model = compilePolicies(policies, labels, compileClusterPolicies(clusterPolicies));
     this.enforcer.setModel(model);
     this.report([...policies, ...clusterPolicies], model.problems);
+    policyProblems.set({ kind: 'NetworkPolicy' }, model.problems.filter((x) => x.slice(0, x.indexOf(': ')).includes('/')).length);
+    policyProblems.set({ kind: 'ClusterNetworkPolicy' }, model.problems.filter((x) => !x.slice(0, x.indexOf(': ')).includes('/')).length);
     const multiPolicies = [...(this.multiPolicies?.list() ?? [])];
     const multi = compileMultiPolicies(multiPolicies, labels);
     this.multi.setModel(multi);
     this.report(multiPolicies, multi.problems, 'MultiNetworkPolicy');
+    policyProblems.set({ kind: 'MultiNetworkPolicy' }, multi.problems.length);
   }
 
   /** Problems are "namespace/name: why" for a NetworkPolicy, "name: why" for a ClusterNetworkPolicy (cluster-scoped: no "/"). */

@@ -137,6 +137,13 @@ export const apiConnected = new prom.Gauge({
   registers: [registry],
 });
 
+export const policyProblems = new prom.Gauge({
+  name: 'kni_policy_problems',
+  help: 'What the cluster\'s policies name that kni cannot enforce as written (each said in the log and an Event on its policy), by kind of policy',
+  labelNames: ['kind'] as const,
+  registers: [registry],
+});
+
 export const watchRestartsTotal = new prom.Counter({
   name: 'kni_kubernetes_watch_restarts_total',
   help: 'Watches of the Kubernetes API (Nodes, the ConfigMap, NetworkAttachmentDefinitions, Pods) that broke and were started again',

@@ -7,7 +7,7 @@
 // away. The upstream NetworkPolicy specs run in
 // k8s-e2e.cluster.ts.
 import assert from 'node:assert/strict';
-import { ChildProcess, spawn } from 'node:child_process';
+import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { trySh } from '../helpers/sh';
 import { waitFor } from '../helpers/wait';
@@ -228,6 +228,18 @@ spec:
     assert.equal(from('mnp-client', '10.250.0.71'), false, 'the peer no longer allowed still reaches the server');
     kubectl('-n', 'pol-open', 'delete', 'multi-networkpolicy', 'mnp-server');
     await waitFor(() => from('mnp-client', '10.250.0.71'), 30_000, () => 'the deleted MultiNetworkPolicy still denies');
+    // One kni cannot read: said in an Event on it and counted in the metric, enforced nowhere.
+    apply(`apiVersion: k8s.cni.cncf.io/v1beta1
+kind: MultiNetworkPolicy
+metadata: { name: mnp-bad, namespace: pol-open, annotations: { k8s.v1.cni.cncf.io/policy-for: mnp-net } }
+spec: { podSelector: {}, ingress: [{ ports: [{ port: [80] }] }] }
+`);
+    const events = () => kubectlJson('-n', 'pol-open', 'get', 'events', '--field-selector', 'involvedObject.name=mnp-bad').items.map((e: any) => `${e.involvedObject.kind} ${e.reason}: ${e.message}`).join('\n');
+    await waitFor(() => /MultiNetworkPolicy PolicyNotEnforced: spec.ingress\[0\].ports\[0\].port is not a number or a name/.test(events()), 30_000, () => events());
+    const metrics = execFileSync('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' });
+    assert.match(metrics, /kni_policy_problems\{kind="MultiNetworkPolicy"\} 1\n/);
+    assert.equal(from('mnp-other', '10.250.0.71'), true, 'the policy kni cannot read isolates the pod');
+    kubectl('-n', 'pol-open', 'delete', 'multi-networkpolicy', 'mnp-bad');
     kubectl('-n', 'pol-open', 'delete', 'pod', 'mnp-server', 'mnp-client', 'mnp-other', '--wait=false');
   });
 
