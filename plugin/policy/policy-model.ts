@@ -222,6 +222,50 @@ export const familyOfIp = (ip: string): Family => (ip.includes(':') ? 6 : 4);
 
 const PROTO_NAME: Record<Protocol, string> = { TCP: 'tcp', UDP: 'udp', SCTP: 'sctp' };
 
+type RuleEntry = { rule: CompiledRule; egress: boolean };
+
+/**
+ * The rules that may take a pod as a peer, found by one of its labels: each rule under the first
+ * matchLabels pair of each of its selectors (a pod without that label cannot match it), the rest
+ * (selectors without matchLabels, egress named ports to any peer) in `always`. A table write
+ * judges every pod of the cluster against the rules: with 1,000 policies and 1,000 pods, testing
+ * every pair took 300 ms of each write.
+ */
+interface PeerIndex {
+  byLabel: Map<string, RuleEntry[]>;
+  always: RuleEntry[];
+}
+const peerIndexes = new WeakMap<PolicyModel, PeerIndex>();
+
+function peerIndex(model: PolicyModel): PeerIndex {
+  const known = peerIndexes.get(model);
+  if (known) return known;
+  const index: PeerIndex = { byLabel: new Map(), always: [] };
+  for (const e of rulesOf(model)) {
+    const r = e.rule;
+    if (e.egress && r.named.length && r.anyPeer) {
+      index.always.push(e);
+      continue;
+    }
+    if (!r.selectors.length) continue;
+    const anchors = r.selectors.map((sel) => {
+      const first = Object.entries(sel.podSelector?.matchLabels ?? {})[0];
+      return first ? `${first[0]}=${first[1]}` : undefined;
+    });
+    if (anchors.includes(undefined)) {
+      index.always.push(e);
+      continue;
+    }
+    for (const a of new Set(anchors as string[])) {
+      const l = index.byLabel.get(a);
+      if (l) l.push(e);
+      else index.byLabel.set(a, [e]);
+    }
+  }
+  peerIndexes.set(model, index);
+  return index;
+}
+
 /**
  * The set elements a pod brings as a peer: its addresses in the sets of the rules whose
  * selectors take it, and (egress rules naming ports) `address . protocol . port` for each named
@@ -234,7 +278,10 @@ export function peerElements(model: PolicyModel, pod: PolicyPod): Map<string, st
     if (l) l.push(e);
     else out.set(set, [e]);
   };
-  for (const { rule: r, egress } of rulesOf(model)) {
+  const index = peerIndex(model);
+  const candidates = new Set(index.always);
+  for (const [k, v] of Object.entries(pod.labels)) for (const e of index.byLabel.get(`${k}=${v}`) ?? []) candidates.add(e);
+  for (const { rule: r, egress } of candidates) {
     const taken = r.selectors.some((s) => selectorMatches(model, s, pod));
     if (taken) for (const ip of pod.ips) add(`${r.set}-${familyOfIp(ip)}`, ip);
     if (egress && r.named.length && (taken || r.anyPeer)) {
