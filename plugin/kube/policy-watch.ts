@@ -180,7 +180,7 @@ export class PolicyWatch implements PodPolicy {
       for (const d of ['ingress', 'egress'] as const) {
         for (const p of isolating(m, onNet, d)) policies.push({ name: `${p.name} (MultiNetworkPolicy for ${n.network}, on ${n.name})`, direction: d, allows: p[d]!.map((r) => ruleText(r, d, pod.ports)) });
       }
-      problems.push(...m.problems.filter((x) => !problems.includes(x) && m.policies.some((p) => x.startsWith(`${p.name}: `))));
+      problems.push(...m.problems.filter((x) => !problems.includes(x)));
     }
     return { enforced: true, reason: '', hostEnd: itf.hostVeth, policies, problems };
   }
@@ -250,7 +250,7 @@ export class PolicyWatch implements PodPolicy {
     this.compileNow();
   }
 
-  /** A pod of this node as its record and the watch have it (its addresses are its interfaces'). */
+  /** A pod of this node as its record and the watch have it (addresses: each interface's own). */
   private recordedView(rec: SandboxRecord): PolicyPod {
     const p = this.pods?.get(rec.pod.name, rec.pod.namespace || 'default');
     return { namespace: rec.pod.namespace || 'default', name: rec.pod.name, ips: [], labels: p?.metadata?.labels ?? podLabels(rec.labels), ports: p ? containerPorts(p) : [] };
@@ -262,8 +262,7 @@ export class PolicyWatch implements PodPolicy {
       if (rec.phase !== 'attached') continue;
       for (const itf of rec.interfaces) {
         if (itf.network || itf.backend === 'cni' || !itf.hostVeth) continue;
-        const p = this.pods?.get(rec.pod.name, rec.pod.namespace || 'default');
-        out.push({ namespace: rec.pod.namespace || 'default', name: rec.pod.name, end: itf.hostVeth, ips: itf.addresses.map((a) => a.address), labels: p?.metadata?.labels ?? podLabels(rec.labels), ports: p ? containerPorts(p) : [] });
+        out.push({ ...this.recordedView(rec), end: itf.hostVeth, ips: itf.addresses.map((a) => a.address) });
       }
     }
     return out;
