@@ -142,6 +142,23 @@ function kniChains(): Record<string, number> {
 /** Every thread of a process on one CPU. */
 const pin = (pid: number, cpu: number) => execFileSync('taskset', ['-a', '-cp', String(cpu), String(pid)], { stdio: 'ignore' });
 
+/**
+ * A sandbox stopped and removed. containerd 2.x now and then answers a stop with "ttrpc: closed"
+ * (the shim went as it killed the pause container): tried again, as a kubelet does.
+ */
+async function removeSandbox(cri: ReturnType<typeof criClient>, id: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      await cri.StopPodSandbox({ pod_sandbox_id: id });
+      await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      return;
+    } catch (e) {
+      if (attempt >= 5) throw e;
+      await sleep(1000);
+    }
+  }
+}
+
 /** RunPodSandbox (then Stop and Remove) through kc-w1's containerd, ms each, until `until` says stop. */
 async function sandboxTimes(until: () => boolean, at: string): Promise<number[]> {
   const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
@@ -151,8 +168,7 @@ async function sandboxTimes(until: () => boolean, at: string): Promise<number[]>
       const t = Date.now();
       const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name: `kb-scale-${at}-${n}`, namespace: 'default', uid: `kb-scale-${at}-${n}`, attempt: 0 }, linux: {} } });
       out.push(Date.now() - t);
-      await cri.StopPodSandbox({ pod_sandbox_id: id });
-      await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      await removeSandbox(cri, id);
       await sleep(500);
     }
   } finally {

@@ -273,14 +273,19 @@ export class NodeLifecycle {
    * list is kni's once the table holds it: reconcile, comparing the table with the list, waits
    * for a write under way (it found "drift" in a chain half written before).
    */
-  async setPeerCidrs(cidrs: Cidr[]): Promise<void> {
+  async setPeerCidrs(cidrs: Cidr[], change?: { added: Cidr[]; removed: Cidr[] }): Promise<void> {
     if (cidrs === this.peerCidrs) return; // the same list as before (PeerNetwork keeps it while it holds the same)
     // What changed, by identity: a peer that did not change keeps its CIDR objects, so a Node
-    // event costs the guards and the masquerade table its own blocks only.
-    const was = new Set(this.peerCidrs);
-    const now = new Set(cidrs);
-    const added = cidrs.filter((c) => !was.has(c));
-    const removed = this.peerCidrs.filter((c) => !now.has(c));
+    // event costs the guards and the masquerade table its own blocks only. PeerNetwork says
+    // (`change`), unless the last write failed: then it is what changed since the last that worked.
+    let added: Cidr[], removed: Cidr[];
+    if (change && !this.peerWriteFailed) ({ added, removed } = change);
+    else {
+      const was = new Set(this.peerCidrs);
+      const now = new Set(cidrs);
+      added = cidrs.filter((c) => !was.has(c));
+      removed = this.peerCidrs.filter((c) => !now.has(c));
+    }
     if (this.ready && !this.rt.cni) {
       try {
         this.guards.changePeers(added.map(gatewayOf), removed.map(gatewayOf));
@@ -293,10 +298,13 @@ export class NodeLifecycle {
       const script = keepSetDelta(cfg, added, removed);
       const write = script === undefined ? syncMasquerade(cfg.ranges, keepSets(cfg, cidrs)) : updateMasquerade(cfg.ranges, script, () => keepSets(cfg, cidrs));
       this.masqueradeWrite = write.catch(() => undefined);
+      this.peerWriteFailed = true;
       await write;
+      this.peerWriteFailed = false;
     }
     this.peerCidrs = cidrs;
   }
+  private peerWriteFailed = false;
 
   /** A masquerade write under way (setPeerCidrs), which reconcile waits for before comparing. */
   private masqueradeWrite: Promise<void> = Promise.resolve();

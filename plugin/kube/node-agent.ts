@@ -12,7 +12,7 @@ import type { PolicyVerdicts } from '../core/trace-hop';
 import type { SandboxRecord } from '../store/records';
 import type { PodPolicyView } from './policy-watch';
 import { Cidr } from '../ipam/ip';
-import { CHECK_SLICES, gatewayOf, NodeView, PeerNetwork, PeerRouteStatus } from '../node/peer-routes';
+import { CHECK_SLICES, gatewayOf, NodeView, PeerNetwork, PeerRouteStatus, sameRouting } from '../node/peer-routes';
 import { RTPROT_KNI } from '../netlink/route';
 import { PeerProbe, ProbeResult, probeTargets } from '../node/peer-probe';
 import { apiConnected, peerNodes, peerRoutes, stepSeconds } from '../observe/metrics';
@@ -62,6 +62,18 @@ const nodeView = (n: K8s.V1Node): NodeView => {
   return v;
 };
 
+/** The condition's message for the routes not installed: as many as 1,000 characters name (thousands of peers may be down). */
+function noRouteMessage(bad: Iterable<PeerRouteStatus>): string {
+  let text = 'kni: no route to ';
+  let first = true;
+  for (const s of bad) {
+    text += `${first ? '' : '; '}${s.node} ${s.destination} (${s.error})`;
+    first = false;
+    if (text.length >= 1000) break;
+  }
+  return text.slice(0, 1000);
+}
+
 /** How often the peer routes are compared with the kernel (a sync that finds them all writes nothing). */
 const ROUTE_CHECK_MS = 10_000;
 
@@ -90,8 +102,16 @@ export class NodeAgent {
   private nextCheck: 'all' | 'part' | 'difference' = 'all';
   /** Which part of the periodic check is next (CHECK_SLICES, in turn). */
   private part = 0;
-  /** Each Node's routing fields as last seen (routingChanged). */
-  private readonly routingOf = new Map<string, string>();
+  /** Each Node's routing fields as last seen (routingChanged): the view and kni's annotation. */
+  private readonly routingOf = new Map<string, { view: NodeView; ipam?: string }>();
+  /** Every Node's view, by name, kept by the watch's events: a sync reads no list of them. */
+  private readonly views = new Map<string, NodeView>();
+  /** The Nodes added, changed (in what kni routes by) or gone since the last sync. */
+  private changed = new Set<string>();
+  /** The other Nodes with no podCIDRs (unroutedPeersWarning), kept as they change. */
+  private readonly unrouted = new Set<string>();
+  /** The peers' summary version last reported (report). */
+  private reported = '';
   private stopped = false;
   private nodePodCidrs: string[] = [];
   private rangesProblem = '';
@@ -156,7 +176,10 @@ export class NodeAgent {
     }
     informer.on('delete', (n) => {
       restart.connected();
-      this.routingOf.delete(n.metadata?.name ?? '');
+      const name = n.metadata?.name ?? '';
+      this.routingOf.delete(name);
+      this.views.delete(name);
+      this.changed.add(name);
       this.schedule('difference');
     });
     informer.on('connect', () => this.schedule());
@@ -214,10 +237,13 @@ export class NodeAgent {
 
   /** Whether a Node's name, InternalIPs, podCIDRs or kni's annotation on it changed (or it is new). */
   private routingChanged(n: K8s.V1Node): boolean {
-    const name = n.metadata?.name ?? '';
-    const key = JSON.stringify([nodeView(n), n.metadata?.annotations?.[NODE_IPAM_ANNOTATION]]);
-    if (this.routingOf.get(name) === key) return false;
-    this.routingOf.set(name, key);
+    const view = nodeView(n);
+    const ipam = n.metadata?.annotations?.[NODE_IPAM_ANNOTATION];
+    this.views.set(view.name, view);
+    const was = this.routingOf.get(view.name);
+    if (was && was.ipam === ipam && sameRouting(was.view, view)) return false;
+    this.routingOf.set(view.name, { view, ipam });
+    this.changed.add(view.name);
     return true;
   }
 
@@ -244,19 +270,29 @@ export class NodeAgent {
     }
     this.syncing = true;
     try {
-      const nodes = this.informer?.list() ?? [];
-      const self = nodes.find((n) => n.metadata?.name === this.nodeName);
+      const self = this.informer?.get(this.nodeName);
       if (self) await this.ownNode(self);
       else this.rt.node.waitForRanges(`waiting for Node ${this.nodeName} to be registered`);
       // A CNI default network's pods live in the Node's podCIDRs too: kni routes to the other
       // nodes' as for its own network (backend none leaves that to the plugins).
       if (!self || (!this.cfg.ranges.length && !this.rt.cni)) return;
-      const views = nodes.map(nodeView);
-      this.rt.node.warn('unrouted-peers', unroutedPeersWarning(views, this.nodeName, !this.cfg.rangesFromNode && !this.rt.cni));
-      const started = performance.now();
       const next = this.nextCheck;
       this.nextCheck = 'difference';
-      const status = this.peers.sync(nodeView(self), views, next === 'part' ? CHECK_SLICES[this.part++ % CHECK_SLICES.length] : next);
+      // A full check starts from the cache itself (a relist's, say); a Node event's sync looks at the Nodes it changed.
+      if (next === 'all') {
+        this.views.clear();
+        for (const n of this.informer?.list() ?? []) this.views.set(n.metadata?.name ?? '', nodeView(n));
+        this.unrouted.clear();
+      }
+      const changed = this.changed;
+      this.changed = new Set();
+      for (const name of next === 'all' ? this.views.keys() : changed) {
+        if (name !== this.nodeName && this.views.get(name)?.podCidrs.length === 0) this.unrouted.add(name);
+        else this.unrouted.delete(name);
+      }
+      if (next === 'all' || changed.size) this.rt.node.warn('unrouted-peers', unroutedPeersWarning([...this.unrouted], this.views.size - 1, !this.cfg.rangesFromNode && !this.rt.cni));
+      const started = performance.now();
+      this.peers.apply(nodeView(self), this.views, next === 'part' ? CHECK_SLICES[this.part++ % CHECK_SLICES.length] : next, changed);
       // A bulk join is written a slice at a time: the rest goes on at the next turn.
       if (this.peers.pendingWrites()) this.schedule('difference');
       // On the event loop: what it costs grows with the cluster (docs/node-agent.md, "At scale").
@@ -268,8 +304,9 @@ export class NodeAgent {
       }
       // Traffic to other nodes' pods keeps its source address; a podCIDR refused as a route (a
       // default route, say) must not switch masquerading off for what it covers either.
-      await this.rt.node.setPeerCidrs(this.peers.routedCidrs()).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
-      this.report(views.length - 1, status);
+      const routed = this.peers.routedChange();
+      await this.rt.node.setPeerCidrs(routed.cidrs, routed).catch((e) => log('error', 'cannot update the masquerade exclusions', { error: (e as Error).message }));
+      this.report(this.views.size - 1);
     } catch (e) {
       log('error', 'node agent sync failed', { error: (e as Error).message });
     } finally {
@@ -377,30 +414,28 @@ export class NodeAgent {
   }
 
   /** NetworkUnavailable False once every peer route is in place; metrics. */
-  private report(peerCount: number, status: PeerRouteStatus[]): void {
+  private report(peerCount: number): void {
     peerNodes.set(peerCount);
-    // Counted here, set once per label pair: prom-client hashes the labels of every call.
-    const counts = new Map<string, number>();
-    const bad: PeerRouteStatus[] = [];
-    for (const s of status) {
-      const k = `${s.backend || 'none'} ${s.state}`;
-      counts.set(k, (counts.get(k) ?? 0) + 1);
-      if (s.state !== 'installed') bad.push(s);
-    }
+    const node = this.rt.node.status();
+    const ready = node.ready;
+    // Counted as the peers change (PeerNetwork.summary): a sync after one Node event costs that Node.
+    const { counts, bad: badSet, version } = this.peers.summary();
+    const key = `${version} ${ready} ${ready ? '' : node.reason}`;
+    if (key === this.reported) return;
+    this.reported = key;
     peerRoutes.reset();
     for (const [k, n] of counts) {
       const [backend, state] = k.split(' ');
       peerRoutes.set({ backend, state }, n);
     }
-    const ready = this.rt.node.status().ready;
     this.writer.setCondition(
-      ready && !bad.length
+      ready && !badSet.size
         ? { type: 'NetworkUnavailable', status: 'False', reason: 'KniRoutesCreated', message: "kni: node network set up, routes to every other node's pods in place" }
         : {
             type: 'NetworkUnavailable',
             status: 'True',
             reason: 'KniRoutesMissing',
-            message: ready ? `kni: no route to ${bad.map((s) => `${s.node} ${s.destination} (${s.error})`).join('; ')}`.slice(0, 1000) : `kni: node network not ready: ${this.rt.node.status().reason}`,
+            message: ready ? noRouteMessage(badSet) : `kni: node network not ready: ${node.reason}`,
           },
     );
   }

@@ -79,14 +79,23 @@ export const LARGE_PACKETS_LOST = "small packets pass between the nodes and full
 /** The peers' gateways through kni's installed routes, each from this node's own gateway of that family. */
 export function probeTargets(routes: PeerRouteStatus[], ranges: Cidr[]): ProbeTarget[] {
   const out: ProbeTarget[] = [];
+  const sources = new Map(ranges.map((c) => [c.family, gatewayOf(c)]));
   for (const r of routes) {
     if (r.state !== 'installed') continue;
-    const c = parseCidr(r.destination);
-    const own = ranges.find((x) => x.family === c.family);
-    if (own) out.push({ destination: r.destination, address: gatewayOf(c), source: gatewayOf(own) });
+    let target = targets.get(r);
+    if (!target) {
+      const c = parseCidr(r.destination);
+      target = { family: c.family, address: gatewayOf(c) };
+      targets.set(r, target);
+    }
+    const source = sources.get(target.family);
+    if (source) out.push({ destination: r.destination, address: target.address, source });
   }
   return out;
 }
+
+/** Each installed route's gateway, once: a status stays the same object while its route does (a round at 5,000 peers parsed 10,000 CIDRs, 50–90 ms). */
+const targets = new WeakMap<PeerRouteStatus, { family: Cidr['family']; address: string }>();
 
 /** How long a listener waits for a request line before taking the connection for a probe (a kni before the line sends none). */
 const REQUEST_WAIT_MS = 200;

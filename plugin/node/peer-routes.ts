@@ -106,6 +106,18 @@ interface PeerEntry {
   plans: Planned[];
   /** What the last sync made of each plan. */
   statuses: PeerRouteStatus[];
+  /** When kni first saw this peer: of several rivals, the first seen is named. */
+  seq: number;
+}
+
+/** What the statuses add up to: kept as each peer's change, so that a Node event costs its own peer only. */
+export interface PeerSummary {
+  /** Routes by `<backend or none> <state>`. */
+  counts: ReadonlyMap<string, number>;
+  /** The statuses that are not installed. */
+  bad: ReadonlySet<PeerRouteStatus>;
+  /** Changes whenever a status does. */
+  version: number;
 }
 
 /** What every peer's plan depends on besides the peer: the config and this node. */
@@ -118,7 +130,7 @@ interface PlanContext {
 const sameList = (a: string[], b: string[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
 const sameClaim = (a: Claim | undefined, b: Claim | undefined): boolean => a?.node === b?.node && a?.cidr.text === b?.cidr.text;
 /** Whether a Node's routing fields are those a peer was planned for. */
-const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
+export const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
 
 /** A vxlan plan on the device of that index: its route, its neighbour and its peer's FDB entry (shared by both families). */
 function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
@@ -144,19 +156,25 @@ export const CHECK_SLICES = ['routes4', 'routes6', 'neighbours4', 'neighbours6',
 export type Check = 'all' | 'difference' | (typeof CHECK_SLICES)[number];
 
 export class PeerNetwork {
-  private last: PeerRouteStatus[] = [];
+  /** Every status in the peers' order, made when asked for after a change (status()). */
+  private last?: PeerRouteStatus[];
   /** The routes the last sync found gone from the kernel and installed again. */
   restored: PeerRouteStatus[] = [];
-  /** Each peer, by Node name, planned again only when its routing fields or its rivals change. */
+  /** Each peer, by Node name, planned again only when its routing fields or its rivals change; in the order first seen. */
   private readonly peers = new Map<string, PeerEntry>();
-  /** The peers in the order of the last sync (statuses are listed in it). */
-  private order: string[] = [];
+  private seq = 0;
+  private readonly counts = new Map<string, number>();
+  private readonly bad = new Set<PeerRouteStatus>();
+  private version = 0;
+  /** The peers' podCIDRs routed (not refused), and how they changed since routedChange() last said. */
+  private readonly routed = new Set<Cidr>();
+  private routedList?: Cidr[];
+  private routedAdded = new Set<Cidr>();
+  private routedRemoved = new Set<Cidr>();
   private context: PlanContext = { own: [], selfIps: [] };
   private contextKey = '';
   /** Every peer's claims by block (contested-cidrs.ts): which contest a changed one is a few lookups. */
   private claimIndex = new ClaimIndex();
-  /** Each peer's place in the list: of several rivals, the first in it is named. */
-  private position = new Map<string, number>();
   /** What kni has in the kernel: routes by destination, and the vxlan entries with how many plans use each. */
   private installed = new Map<string, { index: number; gateway: string; plan: Planned }>();
   /** Changes planned and not yet written: a bulk join is written a slice at a time (WRITE_SLICE_MS). */
@@ -168,8 +186,62 @@ export class PeerNetwork {
 
   constructor(private readonly sock: NetlinkSocket, private readonly cfg: Config) {}
 
+  /** Every peer's routes, in the order the peers were first seen. */
   status(): PeerRouteStatus[] {
+    if (!this.last) {
+      const last: PeerRouteStatus[] = [];
+      for (const e of this.peers.values()) for (const st of e.statuses) last.push(st);
+      this.last = last;
+    }
     return this.last;
+  }
+
+  /** The statuses counted (kept up to date per peer: no pass over all of them). */
+  summary(): PeerSummary {
+    return { counts: this.counts, bad: this.bad, version: this.version };
+  }
+
+  /** A peer's statuses set, and what they add up to with it: only for the peer's current entry. */
+  private setStatuses(e: PeerEntry, statuses: PeerRouteStatus[]): void {
+    const current = this.peers.get(e.view.name) === e;
+    if (current) this.count(e, -1);
+    e.statuses = statuses;
+    if (current) this.count(e, 1);
+  }
+
+  /** A peer's statuses added to (1) or taken from (-1) the counts, the bad ones and the routed CIDRs. */
+  private count(e: PeerEntry, sign: 1 | -1): void {
+    if (!e.statuses.length) return;
+    this.version++;
+    this.last = undefined;
+    e.statuses.forEach((st, i) => {
+      const k = `${st.backend || 'none'} ${st.state}`;
+      const n = (this.counts.get(k) ?? 0) + sign;
+      if (n) this.counts.set(k, n);
+      else this.counts.delete(k);
+      if (st.state !== 'installed') {
+        if (sign > 0) this.bad.add(st);
+        else this.bad.delete(st);
+      }
+      const c = e.claims[i]?.cidr;
+      if (!c || st.state === 'failed') return;
+      this.routedList = undefined;
+      if (sign > 0) {
+        this.routed.add(c);
+        if (!this.routedRemoved.delete(c)) this.routedAdded.add(c);
+      } else {
+        this.routed.delete(c);
+        if (!this.routedAdded.delete(c)) this.routedRemoved.add(c);
+      }
+    });
+  }
+
+  /** A peer's entry in the list (replacing its last), or out of it: its statuses counted no more. */
+  private putEntry(name: string, entry: PeerEntry | undefined): void {
+    const had = this.peers.get(name);
+    if (had) this.count(had, -1);
+    if (entry) this.peers.set(name, entry);
+    else this.peers.delete(name);
   }
 
   /**
@@ -179,46 +251,38 @@ export class PeerNetwork {
    * drifted put back; with 'difference' only the plans that changed are written (a peer added,
    * changed or gone), and nothing is read but this node's addresses.
    */
-  sync(self: NodeView, allPeers: NodeView[], check: Check = 'all'): PeerRouteStatus[] {
+  sync(self: NodeView, allPeers: readonly NodeView[] | ReadonlyMap<string, NodeView>, check: Check = 'all', changed?: ReadonlySet<string>): PeerRouteStatus[] {
+    this.apply(self, allPeers, check, changed);
+    return this.status();
+  }
+
+  /**
+   * sync without the list of statuses (the node agent reads summary()). `allPeers`: every Node
+   * (this one's too), by name; `changed`: the names of those added, changed or gone since the
+   * last sync, when known — then only they are looked at, unless everything is checked.
+   */
+  apply(self: NodeView, allPeers: readonly NodeView[] | ReadonlyMap<string, NodeView>, check: Check = 'all', changed?: ReadonlySet<string>): void {
     const backend: Backend = this.cfg.backend;
     // backend none: the network's own plugins route between nodes; kni's routes are removed.
-    const peers = backend === 'none' ? [] : allPeers.filter((p) => p.name !== self.name);
+    const byName: ReadonlyMap<string, NodeView> = backend === 'none' ? new Map() : allPeers instanceof Map ? allPeers : new Map((allPeers as NodeView[]).map((p) => [p.name, p]));
     const skipIndex = new Set([this.cfg.bridge, this.cfg.vxlan.device].map((n) => linkByName(this.sock, n)?.index ?? -1));
     const own = addrList(this.sock).filter((a) => !skipIndex.has(a.index) && !a.address.startsWith('fe80:') && !a.address.startsWith('127.') && a.address !== '::1');
     const key = JSON.stringify([backend, this.cfg.vxlan, this.cfg.ranges.map((c) => c.text), own.map((a) => [a.index, a.address, a.prefixLength]), self]);
     if (key !== this.contextKey) {
       this.context = this.planContext(self, own);
       this.contextKey = key;
-      this.peers.clear();
+      for (const name of [...this.peers.keys()]) this.putEntry(name, undefined);
       this.claimIndex = new ClaimIndex();
       check = 'all';
     }
-    const { changed, gone } = this.plan(peers);
+    const { changed: replanned, gone } = this.plan(byName, self.name, check === 'all' ? undefined : changed);
     this.restored = [];
     // A part of the check begins with what changed since the last sync, written as a Node event's.
-    let written = 0;
     if (check === 'all') this.pending = [];
-    else written = this.applyDifference(changed, gone);
-    const entries = () => peers.map((p) => this.peers.get(p.name)!);
-    if (check === 'all') this.applyVerified(entries());
-    else if (check === 'routes4' || check === 'routes6') this.checkRoutes(entries(), check === 'routes4' ? 4 : 6);
+    else this.applyDifference(replanned, gone);
+    if (check === 'all') this.applyVerified([...this.peers.values()]);
+    else if (check === 'routes4' || check === 'routes6') this.checkRoutes([...this.peers.values()], check === 'routes4' ? 4 : 6);
     else if (check !== 'difference') this.checkNeighbours(check === 'neighbours4' ? 4 : check === 'neighbours6' ? 6 : 'fdb');
-    if (check !== 'difference' || written || this.order.length !== peers.length) {
-      this.order = peers.map((p) => p.name);
-      const last: PeerRouteStatus[] = [];
-      const cidrs: Cidr[] = [];
-      for (const n of this.order) {
-        const e = this.peers.get(n)!;
-        e.statuses.forEach((st, i) => {
-          last.push(st);
-          const c = e.claims[i].cidr;
-          if (c && st.state !== 'failed') cidrs.push(c);
-        });
-      }
-      this.last = last;
-      if (cidrs.length !== this.routed.length || cidrs.some((c, i) => c !== this.routed[i])) this.routed = cidrs;
-    }
-    return this.last;
   }
 
   /**
@@ -226,22 +290,35 @@ export class PeerNetwork {
    * what it covers either): the same array as long as it holds the same CIDRs.
    */
   routedCidrs(): Cidr[] {
-    return this.routed;
+    this.routedList ??= [...this.routed];
+    return this.routedList;
   }
 
-  private routed: Cidr[] = [];
+  /** routedCidrs() and what of it came and went since the last call (by identity: a peer planned again brings new objects). */
+  routedChange(): { cidrs: Cidr[]; added: Cidr[]; removed: Cidr[] } {
+    const out = { cidrs: this.routedCidrs(), added: [...this.routedAdded], removed: [...this.routedRemoved] };
+    this.routedAdded = new Set();
+    this.routedRemoved = new Set();
+    return out;
+  }
 
   /**
    * Each peer's entry brought up to date: planned again when its Node's routing fields or its
    * rivals changed. Returns those planned again (with what they replaced) and those gone.
    */
-  private plan(peers: NodeView[]): { changed: { entry: PeerEntry; before: PeerEntry | undefined }[]; gone: PeerEntry[] } {
-    const seen = new Set<string>();
+  private plan(byName: ReadonlyMap<string, NodeView>, self: string, names?: ReadonlySet<string>): { changed: { entry: PeerEntry; before: PeerEntry | undefined }[]; gone: PeerEntry[] } {
     const fresh = new Map<string, PeerEntry | undefined>();
-    for (const peer of peers) {
-      seen.add(peer.name);
-      const had = this.peers.get(peer.name);
-      if (had && (had.view === peer || sameRouting(had.view, peer))) continue;
+    const gone: PeerEntry[] = [];
+    const look = (name: string) => {
+      const peer = name === self ? undefined : byName.get(name);
+      const had = this.peers.get(name);
+      if (!peer) {
+        if (!had) return;
+        this.putEntry(name, undefined);
+        gone.push(had);
+        return;
+      }
+      if (had && (had.view === peer || sameRouting(had.view, peer))) return;
       const claims = peer.podCidrs.map((text) => {
         try {
           return { text, cidr: parseCidr(text) };
@@ -250,15 +327,12 @@ export class PeerNetwork {
         }
       });
       fresh.set(peer.name, had);
-      this.peers.set(peer.name, { view: peer, claims, rivalClaims: [], plans: [], statuses: [] });
-    }
-    const gone: PeerEntry[] = [];
-    if (this.peers.size !== seen.size) {
-      for (const [name, entry] of [...this.peers]) {
-        if (seen.has(name)) continue;
-        this.peers.delete(name);
-        gone.push(entry);
-      }
+      this.putEntry(peer.name, { view: peer, claims, rivalClaims: [], plans: [], statuses: [], seq: had?.seq ?? this.seq++ });
+    };
+    if (names) for (const name of names) look(name);
+    else {
+      for (const name of byName.keys()) look(name);
+      for (const name of [...this.peers.keys()]) if (!byName.has(name)) look(name);
     }
     const changed: { entry: PeerEntry; before: PeerEntry | undefined }[] = [];
     if (!fresh.size && !gone.length) return { changed, gone };
@@ -278,7 +352,6 @@ export class PeerNetwork {
     }
     for (const name of fresh.keys()) for (const c of claimsOf(this.peers.get(name)!)) this.claimIndex.add(c);
     for (const name of fresh.keys()) touch(claimsOf(this.peers.get(name)!));
-    this.position = new Map(peers.map((p, i) => [p.name, i]));
     for (const name of affected) {
       const entry = this.peers.get(name);
       if (!entry) continue;
@@ -294,7 +367,7 @@ export class PeerNetwork {
 
   /** For each claim of a peer, the first other peer's claim overlapping it, in the peers' order. */
   private rivalsOf(entry: PeerEntry): (Claim | undefined)[] {
-    const place = (o: Claim): [number, number] => [this.position.get(o.node) ?? Infinity, this.peers.get(o.node)?.claims.findIndex((c) => c.cidr === o.cidr) ?? 0];
+    const place = (o: Claim): [number, number] => [this.peers.get(o.node)?.seq ?? Infinity, this.peers.get(o.node)?.claims.findIndex((c) => c.cidr === o.cidr) ?? 0];
     return entry.claims.map((c) => {
       if (!c.cidr?.prefixLength) return undefined;
       let first: Claim | undefined;
@@ -426,7 +499,7 @@ export class PeerNetwork {
     this.vxlanFor(overlay.length > 0, true);
     if (this.vxlanIndex) this.syncNeighbours(overlay, outcome);
     this.installed = new Map();
-    for (const e of entries) e.statuses = e.plans.map((p) => outcome.get(p) ?? this.verifyPlan(p, kernel));
+    for (const e of entries) this.setStatuses(e, e.plans.map((p) => outcome.get(p) ?? this.verifyPlan(p, kernel)));
     this.removeStale(new Set(this.installed.keys()), kernel.routes);
   }
 
@@ -447,7 +520,7 @@ export class PeerNetwork {
     for (const [d, at] of [...this.installed]) if (d.includes(':') === (family === 6) && !leaving.has(at.plan)) this.installed.delete(d);
     for (const e of entries) {
       if (unwritten.has(e)) continue;
-      e.statuses = e.plans.map((p, i) => (e.claims[i].cidr?.family === family ? this.verifyPlan(p, kernel) : e.statuses[i] ?? p.status));
+      this.setStatuses(e, e.plans.map((p, i) => (e.claims[i].cidr?.family === family ? this.verifyPlan(p, kernel) : e.statuses[i] ?? p.status)));
     }
     this.removeStale(new Set(this.installed.keys()), kernel.routes);
   }
@@ -526,20 +599,17 @@ export class PeerNetwork {
    * WRITE_SLICE_MS of writes a sync: the rest waits for the next (pendingWrites), so that a bulk
    * join never holds the event loop long.
    */
-  private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): number {
+  private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): void {
     for (const e of gone) this.pending.push({ before: e });
     for (const c of changed) this.pending.push({ entry: c.entry, before: c.before });
     const until = performance.now() + WRITE_SLICE_MS;
-    let written = 0;
     while (this.pending.length && performance.now() < until) {
-      written++;
       const { entry, before } = this.pending.shift()!;
       if (entry) this.writeEntry(entry);
       if (before) this.dropEntry(before);
     }
     const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
     if (this.vxlanIndex && !this.neighbours.size && !this.pending.length && ![...this.peers.values()].some(wantsOverlay)) this.vxlanFor(false, false);
-    return written;
   }
 
   /** Whether changes wait for the next sync (a bulk join's next slice). */
@@ -551,7 +621,7 @@ export class PeerNetwork {
   private writeEntry(e: PeerEntry): void {
     // The device for the first vxlan peer (the others' plans are as they were).
     if (!this.vxlanIndex && e.plans.some((p) => p.vtep && p.route)) this.vxlanFor(true, false);
-    e.statuses = e.plans.map((p) => {
+    this.setStatuses(e, e.plans.map((p) => {
       if (!p.route) return p.status;
       if (p.vtep && !this.vxlanIndex) return { ...p.status, state: 'failed', error: this.vxlanProblem || 'vxlan device missing' };
       if (p.vtep) {
@@ -571,7 +641,7 @@ export class PeerNetwork {
       }
       this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
       return installedStatus(p);
-    });
+    }));
   }
 
   /** A replaced or gone peer's plans let go: their vxlan entries, and each route no newer plan has taken over. */
@@ -687,14 +757,12 @@ export class PeerNetwork {
   teardown(): void {
     this.removeStale(new Set(), mainRoutes(this.sock));
     removeVxlanDevice(this.sock, this.cfg.vxlan.device);
-    this.last = [];
+    for (const name of [...this.peers.keys()]) this.putEntry(name, undefined);
     this.installed.clear();
     this.pending = [];
     this.neighbours.clear();
     this.vxlanIndex = 0;
-    this.peers.clear();
     this.claimIndex = new ClaimIndex();
-    this.order = [];
     this.contextKey = '';
   }
 }
