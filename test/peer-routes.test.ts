@@ -260,6 +260,48 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.62\./);
     });
 
+    it("as the node agent calls it (the Nodes by name, the names a watch event changed): only the named peers are looked at; the counts, the routes not installed and the routed CIDRs' change follow each peer", () => {
+      both(a, b);
+      const all = new Map<string, NodeView>([a.view, b.view].map((v) => [v.name, v]));
+      a.peers.apply(a.view, all, 'all');
+      const base = a.peers.summary().counts.get('host-gw installed') ?? 0;
+      a.peers.routedChange();
+      const p1: NodeView = { name: 'named-1', internalIPs: ['192.168.61.2', 'fd00:6100::2'], podCidrs: ['10.61.21.0/24', 'fd00:61:21::/64'] };
+      const p2: NodeView = { name: 'named-2', internalIPs: ['192.168.61.2'], podCidrs: ['10.61.22.0/24'] };
+      all.set(p1.name, p1);
+      all.set(p2.name, p2);
+      // Only named-1 is named: named-2 waits for its own event.
+      a.peers.apply(a.view, all, 'difference', new Set([p1.name]));
+      assert.deepEqual(a.peers.status().filter((x) => x.node.startsWith('named-')).map((x) => `${x.node} ${x.state}`), ['named-1 installed', 'named-1 installed']);
+      assert.equal(a.peers.summary().counts.get('host-gw installed'), base + 2);
+      let change = a.peers.routedChange();
+      assert.deepEqual(change.added.map((c) => c.text).sort(), ['10.61.21.0/24', 'fd00:61:21::/64']);
+      assert.deepEqual(change.removed, []);
+      assert.equal(change.cidrs.length, a.peers.status().filter((x) => x.state !== 'failed').length);
+      // A peer whose route is refused is counted and listed as such, and not routed.
+      const far: NodeView = { name: 'named-far', internalIPs: ['192.168.61.2'], podCidrs: ['0.0.0.0/0'] };
+      all.set(far.name, far);
+      a.peers.apply(a.view, all, 'difference', new Set([p2.name, far.name]));
+      assert.deepEqual([...a.peers.summary().bad].map((x) => `${x.node} ${x.state}`), ['named-far failed']);
+      assert.equal(a.peers.summary().counts.get('none failed'), 1);
+      assert.deepEqual(a.peers.routedChange().added.map((c) => c.text), ['10.61.22.0/24']);
+      assert.equal(a.peers.summary().counts.get('host-gw installed'), base + 3);
+      // Gone: its counts and CIDRs go with it.
+      all.delete(p1.name);
+      all.delete(far.name);
+      const version = a.peers.summary().version;
+      a.peers.apply(a.view, all, 'difference', new Set([p1.name, far.name]));
+      change = a.peers.routedChange();
+      assert.deepEqual(change.removed.map((c) => c.text).sort(), ['10.61.21.0/24', 'fd00:61:21::/64']);
+      assert.equal(a.peers.summary().counts.get('none failed'), undefined);
+      assert.equal(a.peers.summary().bad.size, 0);
+      assert.equal(a.peers.summary().counts.get('host-gw installed'), base + 1);
+      assert.notEqual(a.peers.summary().version, version);
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.21\./);
+      a.peers.sync(a.view, [a.view, b.view]);
+      assert.doesNotMatch(routesIn(a.d.nodeNetns, '-4'), /10\.61\.22\./);
+    });
+
     it('a bulk join is written a slice at a time: 2,000 peers at once need several syncs, each leaving the rest for the next, and all end installed', () => {
       both(a, b);
       const bulk = Array.from({ length: 2000 }, (_, i): NodeView => ({ name: `bulk-${i}`, internalIPs: ['192.168.61.2'], podCidrs: [`10.${70 + (i >> 8)}.${i & 255}.0/24`] }));
