@@ -298,8 +298,12 @@ export class NodeLifecycle {
       const script = keepSetDelta(cfg, added, removed);
       const write = script === undefined ? syncMasquerade(cfg.ranges, keepSets(cfg, cidrs)) : updateMasquerade(cfg.ranges, script, () => keepSets(cfg, cidrs));
       this.masqueradeWrite = write.catch(() => undefined);
-      this.peerWriteFailed = true;
-      await write;
+      try {
+        await write;
+      } catch (e) {
+        this.peerWriteFailed = true;
+        throw e;
+      }
       this.peerWriteFailed = false;
     }
     this.peerCidrs = cidrs;

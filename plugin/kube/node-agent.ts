@@ -102,10 +102,10 @@ export class NodeAgent {
   private nextCheck: 'all' | 'part' | 'difference' = 'all';
   /** Which part of the periodic check is next (CHECK_SLICES, in turn). */
   private part = 0;
-  /** Each Node's routing fields as last seen (routingChanged): the view and kni's annotation. */
-  private readonly routingOf = new Map<string, { view: NodeView; ipam?: string }>();
   /** Every Node's view, by name, kept by the watch's events: a sync reads no list of them. */
   private readonly views = new Map<string, NodeView>();
+  /** Each Node's `kni.dev/node-ipam` annotation as last seen (routingChanged). */
+  private readonly ipamOf = new Map<string, string | undefined>();
   /** The Nodes added, changed (in what kni routes by) or gone since the last sync. */
   private changed = new Set<string>();
   /** The other Nodes with no podCIDRs (unroutedPeersWarning), kept as they change. */
@@ -177,7 +177,7 @@ export class NodeAgent {
     informer.on('delete', (n) => {
       restart.connected();
       const name = n.metadata?.name ?? '';
-      this.routingOf.delete(name);
+      this.ipamOf.delete(name);
       this.views.delete(name);
       this.changed.add(name);
       this.schedule('difference');
@@ -239,12 +239,12 @@ export class NodeAgent {
   private routingChanged(n: K8s.V1Node): boolean {
     const view = nodeView(n);
     const ipam = n.metadata?.annotations?.[NODE_IPAM_ANNOTATION];
+    const was = this.views.get(view.name);
+    const same = was !== undefined && this.ipamOf.get(view.name) === ipam && sameRouting(was, view);
     this.views.set(view.name, view);
-    const was = this.routingOf.get(view.name);
-    if (was && was.ipam === ipam && sameRouting(was.view, view)) return false;
-    this.routingOf.set(view.name, { view, ipam });
-    this.changed.add(view.name);
-    return true;
+    this.ipamOf.set(view.name, ipam);
+    if (!same) this.changed.add(view.name);
+    return !same;
   }
 
   private watchBroke(error: string): void {

@@ -236,6 +236,12 @@ export class PeerNetwork {
     });
   }
 
+  /** Every peer out of the list (their statuses counted no more) and out of the claims' index. */
+  private forgetPeers(): void {
+    for (const name of [...this.peers.keys()]) this.putEntry(name, undefined);
+    this.claimIndex = new ClaimIndex();
+  }
+
   /** A peer's entry in the list (replacing its last), or out of it: its statuses counted no more. */
   private putEntry(name: string, entry: PeerEntry | undefined): void {
     const had = this.peers.get(name);
@@ -251,8 +257,8 @@ export class PeerNetwork {
    * drifted put back; with 'difference' only the plans that changed are written (a peer added,
    * changed or gone), and nothing is read but this node's addresses.
    */
-  sync(self: NodeView, allPeers: readonly NodeView[] | ReadonlyMap<string, NodeView>, check: Check = 'all', changed?: ReadonlySet<string>): PeerRouteStatus[] {
-    this.apply(self, allPeers, check, changed);
+  sync(self: NodeView, allPeers: readonly NodeView[] | ReadonlyMap<string, NodeView>, check: Check = 'all'): PeerRouteStatus[] {
+    this.apply(self, allPeers, check);
     return this.status();
   }
 
@@ -271,8 +277,7 @@ export class PeerNetwork {
     if (key !== this.contextKey) {
       this.context = this.planContext(self, own);
       this.contextKey = key;
-      for (const name of [...this.peers.keys()]) this.putEntry(name, undefined);
-      this.claimIndex = new ClaimIndex();
+      this.forgetPeers();
       check = 'all';
     }
     const { changed: replanned, gone } = this.plan(byName, self.name, check === 'all' ? undefined : changed);
@@ -757,12 +762,11 @@ export class PeerNetwork {
   teardown(): void {
     this.removeStale(new Set(), mainRoutes(this.sock));
     removeVxlanDevice(this.sock, this.cfg.vxlan.device);
-    for (const name of [...this.peers.keys()]) this.putEntry(name, undefined);
+    this.forgetPeers();
     this.installed.clear();
     this.pending = [];
     this.neighbours.clear();
     this.vxlanIndex = 0;
-    this.claimIndex = new ClaimIndex();
     this.contextKey = '';
   }
 }
