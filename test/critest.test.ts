@@ -117,16 +117,21 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
     await waitFor(() => fs.existsSync(`${c.confDir}/10-kni.conflist`), 30_000, () => 'kni wrote no conflist');
     const kni = await critest('kni');
     results.set('kni', kni);
-    let missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && kni.get(name)?.verdict !== 'passed');
+    // A spec may skip itself as it runs: critest's NRI specs Skip where containerd is known to
+    // break the NRI contract (a container lost while a plugin synchronizes), whichever network
+    // is installed. That is not a failure; a spec that fails, or never ran, is.
+    const failed = (s: Spec | undefined) => s === undefined || s.verdict === 'failed';
+    let missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && failed(kni.get(name)));
+    const failures = new Map(missed.map(([name]) => [name, kni.get(name)?.failure ?? 'not run']));
     if (missed.length) {
       // A spec that failed only with kni runs again, alone: some wait on the machine, not the
       // network (the OOM spec gives a container 60 s to be killed, too little at load 8). A
       // failure kni causes fails again.
-      const text = (name: string) => name.replace(/^\[It\] /, '').replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
+      const text = (name: string) => name.replace(/^\[It\] /, '').replace(/ \[[^\]]*\]$/, '').replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
       const again = await critest('kni-again', missed.map(([name]) => text(name)).join('|'));
-      missed = missed.filter(([name]) => again.get(name)?.verdict !== 'passed');
-      for (const [name] of missed) kni.set(name, again.get(name) ?? kni.get(name)!);
+      missed = missed.filter(([name]) => failed(again.get(name)));
+      for (const [name] of missed) failures.set(name, `${failures.get(name)}\nagain: ${again.get(name)?.failure ?? 'not run'}`);
     }
-    assert.deepEqual(missed.map(([name]) => name), [], missed.map(([name]) => `${name}:\n${kni.get(name)?.failure ?? 'not run'}`).join('\n\n'));
+    assert.deepEqual(missed.map(([name]) => name), [], missed.map(([name]) => `${name}:\n${failures.get(name)}`).join('\n\n'));
   });
 });

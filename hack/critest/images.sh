@@ -14,17 +14,27 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 # Bump when a stand-in changes: the images built by an older recipe are built again.
-RECIPE=4
+RECIPE=6
 [ "$(cat "$out/RECIPE" 2>/dev/null)" = "$RECIPE" ] || rm -rf "$out"
 mkdir -p "$out"
 echo "$RECIPE" > "$out/RECIPE"
 
+# Debian's dynamic busybox, with its libraries: its sh runs a command by looking it up in PATH,
+# as upstream's busybox image does. busybox-static's sh runs its applets without looking, so a
+# masked /bin/ls (critest's MaskedPaths spec) would still run.
+(cd "$work" && apt-get -o APT::Sandbox::User=root download -q busybox >/dev/null) || { echo "images.sh: apt-get download busybox failed (the stand-ins need Debian's dynamic busybox)" >&2; exit 1; }
+dpkg-deb -x "$work"/busybox_*.deb "$work/busybox"
+busybox=$work/busybox/bin/busybox
+
 # rootfs NAME: a busybox root with /etc/passwd and /etc/group (www-data as Debian numbers it).
+# Every applet is a hard link, as in upstream's image: a mount over one name (MaskedPaths) masks
+# that name only.
 rootfs() {
-  local r=$work/$1
+  local r=$work/$1 lib
   mkdir -p "$r/bin" "$r/etc" "$r/tmp" "$r/www" "$r/var/run"
-  cp /bin/busybox "$r/bin/busybox"
-  for a in sh cat echo hostname id ls sleep top ps grep wget nc httpd touch mkdir true false env sed head tail pidof kill brctl ping; do ln -sf busybox "$r/bin/$a"; done
+  cp "$busybox" "$r/bin/busybox"
+  for lib in $(ldd "$busybox" | grep -o '/[^ ]*'); do mkdir -p "$r$(dirname "$lib")" && cp -L "$lib" "$r$lib"; done
+  for a in $("$busybox" --list); do [ "$a" = busybox ] || ln -f "$r/bin/busybox" "$r/bin/$a"; done
   # Debian's busybox has no pgrep: the pids of the processes of that name, as procps's prints them.
   printf '#!/bin/sh\nfound=1\nfor d in /proc/[0-9]*; do [ "$(cat "$d/comm" 2>/dev/null)" = "$1" ] && echo "${d#/proc/}" && found=0; done\nexit $found\n' > "$r/bin/pgrep"
   chmod +x "$r/bin/pgrep"

@@ -203,6 +203,8 @@ export class PeerNetwork {
 
   /** A peer's statuses set, and what they add up to with it: only for the peer's current entry. */
   private setStatuses(e: PeerEntry, statuses: PeerRouteStatus[]): void {
+    // A check that finds every route in place hands back the same statuses: nothing to count again.
+    if (statuses.length === e.statuses.length && statuses.every((st, i) => st === e.statuses[i])) return;
     const current = this.peers.get(e.view.name) === e;
     if (current) this.count(e, -1);
     e.statuses = statuses;
