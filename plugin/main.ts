@@ -33,6 +33,10 @@ import { nftApply } from './node/iptables';
 import { removePolicyTableScript } from './policy/policy-ruleset';
 import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
+import { startMemoryTrim } from './sys/memory-trim';
+
+/** How often the C heap's free memory goes back to the kernel (plugin/sys/memory-trim.ts). */
+const MEMORY_TRIM_MS = 30_000;
 
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
@@ -208,6 +212,7 @@ async function main(): Promise<void> {
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
+  startMemoryTrim(MEMORY_TRIM_MS);
   // Another plugin's config may come (or go) after kni's, and kni's own may be removed or
   // rewritten behind its back: looked at again as often as reconcile runs.
   let confOrderTimer: NodeJS.Timeout | undefined;

@@ -36,6 +36,7 @@ const c = {
   mount: libc.func('int mount(const char *src, const char *target, const char *fstype, unsigned long flags, void *data)'),
   umount2: libc.func('int umount2(const char *target, int flags)'),
   flock: libc.func('int flock(int fd, int op)'),
+  mallocTrim: libc.func('int malloc_trim(uintptr_t pad)'),
   ioctl: libc.func('int ioctl(int fd, unsigned long req, void *arg)'),
   ioctlInt: libc.func('ioctl', 'int', ['int', 'unsigned long', 'unsigned long']),
   setsockoptFprog: libc.func('setsockopt', 'int', ['int', 'int', 'int', koffi.pointer(koffi.struct({ len: 'uint16', filter: 'void *' })), 'uint32']),
@@ -168,6 +169,11 @@ export function mount(src: string | null, target: string, fstype: string | null,
 
 export function flock(fd: number, op: number): void {
   check('flock', c.flock(fd, op));
+}
+
+/** glibc's malloc_trim(0): the free memory of every malloc arena given back to the kernel; whether any was. */
+export function mallocTrim(): boolean {
+  return c.mallocTrim(0) === 1;
 }
 
 export function umount2(target: string, flags: number): void {
