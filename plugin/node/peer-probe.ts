@@ -281,31 +281,37 @@ export class PeerProbe {
    * destinations no longer targets are dropped.
    */
   async probeAll(targets: ProbeTarget[]): Promise<void> {
-    const keep = new Set(targets.map((t) => t.destination));
-    for (const k of this.results.keys()) if (!keep.has(k)) this.results.delete(k);
+    // The same list as last round (no peer changed): no result to forget.
+    if (targets !== this.lastTargets) {
+      const keep = new Set(targets.map((t) => t.destination));
+      for (const k of this.results.keys()) if (!keep.has(k)) this.results.delete(k);
+      this.lastTargets = targets;
+    }
     const deadline = performance.now() + this.settings().intervalSeconds * 800;
-    const rotate = <T>(l: T[], from: number): T[] => (l.length ? [...l.slice(from % l.length), ...l.slice(0, from % l.length)] : l);
     const failing = targets.filter((t) => {
       const r = this.results.get(t.destination);
       return r !== undefined && r.state !== 'answers';
     });
-    const first = rotate(failing, this.failingCursor).slice(0, AT_ONCE);
-    const order = [...first, ...rotate(targets, this.cursor)];
+    // The failing first (AT_ONCE of them, on from where the last round stopped), then every
+    // target in turn from where the rotation stopped.
+    const first = Array.from({ length: Math.min(AT_ONCE, failing.length) }, (_, i) => failing[(this.failingCursor + i) % failing.length]);
+    const total = first.length + targets.length;
+    const at = (i: number): ProbeTarget => (i < first.length ? first[i] : targets[(this.cursor + i - first.length) % targets.length]);
     const done = new Set<string>();
     let next = 0;
     let fromRotation = 0;
     const changes: ProbeChange[] = [];
     const worker = async (): Promise<void> => {
-      while (next < order.length && performance.now() < deadline) {
+      while (next < total && performance.now() < deadline) {
         const i = next++;
-        const t = order[i];
+        const t = at(i);
         if (i >= first.length) fromRotation++;
         if (done.has(t.destination)) continue;
         done.add(t.destination);
         await this.probe(t, changes);
       }
     };
-    await Promise.all(Array.from({ length: Math.min(AT_ONCE, order.length) }, worker));
+    await Promise.all(Array.from({ length: Math.min(AT_ONCE, total) }, worker));
     this.failingCursor += first.length;
     this.cursor = targets.length ? (this.cursor + fromRotation) % targets.length : 0;
     if (changes.length) this.onChanges?.(changes);
@@ -316,6 +322,7 @@ export class PeerProbe {
 
   /** Where the rotation through every target, and through the failing ones, goes on next round. */
   private cursor = 0;
+  private lastTargets?: ProbeTarget[];
   private failingCursor = 0;
 
   result(destination: string): ProbeResult | undefined {
