@@ -35,9 +35,6 @@ import { podDevices } from './kube/pod-resources';
 import { threadsLoaded } from './sys/threads';
 import { startMemoryTrim } from './sys/memory-trim';
 
-/** How often the C heap's free memory goes back to the kernel (plugin/sys/memory-trim.ts). */
-const MEMORY_TRIM_MS = 30_000;
-
 /**
  * The NRI plugin, when enabled: pre-registered (the runtime started us with the socket on
  * fd 3 and NRI_PLUGIN_* in the environment) or external (we connect to nri.socket).
@@ -212,7 +209,7 @@ async function main(): Promise<void> {
   const cniServer = await serveCni(rt, cfg.cni.socket);
   const nri = nriPlugin(rt, cfg);
   nri?.start();
-  startMemoryTrim(MEMORY_TRIM_MS);
+  startMemoryTrim();
   // Another plugin's config may come (or go) after kni's, and kni's own may be removed or
   // rewritten behind its back: looked at again as often as reconcile runs.
   let confOrderTimer: NodeJS.Timeout | undefined;

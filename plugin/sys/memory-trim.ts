@@ -8,7 +8,7 @@ import { stepSeconds } from '../observe/metrics';
 import { mallocTrim } from './libc';
 
 /** malloc_trim every intervalMs (unref'd: it never keeps the process up); the stop function. */
-export function startMemoryTrim(intervalMs: number): () => void {
+export function startMemoryTrim(intervalMs = 30_000): () => void {
   const timer = setInterval(() => {
     const started = performance.now();
     mallocTrim();
