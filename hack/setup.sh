@@ -27,7 +27,7 @@ fi
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
-npx tsc -p .
+npm run build --silent
 # The commit kni is built from (kni-runtime --version, knictl version, kni_build_info).
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 [ "$commit" != unknown ] && ! git diff --quiet HEAD -- 2>/dev/null && commit="$commit-dirty"

@@ -1,10 +1,16 @@
 // kni's connection to the Kubernetes API (@kubernetes/client-node): the in-cluster service
 // account, or a kubeconfig (the config's kubernetes.kubeconfig, else $KUBECONFIG) when run by
-// hand. The library is loaded only when Kubernetes is configured: it costs ~0.9 s of start-up.
+// hand. The library is loaded only when Kubernetes is configured, and as the build's bundle of
+// what kni uses of it (k8s-client.ts says why).
+import fs from 'node:fs';
+import path from 'node:path';
 import type * as K8s from '@kubernetes/client-node';
 
+/** The library's values kni uses (k8s-client.ts). */
+export type K8sClient = typeof import('./k8s-client');
+
 export interface KubeApi {
-  k8s: typeof K8s;
+  k8s: K8sClient;
   kc: K8s.KubeConfig;
   core: K8s.CoreV1Api;
   /** Where the credentials came from (for logs and knictl node). */
@@ -12,8 +18,7 @@ export interface KubeApi {
 }
 
 export function connectKube(kubeconfig: string): KubeApi {
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  const k8s = require('@kubernetes/client-node') as typeof K8s;
+  const k8s = loadClient();
   const kc = new k8s.KubeConfig();
   const file = kubeconfig || process.env.KUBECONFIG || '';
   if (file) {
@@ -27,6 +32,13 @@ export function connectKube(kubeconfig: string): KubeApi {
   else throw new Error('no Kubernetes credentials: not in a pod (KUBERNETES_SERVICE_HOST unset) and no kubeconfig (kubernetes.kubeconfig or KUBECONFIG)');
   if (!kc.getCurrentCluster()) throw new Error(`kubeconfig ${file}: no current cluster`);
   return { k8s, kc, core: kc.makeApiClient(k8s.CoreV1Api), source: file || 'in-cluster service account' };
+}
+
+function loadClient(): K8sClient {
+  const bundle = path.join(__dirname, 'k8s-client.bundle.js');
+  if (!fs.existsSync(bundle)) throw new Error(`${bundle} is missing: build kni with npm run build (hack/setup.sh does)`);
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  return require(bundle) as K8sClient;
 }
 
 /** An API error as one line: the HTTP status and the Status message when there is one. */
