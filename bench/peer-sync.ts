@@ -5,9 +5,12 @@
 // notices, a relist) reads the kernel and compares; the periodic check does it one part at a
 // time (CHECK_SLICES: one every 2 s); a Node event (one peer joining, then leaving) writes only
 // the difference. Beside them, the check of every pair of claims for overlaps that each sync
-// ran before contested-cidrs.ts.
+// ran before contested-cidrs.ts, and the live heap kni's routes hold per peer (what each of the
+// daemon's garbage collections walks).
 //   node dist/bench/peer-sync.js [--nodes 100,1000,5000] [--rounds 5]
 import { execFileSync } from 'node:child_process';
+import v8 from 'node:v8';
+import vm from 'node:vm';
 import { Command } from 'commander';
 import { Config, defaultConfig } from '../plugin/core/config';
 import { Cidr, cidrsOverlap, parseCidr } from '../plugin/ipam/ip';
@@ -17,6 +20,15 @@ import { runInNodeNetns } from './run-netns-mount';
 import { percentile } from './stats';
 
 const ms = (t: bigint): number => Number(process.hrtime.bigint() - t) / 1e6;
+
+/** The live heap after a full collection (what each GC of the daemon walks). */
+function liveHeap(): number {
+  v8.setFlagsFromString('--expose_gc');
+  const gc = vm.runInNewContext('gc') as () => void;
+  gc();
+  gc();
+  return process.memoryUsage().heapUsed;
+}
 
 function peersOf(n: number): NodeView[] {
   return Array.from({ length: n }, (_, k) => {
@@ -42,8 +54,8 @@ function inner(sizes: number[], rounds: number): void {
   execFileSync('ip', ['link', 'set', 'underlay0', 'up']);
   const sock = new NetlinkSocket();
   const self: NodeView = { name: 'self', internalIPs: ['172.20.255.254', 'fd00:20::ffff'], podCidrs: ['10.99.0.0/24', 'fd00:99::/64'] };
-  console.log('| peers | backend | first sync (installs) ms | full check p50 / max ms | a part of the periodic check p50 / max ms | a Node joining, then leaving: p50 / max ms | pairwise overlap check alone ms |');
-  console.log('|---|---|---|---|---|---|---|');
+  console.log('| peers | backend | first sync (installs) ms | full check p50 / max ms | a part of the periodic check p50 / max ms | a Node joining, then leaving: p50 / max ms | pairwise overlap check alone ms | kni\'s heap per peer |');
+  console.log('|---|---|---|---|---|---|---|---|');
   for (const n of sizes) {
     const peers = peersOf(n);
     const t0 = process.hrtime.bigint();
@@ -51,6 +63,7 @@ function inner(sizes: number[], rounds: number): void {
     const pairMs = ms(t0);
     for (const backend of ['host-gw', 'vxlan'] as const) {
       const cfg: Config = { ...defaultConfig(), backend, ranges: self.podCidrs.map(parseCidr) };
+      const heapBefore = liveHeap();
       const net = new PeerNetwork(sock, cfg);
       let t = process.hrtime.bigint();
       const status = net.sync(self, [self, ...peers]);
@@ -87,8 +100,9 @@ function inner(sizes: number[], rounds: number): void {
         net.apply(self, all, 'difference', new Set([joining.name]));
         events.push(ms(t));
       }
+      const perPeer = (liveHeap() - heapBefore) / n;
       net.teardown();
-      console.log(`| ${n} | ${backend} | ${first.toFixed(1)} | ${percentile(next, 50).toFixed(1)} / ${Math.max(...next).toFixed(1)} | ${percentile(parts, 50).toFixed(1)} / ${Math.max(...parts).toFixed(1)} | ${percentile(events, 50).toFixed(1)} / ${Math.max(...events).toFixed(1)} | ${pairMs.toFixed(1)} |`);
+      console.log(`| ${n} | ${backend} | ${first.toFixed(1)} | ${percentile(next, 50).toFixed(1)} / ${Math.max(...next).toFixed(1)} | ${percentile(parts, 50).toFixed(1)} / ${Math.max(...parts).toFixed(1)} | ${percentile(events, 50).toFixed(1)} / ${Math.max(...events).toFixed(1)} | ${pairMs.toFixed(1)} | ${(perPeer / 1000).toFixed(1)} kB |`);
     }
   }
   sock.close();

@@ -42,8 +42,8 @@ interface Planned {
   contestable: boolean;
   /** Its status once installed, made once (the periodic check finds most plans installed). */
   installedStatus?: PeerRouteStatus;
-  /** Its route and vxlan entries for the vxlan device of that index, made once per device. */
-  onDevice?: { index: number; route: PeerRoute; entries: [string, Neighbour][] };
+  /** Its route, neighbour and FDB entry for the vxlan device of that index, made once per device. */
+  onDevice?: { index: number; route: PeerRoute; neigh: Neighbour; fdb: Neighbour };
 }
 
 /** The longest a sync writes a Node event's changes before leaving the rest to the next. */
@@ -78,7 +78,9 @@ const canonicalIp = (ip: string): string => {
   return formatIp(p.family, p.value);
 };
 
-const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => `${family}/${ip}/${mac}`;
+// Joined, not a template: kept for every peer, and a template's result of this length is a
+// tree of string pieces (more objects for each GC to walk at thousands of peers).
+const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => [family, ip, mac].join('/');
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
 
@@ -138,14 +140,19 @@ function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
   p.onDevice = {
     index,
     route: { ...p.route!, index },
-    entries: [
-      [p.vtep!.neighKey, { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac }],
-      [p.vtep!.fdbKey, { family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac }],
-    ],
+    neigh: { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac },
+    fdb: { family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac },
   };
   return p.onDevice;
 }
-const vxlanEntries = (p: Planned, index: number): [string, Neighbour][] => onDevice(p, index).entries;
+/** A plan's vxlan entries by key (made per call: only the entries themselves are kept, per peer). */
+function vxlanEntries(p: Planned, index: number): [string, Neighbour][] {
+  const d = onDevice(p, index);
+  return [
+    [p.vtep!.neighKey, d.neigh],
+    [p.vtep!.fdbKey, d.fdb],
+  ];
+}
 
 /**
  * What a sync compares with the kernel: everything ('all': the kernel's notices, a relist, the
