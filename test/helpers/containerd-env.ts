@@ -2,7 +2,7 @@
 // under one directory, running in the test node netns, with kni as its CNI network. Two
 // flavours: Debian's containerd 1.6 (CNI only), and containerd 2.x built by
 // hack/cluster/build-components.sh (its binaries, shim and ctr from that cache; NRI on).
-// stop() removes every sandbox, the shims, mounts and files it made, whatever happened.
+// stop() removes every sandbox, the shims, mounts, cgroups and files it made, whatever happened.
 import * as grpc from '@grpc/grpc-js';
 import { ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,6 +23,51 @@ export interface Flavour {
 }
 export const CONTAINERD_16: Flavour = { name: 'containerd 1.6', binDir: '', v2: false };
 export const CONTAINERD_2 = (binDir: string): Flavour => ({ name: 'containerd 2.x', binDir, v2: true });
+
+/**
+ * What runc left of the containers a containerd ran: their processes and cgroups
+ * (`/k8s.io/<id>` in every hierarchy: CRI's namespace, with no cgroup parent given). containerd
+ * 2.1 leaves the pause process running, its shim gone, when an NRI plugin fails RunPodSandbox
+ * (critest's "should fail RunPodSandbox and clean up when the NRI hook errors"). Only the ids in
+ * this containerd's own log ("connecting to shim <id>") are looked at.
+ */
+export async function endContainerLeftovers(containerdLog: string): Promise<void> {
+  const ids = new Set([...containerdLog.matchAll(/connecting to shim ([0-9a-f]{64})\b/g)].map((m) => m[1]));
+  if (!ids.size) return;
+  const hierarchies = [...new Set(fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')).filter((f) => f[2] === 'cgroup' || f[2] === 'cgroup2').map((f) => f[1]))];
+  const procsOf = (id: string): number[] => {
+    const pids = new Set<number>();
+    for (const h of hierarchies) {
+      try {
+        for (const p of fs.readFileSync(path.join(h, 'k8s.io', id, 'cgroup.procs'), 'utf8').split('\n')) if (p) pids.add(Number(p));
+      } catch {
+        // no such cgroup in this hierarchy
+      }
+    }
+    return [...pids];
+  };
+  for (const id of ids) {
+    for (let tries = 0; tries < 50; tries++) {
+      const pids = procsOf(id);
+      if (!pids.length) break;
+      for (const pid of pids) {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {
+          // gone meanwhile
+        }
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    for (const h of hierarchies) {
+      try {
+        fs.rmdirSync(path.join(h, 'k8s.io', id));
+      } catch {
+        // not there
+      }
+    }
+  }
+}
 
 /** A CRI RuntimeService client on a runtime's socket (what crictl would call). */
 export function criClient(sock: string): Client {
@@ -218,6 +263,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       const mounts = fs.readFileSync('/proc/mounts', 'utf8').split('\n').map((l) => l.split(' ')[1]).filter((m) => m && m.startsWith(this.dir));
       for (const m of mounts.reverse()) trySh('umount', ['-l', m]);
       fs.rmSync(this.dir, { recursive: true, force: true });
+      await endContainerLeftovers(this.output);
       await removeShimSocketDirs();
     }
   }
