@@ -10,7 +10,8 @@
 //   `ip monitor`'s line, p50 / p99 (in a bulk join this includes the API server's own queue);
 //   and a single Node added once the step is done;
 // - RunPodSandbox through kc-w1's containerd (kni wires it) while the Nodes join, against the
-//   same when quiet;
+//   same when quiet; and, one after the other with it, through kc-w2's containerd on a no-op
+//   CNI plugin (no kni there): what the machine's load alone does to a sandbox meanwhile;
 // - kni's RSS and CPU seconds; its API requests by verb and resource (the API server's audit
 //   log: every request of kni's ServiceAccount); the rules of each of kni's iptables chains, and
 //   its masquerade table's rules and set elements.
@@ -19,9 +20,11 @@
 import * as k8s from '@kubernetes/client-node';
 import { ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import path from 'node:path';
 import readline from 'node:readline';
 import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
+import { packageRoot } from '../plugin/server/protos';
 import { criClient } from '../test/helpers/containerd-env';
 import { masqueradeTable } from '../test/helpers/masquerade-table';
 import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
@@ -159,20 +162,40 @@ async function removeSandbox(cri: ReturnType<typeof criClient>, id: string): Pro
   }
 }
 
-/** RunPodSandbox (then Stop and Remove) through kc-w1's containerd, ms each, until `until` says stop. */
-async function sandboxTimes(until: () => boolean, at: string): Promise<number[]> {
-  const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
-  const out: number[] = [];
+/** kc-w2 (kni stopped there) on the no-op CNI plugin: nothing wired, the control beside kni's node. */
+function noopOnW2(): void {
+  const root = `${CL}/w2/root`;
+  fs.copyFileSync(path.join(packageRoot(), 'dist/bin/noop-cni'), `${root}/opt/cni/bin/noop-cni`);
+  // Before kni's own conflist in name order: containerd takes the first.
+  fs.writeFileSync(`${root}/etc/cni/net.d/05-noop.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'no-op', plugins: [{ type: 'noop-cni' }] }));
+}
+
+interface SandboxTimes {
+  /** Through kc-w1's containerd: kni wires it. */
+  kni: number[];
+  /** Through kc-w2's, on the no-op plugin, each right after one of kni's. */
+  noop: number[];
+}
+
+/** RunPodSandbox (then Stop and Remove) through kc-w1's and kc-w2's containerd in turn, ms each, until `until` says stop. */
+async function sandboxTimes(until: () => boolean, at: string): Promise<SandboxTimes> {
+  const clients = { kni: criClient(`${CL}/w1/root/run/containerd/containerd.sock`), noop: criClient(`${CL}/w2/root/run/containerd/containerd.sock`) };
+  const out: SandboxTimes = { kni: [], noop: [] };
   try {
     for (let n = 0; !until() || n < 3; n++) {
-      const t = Date.now();
-      const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name: `kb-scale-${at}-${n}`, namespace: 'default', uid: `kb-scale-${at}-${n}`, attempt: 0 }, linux: {} } });
-      out.push(Date.now() - t);
-      await removeSandbox(cri, id);
+      for (const k of ['kni', 'noop'] as const) {
+        const cri = clients[k];
+        const name = `kb-scale-${at}-${k}-${n}`;
+        const t = Date.now();
+        const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name, namespace: 'default', uid: name, attempt: 0 }, linux: {} } });
+        out[k].push(Date.now() - t);
+        await removeSandbox(cri, id);
+      }
       await sleep(500);
     }
   } finally {
-    cri.close();
+    clients.kni.close();
+    clients.noop.close();
   }
   return out;
 }
@@ -188,13 +211,14 @@ async function inParallel<T>(items: T[], width: number, fn: (x: T) => Promise<vo
 const ms = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '—' : `${Math.round(x)} ms`);
 const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(percentile(xs, 99))}` : '—');
 
-interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: number[]; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
+interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: SandboxTimes; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
 
 async function main(): Promise<void> {
   cluster('down');
   cluster('up');
   cluster('kni');
   cluster('kni-stop w2');
+  noopOnW2();
   const kwok = startKwok(KWOK_STAGES, LEASE_SECONDS);
   // The control plane, kwok and this bench on the second CPU: on a real node kni shares no CPU
   // with the API server and etcd, and its event-loop delay would count their turns as kni's
@@ -226,7 +250,7 @@ async function main(): Promise<void> {
     }
     return ids.map((i) => routedAfter(i, since.get(i)!, seen)!);
   };
-  const finish = async (label: string, stall: number, routeTimes: number[], sandboxDuring: number[], single?: number): Promise<void> => {
+  const finish = async (label: string, stall: number, routeTimes: number[], sandboxDuring: SandboxTimes, single?: number): Promise<void> => {
     await sleep(QUIET_MS);
     const quietStall = await stalls.take();
     const audit = kniRequests(auditAt);
@@ -280,13 +304,15 @@ async function main(): Promise<void> {
     await finish(`all ${created} leave`, await stalls.take(), gone, sandboxDuring);
 
     process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent; the API server, etcd and kwok on CPU 1\n`);
-    process.stdout.write(`RunPodSandbox through containerd, quiet: p50 ${ms(percentile(quietSandbox, 50))}, max ${ms(Math.max(...quietSandbox))}\n\n`);
+    const times = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(Math.max(...xs))}` : '—');
+    process.stdout.write(`RunPodSandbox through containerd, quiet, p50 / max: ${times(quietSandbox.kni)} with kni; ${times(quietSandbox.noop)} on the no-op plugin (kc-w2, no kni)\n\n`);
     const rows: [string, (s: Step) => string][] = [
       ['longest stall, while Nodes join / leave', (s) => ms(s.stall)],
       ['longest stall, the quiet minute after', (s) => ms(s.quietStall)],
       ['Node → its routes, p50 / p99', (s) => spreadOf(s.routes)],
       ['one Node more → its routes', (s) => ms(s.single)],
-      ['RunPodSandbox meanwhile, p50 / max', (s) => (s.sandboxDuring.length ? `${ms(percentile(s.sandboxDuring, 50))} / ${ms(Math.max(...s.sandboxDuring))}` : '—')],
+      ['RunPodSandbox meanwhile, with kni, p50 / max', (s) => times(s.sandboxDuring.kni)],
+      ['the same on the no-op plugin (no kni), in turn with it', (s) => times(s.sandboxDuring.noop)],
       ['kni RSS after', (s) => `${Math.round(s.rss)} MB`],
       ['kni CPU in the step', (s) => `${s.cpuS.toFixed(1)} s`],
     ];

@@ -28,8 +28,9 @@ export const CONTAINERD_2 = (binDir: string): Flavour => ({ name: 'containerd 2.
  * What runc left of the containers a containerd ran: their processes and cgroups
  * (`/k8s.io/<id>` in every hierarchy: CRI's namespace, with no cgroup parent given). containerd
  * 2.1 leaves the pause process running, its shim gone, when an NRI plugin fails RunPodSandbox
- * (critest's "should fail RunPodSandbox and clean up when the NRI hook errors"). Only the ids in
- * this containerd's own log ("connecting to shim <id>") are looked at.
+ * (critest's "should fail RunPodSandbox and clean up when the NRI hook errors";
+ * containerd/containerd#13355, fixed in 2.2.6). Only the ids in this containerd's own log
+ * ("connecting to shim <id>") are looked at.
  */
 export async function endContainerLeftovers(containerdLog: string): Promise<void> {
   const ids = new Set([...containerdLog.matchAll(/connecting to shim ([0-9a-f]{64})\b/g)].map((m) => m[1]));
