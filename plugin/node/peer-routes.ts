@@ -78,8 +78,6 @@ const canonicalIp = (ip: string): string => {
   return formatIp(p.family, p.value);
 };
 
-// Joined, not a template: kept for every peer, and a template's result of this length is a
-// tree of string pieces (more objects for each GC to walk at thousands of peers).
 /**
  * Text kept for every peer, as one flat string. Text built by concatenation (formatIp's, a
  * template's) of 13 characters or more is a tree of pieces in V8, each piece an object that
@@ -87,6 +85,7 @@ const canonicalIp = (ip: string): string => {
  */
 const flat = (s: string): string => Buffer.from(s, 'latin1').toString('latin1');
 
+// Joined, not a template: a join makes one flat string (see flat).
 const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => [family, ip, mac].join('/');
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
