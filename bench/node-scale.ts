@@ -20,14 +20,13 @@
 import * as k8s from '@kubernetes/client-node';
 import { ChildProcess, execFile, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
-import path from 'node:path';
 import readline from 'node:readline';
 import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
-import { packageRoot } from '../plugin/server/protos';
 import { criClient } from '../test/helpers/containerd-env';
 import { masqueradeTable } from '../test/helpers/masquerade-table';
 import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
+import { copyNoopCni, writeNoopConflist } from './noop-network';
 import { cpuMs, percentile, rssMb } from './stats';
 
 const args = process.argv.slice(2);
@@ -76,6 +75,9 @@ class RouteWatch {
   }
 }
 
+/** `ip` arguments that read kc-w1's kni's metrics. */
+const KNI_METRICS = ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'];
+
 /** kni's longest event-loop stall since the last call, polled every second. */
 class StallWatch {
   private max = 0;
@@ -88,7 +90,7 @@ class StallWatch {
   // Not waited on by the bench's own loop: its timestamps of the kernel's route lines stay true.
   private read(): Promise<void> {
     this.reading = new Promise((resolve) =>
-      execFile('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' }, (e, text) => {
+      execFile('ip', KNI_METRICS, { encoding: 'utf8' }, (e, text) => {
         const m = e ? null : /^kni_nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text);
         if (m) this.max = Math.max(this.max, Number(m[1]) * 1000);
         resolve();
@@ -110,7 +112,7 @@ class StallWatch {
 
 /** kni's attaches so far, by its own metric (kni_attach_duration_seconds, every entry point): seconds and count. */
 function kniAttaches(): { sum: number; count: number } {
-  const text = execFileSync('ip', ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'], { encoding: 'utf8' });
+  const text = execFileSync('ip', KNI_METRICS, { encoding: 'utf8' });
   let sum = 0;
   let count = 0;
   for (const l of text.split('\n')) {
@@ -179,10 +181,8 @@ async function removeSandbox(cri: ReturnType<typeof criClient>, id: string): Pro
 
 /** kc-w2 (kni stopped there) on the no-op CNI plugin: nothing wired, the control beside kni's node. */
 function noopOnW2(): void {
-  const root = `${CL}/w2/root`;
-  fs.copyFileSync(path.join(packageRoot(), 'dist/bin/noop-cni'), `${root}/opt/cni/bin/noop-cni`);
-  // Before kni's own conflist in name order: containerd takes the first.
-  fs.writeFileSync(`${root}/etc/cni/net.d/05-noop.conflist`, JSON.stringify({ cniVersion: '1.0.0', name: 'no-op', plugins: [{ type: 'noop-cni' }] }));
+  copyNoopCni(`${CL}/w2/root/opt/cni/bin`);
+  writeNoopConflist(`${CL}/w2/root/etc/cni/net.d`);
 }
 
 interface SandboxTimes {
@@ -232,6 +232,7 @@ async function inParallel<T>(items: T[], width: number, fn: (x: T) => Promise<vo
 
 const ms = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '—' : `${Math.round(x)} ms`);
 const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(percentile(xs, 99))}` : '—');
+const times = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(Math.max(...xs))}` : '—');
 
 interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: SandboxTimes; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
 
@@ -326,7 +327,6 @@ async function main(): Promise<void> {
     await finish(`all ${created} leave`, await stalls.take(), gone, sandboxDuring);
 
     process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent; the API server, etcd and kwok on CPU 1\n`);
-    const times = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(Math.max(...xs))}` : '—');
     process.stdout.write(`RunPodSandbox through containerd, quiet, p50 / max: ${times(quietSandbox.kni)} with kni (its own attach: ${ms(quietSandbox.kniAttachMean)} mean); ${times(quietSandbox.noop)} on the no-op plugin (kc-w2, no kni)\n\n`);
     const rows: [string, (s: Step) => string][] = [
       ['longest stall, while Nodes join / leave', (s) => ms(s.stall)],

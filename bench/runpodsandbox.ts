@@ -14,7 +14,7 @@ import { ContainerdEnv, CONTAINERD_16, CONTAINERD_2, Flavour } from '../test/hel
 import { RUN } from '../test/helpers/sh';
 import { TestDaemon } from '../test/helpers/test-daemon';
 import { waitFor } from '../test/helpers/wait';
-import { packageRoot } from '../plugin/server/protos';
+import { copyNoopCni, writeNoopConflist } from './noop-network';
 import { percentile, rssMb } from './stats';
 
 type Network = 'kni' | 'reference' | 'no-op';
@@ -33,7 +33,6 @@ const referenceConflist = (dir: string): string =>
     name: 'bridge-reference',
     plugins: [{ type: 'bridge', bridge: 'cniref0', isGateway: true, ipMasq: true, hairpinMode: true, ipam: { type: 'host-local', ranges: [[{ subnet: '10.88.0.0/16' }]], routes: [{ dst: '0.0.0.0/0' }], dataDir: `${dir}/host-local` } }],
   });
-const noopConflist = JSON.stringify({ cniVersion: '1.0.0', name: 'no-op', plugins: [{ type: 'noop-cni' }] });
 
 const podConfig = (c: ContainerdEnv, name: string) => ({ metadata: { name, namespace: 'bench', uid: name, attempt: 0 }, hostname: 'b', log_directory: `${c.dir}/logs`, linux: {} });
 
@@ -67,7 +66,7 @@ async function measure(c: ContainerdEnv, label: string, count: number, atOnce: n
 function useNetwork(c: ContainerdEnv, n: Network): void {
   for (const f of fs.readdirSync(c.confDir)) fs.rmSync(path.join(c.confDir, f));
   if (n === 'reference') fs.writeFileSync(`${c.confDir}/05-reference.conflist`, referenceConflist(c.dir));
-  if (n === 'no-op') fs.writeFileSync(`${c.confDir}/05-noop.conflist`, noopConflist);
+  if (n === 'no-op') writeNoopConflist(c.confDir);
 }
 
 /** kni started beside a running containerd: serving, its conflist written, on NRI registered (2.x). */
@@ -87,7 +86,7 @@ async function benchFlavour(flavour: Flavour, o: { pods: number; blocks: number;
   try {
     c.writeConfig();
     for (const p of ['bridge', 'host-local']) fs.copyFileSync(`/usr/lib/cni/${p}`, `${c.binDir}/${p}`);
-    fs.copyFileSync(path.join(packageRoot(), 'dist/bin/noop-cni'), `${c.binDir}/noop-cni`);
+    copyNoopCni(c.binDir);
     await d.stop();
     const perBlock = Math.ceil(o.pods / o.blocks);
     for (let b = 0; b < o.blocks; b++) {
