@@ -15,6 +15,8 @@ import { knictl } from './helpers/knictl';
 import { masqueradeTable } from './helpers/masquerade-table';
 import { TestDaemon } from './helpers/test-daemon';
 
+const COMMENT = "kni: masquerade traffic leaving the cluster's pods";
+
 describe('masquerade and nonMasqueradeCIDRs (real kernel, nftables)', () => {
   let d: TestDaemon;
   let rt: Client;
@@ -137,35 +139,57 @@ describe('the masquerade table follows the peers by element (real kernel, nftabl
   const peer = (i: number) => `10.${(i * 2) >> 8}.${(i * 2) & 255}.0/24`;
   const peers = (n: number, skip = -1) => Array.from({ length: n }, (_, i) => i).filter((i) => i !== skip).map(peer);
 
-  it('5,000 peers: one rule per family, one element per peer; a peer leaving or coming is one element deleted or added; reconcile reads each step as written', () => {
+  it('5,000 peers: one rule per family, one element per peer; a peer leaving or coming is one element deleted or added; a new prefix length, a set and a lookup more; reconcile reads each step as written', () => {
     const ranges = ['10.254.0.0/24', 'fd00:254::/64'];
-    const lists = [peers(5000), peers(5000, 1234), peers(5000), [...peers(5000), '10.0.1.0/24']];
+    const lists = [peers(5000), peers(5000, 1234), peers(5000), [...peers(5000), '10.0.1.0/24'], [...peers(5000), '10.0.1.0/26', 'fd00:1::/64'], peers(5000)];
     const run = spawnSync('ip', ['netns', 'exec', ns, process.execPath, path.join(packageRoot(), 'dist/test/helpers/masquerade-in-netns.js')], { input: JSON.stringify({ ranges, lists }), encoding: 'utf8' });
     assert.equal(run.status, 0, `${run.error ?? ''} ${run.stderr}`);
     // No drift after any step: the elements are what kni computed.
-    assert.deepEqual(run.stdout.trim().split('\n').filter((l) => !l.startsWith('{')), ['[]', '[]', '[]', '[]']);
+    assert.deepEqual(run.stdout.trim().split('\n').filter((l) => !l.startsWith('{')), ['[]', '[]', '[]', '[]', '[]', '[]']);
     const table = masqueradeTable(ns)!;
-    assert.equal(table.rules.length, 2);
-    // Multicast, broadcast, this node's range, then the peers (the last one beside 10.0.0.0/24 an element of its own).
-    assert.equal(table.sets.keep4.length, 3 + 5001);
+    // The /26 came with a set and a lookup of its own (the table written whole); gone, it left its set empty.
+    assert.deepEqual(table.rules, [
+      `ip saddr @pods4 ip daddr != @keep4 ip daddr & 255.255.255.0 != @peers4_24 ip daddr & 255.255.255.192 != @peers4_26 masquerade comment "${COMMENT}"`,
+      `ip6 saddr @pods6 ip6 daddr != @keep6 ip6 daddr & ffff:ffff:ffff:ffff:: != @peers6_64 masquerade comment "${COMMENT}"`,
+    ]);
+    // Multicast, broadcast, this node's range in the interval set; the peers' blocks by address.
+    assert.deepEqual(table.sets.keep4.sort(), ['10.254.0.0/24', '224.0.0.0/4', '255.255.255.255']);
     assert.deepEqual(table.sets.keep6.sort(), ['fd00:254::/64', 'ff00::/8']);
+    assert.equal(table.sets.peers4_24.length, 5000);
+    assert.ok(table.sets.peers4_24.includes('10.9.196.0'), table.sets.peers4_24.slice(0, 5).join(' '));
+    assert.deepEqual([table.sets.peers4_26, table.sets.peers6_64], [[], []]);
+  });
+
+  it("reconcile finds an element slipped into a peers' set, one deleted, and a rule that no longer looks a set up", () => {
+    const ranges = ['10.254.0.0/24'];
+    const tamper = ['add element inet kni-masquerade peers4_26 { 10.7.0.64 }', `delete element inet kni-masquerade peers4_24 { ${peer(3).replace('/24', '')} }`,
+      'flush chain inet kni-masquerade postrouting', `add rule inet kni-masquerade postrouting ip saddr @pods4 ip daddr != @keep4 masquerade comment "${COMMENT}"`,
+      `add rule inet kni-masquerade postrouting ip6 saddr @pods6 ip6 daddr != @keep6 masquerade comment "${COMMENT}"`, ''].join('\n');
+    const run = spawnSync('ip', ['netns', 'exec', ns, process.execPath, path.join(packageRoot(), 'dist/test/helpers/masquerade-in-netns.js')], { input: JSON.stringify({ ranges, lists: [[...peers(10), '10.7.0.0/26'], peers(10)], tamper }), encoding: 'utf8' });
+    assert.equal(run.status, 0, `${run.error ?? ''} ${run.stderr}`);
+    assert.deepEqual(run.stdout.trim().split('\n').filter((l) => !l.startsWith('{')).map((l) => JSON.parse(l)), [[], [], [
+      'the masquerade set peers4_24 was changed (9 elements; kni wrote 10)',
+      'no masquerade rule looks up the set peers4_24',
+      'the masquerade set peers4_26 holds 1 elements kni did not write',
+    ]]);
   });
 
   it('a change is its blocks\' elements, deleted before added; peers inside a pool or a nonMasqueradeCIDR are not elements', () => {
     const cfg = (o: { pool?: string[]; nonMasq?: string[] } = {}) => ({ ranges: [parseCidr('10.254.0.0/24')], nonMasqueradeCIDRs: (o.nonMasq ?? []).map(parseCidr), nodeIpam: { clusterCIDRs: (o.pool ?? []).map(parseCidr) } as any });
     const keep = (l: string[], o = {}) => keepSets(cfg(o), l.map(parseCidr));
     const delta = (added: string[], removed: string[], o = {}) => keepSetDelta(cfg(o), added.map(parseCidr), removed.map(parseCidr));
-    assert.equal(delta([], [peer(1234)]), `delete element inet kni-masquerade keep4 { ${peer(1234)} }\n`);
-    assert.equal(delta([peer(1234), 'fd00:1::/64'], []), `add element inet kni-masquerade keep4 { ${peer(1234)} }\nadd element inet kni-masquerade keep6 { fd00:1::/64 }\n`);
+    const addr = (i: number) => peer(i).replace('/24', '');
+    assert.equal(delta([], [peer(1234)]), `delete element inet kni-masquerade peers4_24 { ${addr(1234)} }\n`);
+    assert.equal(delta([peer(1234), 'fd00:1::/64', '10.1.0.0/16'], []), `add element inet kni-masquerade peers4_24 { ${addr(1234)} }\nadd element inet kni-masquerade peers6_64 { fd00:1:: }\nadd element inet kni-masquerade peers4_16 { 10.1.0.0 }\n`);
     // A block that changed hands: deleted and added in one transaction.
-    assert.equal(delta([peer(7)], [peer(7)]), `delete element inet kni-masquerade keep4 { ${peer(7)} }\nadd element inet kni-masquerade keep4 { ${peer(7)} }\n`);
+    assert.equal(delta([peer(7)], [peer(7)]), `delete element inet kni-masquerade peers4_24 { ${addr(7)} }\nadd element inet kni-masquerade peers4_24 { ${addr(7)} }\n`);
     assert.equal(delta([], []), '');
-    // Inside the pool: no element; partly over a nonMasqueradeCIDR: the table is written whole.
-    assert.equal(delta(['10.0.3.0/24'], [], { pool: ['10.0.0.0/16'] }), '');
-    assert.equal(delta(['10.0.0.0/24'], [], { nonMasq: ['10.0.0.0/25'] }), undefined);
-    assert.deepEqual(keep(['10.0.0.0/24', '10.9.0.0/24', 'fd00:1::/64'], { pool: ['10.0.0.0/16'] }), { 4: ['10.0.0.0/16', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32', '10.9.0.0/24'], 6: ['ff00::/8', 'fd00:1::/64'] });
-    // A peer's block partly over a nonMasqueradeCIDR: all merged, no element inside another.
-    assert.deepEqual(keep(['10.0.0.0/24', '10.0.1.0/24'], { nonMasq: ['10.0.0.0/25'] })[4], ['10.0.0.0/23', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32']);
+    // Inside the pool or a nonMasqueradeCIDR: no element; partly over one: an element all the same.
+    assert.equal(delta(['10.0.3.0/24', '192.0.2.0/24'], [], { pool: ['10.0.0.0/16'], nonMasq: ['192.0.0.0/8'] }), '');
+    assert.equal(delta(['10.0.0.0/24'], [], { nonMasq: ['10.0.0.0/25'] }), 'add element inet kni-masquerade peers4_24 { 10.0.0.0 }\n');
+    const k = keep(['10.0.0.0/24', '10.9.0.0/24', '10.9.0.0/24', 'fd00:1::/64', '10.8.0.0/26'], { pool: ['10.0.0.0/16'] });
+    assert.deepEqual(k.fixed, { 4: ['10.0.0.0/16', '10.254.0.0/24', '224.0.0.0/4', '255.255.255.255/32'], 6: ['ff00::/8'] });
+    assert.deepEqual([[...k.blocks[4]], [...k.blocks[6]]], [[[24, ['10.9.0.0']], [26, ['10.8.0.0']]], [[64, ['fd00:1::']]]]);
   });
 
   it("an earlier kni's iptables chain KNI-MASQ is removed at node setup", async () => {

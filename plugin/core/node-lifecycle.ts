@@ -295,8 +295,7 @@ export class NodeLifecycle {
     }
     if (this.ready && this.rt.cfg.masquerade) {
       const cfg = this.rt.cfg;
-      const script = keepSetDelta(cfg, added, removed);
-      const write = script === undefined ? syncMasquerade(cfg.ranges, keepSets(cfg, cidrs)) : updateMasquerade(cfg.ranges, script, () => keepSets(cfg, cidrs));
+      const write = updateMasquerade(cfg.ranges, keepSetDelta(cfg, added, removed), () => keepSets(cfg, cidrs));
       this.masqueradeWrite = write.catch(() => undefined);
       try {
         await write;

@@ -164,7 +164,7 @@ status: {addresses: [{type: InternalIP, address: 10.240.0.50}, {type: InternalIP
 
   it('a bogus Node (a default route for a podCIDR, an InternalIP that is no address) gets no route and is reported with its reason; masquerading and the other peer\'s routes stay as they were', async () => {
     // IPv4's keep set: the refused 0.0.0.0/0 must not switch masquerading off (its IPv6 block, only unreachable, is a pod CIDR of the cluster).
-    const masq = () => JSON.stringify(masqueradeTable('kc-w1')?.sets.keep4);
+    const masq = () => JSON.stringify(masqueradeTable('kc-w1')?.kept[4]);
     const before = masq();
     const unavailable = () => condition(node('kc-w1'), 'NetworkUnavailable');
     apply(`apiVersion: v1
@@ -235,10 +235,10 @@ status: {addresses: [{type: InternalIP, address: not-an-ip}]}
     try {
       await waitFor(() => scaleRoutes().filter((r: any) => r.state === 'installed').length === 500, 180_000, () => `${scaleRoutes().filter((r: any) => r.state === 'installed').length} of 500 routes`);
       lags.push(lagMax());
-      // One rule per family whatever the peers; each peer's block an element of the keep set.
+      // One rule per family whatever the peers; each peer's block an element of the peers' set.
       const masq = masqueradeTable('kc-w1')!;
       assert.equal(masq.rules.length, 2, masq.rules.join('\n'));
-      assert.ok(['10.200.0.0/24', '10.201.243.0/24'].every((c) => masq.sets.keep4.includes(c)), `the masquerade set lacks peers' blocks: ${masq.sets.keep4.slice(0, 20).join(' ')} …`);
+      assert.ok(['10.200.0.0/24', '10.201.243.0/24'].every((c) => masq.kept[4].includes(c)), `the masquerade sets lack peers' blocks: ${masq.kept[4].slice(0, 20).join(' ')} …`);
     } finally {
       kubectl('delete', 'node', '-l', 'kni.test/scale=1', '--wait=false');
     }
