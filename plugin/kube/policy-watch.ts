@@ -208,7 +208,10 @@ export class PolicyWatch implements PodPolicy {
     const base = { namespace: namespace || 'default', name, end: itf.hostVeth, ips: itf.addresses.map((a) => a.address) };
     let p = this.pods?.get(name, base.namespace);
     // Before the first read (the API away) the pod starts isolated anyway: no read to wait for.
-    if (!p && !Object.keys(podLabels(rec.labels)).length && this.enforcer.isReady) {
+    // Nor when no policy could select it by its labels: the watch brings them later, for a
+    // policy made later. A read is an API request in the attach: with 1,000 Nodes joining it
+    // took 100–400 ms, a busy API server's time, in each pod's start.
+    if (!p && !Object.keys(podLabels(rec.labels)).length && this.enforcer.isReady && this.selectable(rec, base.namespace)) {
       p = await withTimeout(this.api.core.readNamespacedPod({ namespace: base.namespace, name }), POD_READ_MS, `read pod ${base.namespace}/${name}`).catch((e) => {
         // A pod no policy of its namespace can select is judged by none: it may start without its labels.
         if (!this.policies?.list(base.namespace).length) return undefined;
@@ -216,6 +219,11 @@ export class PolicyWatch implements PodPolicy {
       });
     }
     return p ? { ...base, labels: p.metadata?.labels ?? {}, ports: containerPorts(p) } : { ...base, labels: podLabels(rec.labels), ports: [] };
+  }
+
+  /** Whether a policy could select a pod of `namespace` (the sandbox `rec`) by its labels. */
+  private selectable(rec: SandboxRecord, namespace: string): boolean {
+    return !!(this.policies?.list(namespace).length || this.clusterPolicies?.list().length || (networkInterfaces(rec).length && this.multiPolicies?.list().length));
   }
 
   private pod(p: K8s.V1Pod): void {
