@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { ChildProcess, execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
+import { criClient } from '../helpers/containerd-env';
 import { trySh } from '../helpers/sh';
 import { waitFor } from '../helpers/wait';
 import { apply, CL, cluster, clusterUp, knictl, kniWith, kubectl, kubectlJson, POD } from './cluster-helpers';
@@ -241,6 +242,34 @@ spec: { podSelector: {}, ingress: [{ ports: [{ port: [80] }] }] }
     assert.equal(from('mnp-other', '10.250.0.71'), true, 'the policy kni cannot read isolates the pod');
     kubectl('-n', 'pol-open', 'delete', 'multi-networkpolicy', 'mnp-bad');
     kubectl('-n', 'pol-open', 'delete', 'pod', 'mnp-server', 'mnp-client', 'mnp-other', '--wait=false');
+  });
+
+  it("a sandbox whose Pod kni has not seen is read from the API server only where a policy could select it by its labels", async () => {
+    const cri = criClient(`${CL}/w1/root/run/containerd/containerd.sock`);
+    const stamp = Date.now().toString(36);
+    /** kni's reads of the Pod `name` in the API server's audit log. */
+    const reads = (name: string) => fs.readFileSync(`${CL}/audit.log`, 'utf8').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l))
+      .filter((e) => e.user?.username === 'system:serviceaccount:kube-system:kni' && e.verb === 'get' && e.objectRef?.resource === 'pods' && e.objectRef?.name === name).length;
+    const run = (name: string, namespace: string) => cri.RunPodSandbox({ config: { metadata: { name, namespace, uid: name, attempt: 0 }, linux: {} } });
+    const open = `kni-pr-open-${stamp}`;
+    const closed = `kni-pr-closed-${stamp}`;
+    try {
+      // No policy in its namespace, no ClusterNetworkPolicy: it starts without a read.
+      const { pod_sandbox_id: id } = await run(open, 'pol-open');
+      await cri.StopPodSandbox({ pod_sandbox_id: id });
+      await cri.RemovePodSandbox({ pod_sandbox_id: id });
+      // A NetworkPolicy in its namespace: read first, and (no such Pod) refused.
+      await assert.rejects(run(closed, 'pol-deny'), /cannot be read for its NetworkPolicies/);
+      await waitFor(() => reads(closed) > 0, 30_000, () => `no read of ${closed} in the audit log`);
+      assert.equal(reads(open), 0, `kni read ${open}, which no policy could select`);
+    } finally {
+      const { items } = await cri.ListPodSandbox({});
+      for (const sb of items.filter((x: any) => [open, closed].includes(x.metadata.name))) {
+        await cri.StopPodSandbox({ pod_sandbox_id: sb.id }).catch(() => undefined);
+        await cri.RemovePodSandbox({ pod_sandbox_id: sb.id }).catch(() => undefined);
+      }
+      cri.close();
+    }
   });
 
   it('policy.enabled: false takes the table away at the next start (a cluster running its own policy agent)', async () => {
