@@ -205,8 +205,8 @@ async function sandboxTimes(until: () => boolean, at: string): Promise<SandboxTi
         const cri = clients[k];
         const name = `kb-scale-${at}-${k}-${n}`;
         const t = Date.now();
-        // Labelled as a kubelet labels a sandbox (the pod's labels, then its own): without any,
-        // kni's policy reads the Pod from the API server before the pod may start.
+        // Labelled as a kubelet labels a sandbox (the pod's labels, then its own). No Pod of that
+        // name exists and no policy is in its namespace: kni's policy starts it without a read.
         const labels = { app: 'kb-scale', 'io.kubernetes.pod.name': name, 'io.kubernetes.pod.namespace': 'default', 'io.kubernetes.pod.uid': name };
         const { pod_sandbox_id: id } = await cri.RunPodSandbox({ config: { metadata: { name, namespace: 'default', uid: name, attempt: 0 }, labels, linux: {} } });
         out[k].push(Date.now() - t);
