@@ -60,6 +60,7 @@ type KeepConfig = Pick<Config, 'ranges' | 'nonMasqueradeCIDRs' | 'nodeIpam'>;
 
 /** Multicast, broadcast, nodeIpam's pools, nonMasqueradeCIDRs and this node's ranges, merged (a few). */
 const fixedPart = (cfg: KeepConfig): Cidr[] => mergeCidrs([...NEVER_MASQUERADED[4], ...NEVER_MASQUERADED[6]].map(parseCidr).concat(cfg.nodeIpam.clusterCIDRs, cfg.nonMasqueradeCIDRs, cfg.ranges));
+const covered = (fixed: Cidr[], c: Cidr): boolean => fixed.some((f) => cidrCovers(f, c));
 
 /**
  * The keep sets: the fixed part, then each peer's block it does not cover. A block partly over
@@ -72,7 +73,7 @@ export function keepSets(cfg: KeepConfig, peerCidrs: Cidr[]): KeepSets {
   for (const c of fixed) out.fixed[c.family].push(c.text);
   const seen = new Set<string>();
   for (const c of peerCidrs) {
-    if (seen.has(c.text) || fixed.some((f) => cidrCovers(f, c))) continue;
+    if (seen.has(c.text) || covered(fixed, c)) continue;
     seen.add(c.text);
     const sets = out.blocks[c.family];
     const list = sets.get(c.prefixLength);
@@ -94,7 +95,7 @@ export function keepSetDelta(cfg: KeepConfig, added: Cidr[], removed: Cidr[]): s
   for (const [verb, list] of [['delete', removed], ['add', added]] as const) {
     const bySet = new Map<string, Set<string>>();
     for (const c of list) {
-      if (fixed.some((f) => cidrCovers(f, c))) continue;
+      if (covered(fixed, c)) continue;
       const name = blockSet(c.family, c.prefixLength);
       const elems = bySet.get(name) ?? bySet.set(name, new Set()).get(name)!;
       elems.add(networkAddress(c));
@@ -218,14 +219,8 @@ function sameAsListed(items: unknown[], want: string[]): boolean {
 }
 const sameIntervals = (a: Interval[], b: Interval[]): boolean => a.length === b.length && a.every((x, i) => x[0] === b[i][0] && x[1] === b[i][1]);
 
-/** The same addresses, text for text or (as nft may print an IPv6 address otherwise) by value. */
-function sameAddresses(listed: unknown[], want: string[]): boolean {
-  if (listed.length !== want.length) return false;
-  const have = new Set(listed);
-  if (want.every((t) => have.has(t))) return true;
-  const values = new Set(listed.map((e) => (typeof e === 'string' ? parseIp(e).value : -1n)));
-  return want.every((t) => values.has(parseIp(t).value));
-}
+/** Whether a set lists what kni wrote (CIDRs), text for text or else address for address. */
+const sameElements = (listed: unknown[], want: string[]): boolean => sameAsListed(listed, want) || sameIntervals(listedIntervals(listed), joined(want.map((t) => cidrInterval(parseCidr(t)))));
 
 /**
  * What of syncMasquerade's table is missing or changed now (`nft flush ruleset`, a set's
@@ -244,14 +239,14 @@ export async function masqueradeDrift(ranges: Cidr[], keep: KeepSets): Promise<s
     for (const [name, want] of [[SET.pods[f], podsOf(f, ranges)], [SET.keep[f], keep.fixed[f]]] as const) {
       const elem = sets.get(name);
       if (!elem) out.push(`the masquerade set ${name} is missing`);
-      else if (!sameAsListed(elem, want) && !sameIntervals(listedIntervals(elem), joined(want.map((t) => cidrInterval(parseCidr(t)))))) out.push(`the masquerade set ${name} was changed (${elem.length} elements; kni wrote ${want.length})`);
+      else if (!sameElements(elem, want)) out.push(`the masquerade set ${name} was changed (${elem.length} elements; kni wrote ${want.length})`);
     }
     for (const len of lengthsOf(keep, f)) {
       const name = blockSet(f, len);
       const elem = sets.get(name);
       const want = keep.blocks[f].get(len)!;
       if (!elem) out.push(`the masquerade set ${name} is missing`);
-      else if (!sameAddresses(elem, want)) out.push(`the masquerade set ${name} was changed (${elem.length} elements; kni wrote ${want.length})`);
+      else if (!sameElements(elem, want.map((a) => `${a}/${bitsOf(f)}`))) out.push(`the masquerade set ${name} was changed (${elem.length} elements; kni wrote ${want.length})`);
       if (!rules.some((r) => r.includes(`"@${name}"`))) out.push(`no masquerade rule looks up the set ${name}`);
     }
   }
