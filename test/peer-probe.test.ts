@@ -10,7 +10,8 @@ import type { NetworkRuntime } from '../plugin/core/network-runtime';
 import { answerPeerProbe } from '../plugin/kube/peer-probe-answers';
 import { askDelivery, parseDeliveryAnswer } from '../plugin/node/peer-delivery';
 import type { PeerRouteStatus } from '../plugin/node/peer-routes';
-import { PeerProbe, PROBE_BYTES, probeAnswer, ProbeChange, ProbeState } from '../plugin/node/peer-probe';
+import { parseCidr } from '../plugin/ipam/ip';
+import { PeerProbe, PROBE_BYTES, probeAnswer, ProbeChange, ProbeState, ProbeTarget, probeTargets } from '../plugin/node/peer-probe';
 import { RUN, sh, trySh } from './helpers/sh';
 
 describe('peer probe (loopback)', () => {
@@ -85,6 +86,34 @@ describe('peer probe (loopback)', () => {
       for (const h of held) h.destroy();
       mute.close();
     }
+  });
+
+  it("the targets are each installed route's gateway from this node's own of its family, made while the event loop turns (5,000 dual-stack peers)", async () => {
+    const routes: PeerRouteStatus[] = [];
+    for (let i = 0; i < 5000; i++) {
+      const node = `${RUN}-peer${i}`;
+      const state = i % 10 === 9 ? 'failed' : 'installed';
+      routes.push({ node, destination: `10.${i >> 8}.${i & 255}.0/24`, backend: 'vxlan', via: '', device: '', state, error: '' });
+      routes.push({ node, destination: `fd00:${i.toString(16)}::/64`, backend: 'vxlan', via: '', device: '', state: 'installed', error: '' });
+    }
+    const ranges = [parseCidr('10.255.0.0/24'), parseCidr('fd00:ffff::/64')];
+    let turned = 0;
+    const ticker = setInterval(() => turned++, 0);
+    const started = performance.now();
+    let targets: ProbeTarget[];
+    try {
+      targets = await probeTargets(routes, ranges);
+    } finally {
+      clearInterval(ticker);
+    }
+    // A pass longer than a few slices let timers run in it (on a fast machine it may be one slice).
+    if (performance.now() - started > 50) assert.ok(turned > 0, 'no timer ran during the pass');
+    assert.equal(targets.length, 9500);
+    assert.deepEqual(targets[0], { destination: '10.0.0.0/24', address: '10.0.0.1', source: '10.255.0.1' });
+    assert.deepEqual(targets[1], { destination: 'fd00:0::/64', address: 'fd00::1', source: 'fd00:ffff::1' });
+    assert.ok(!targets.some((t) => t.destination === '10.0.9.0/24'), 'a failed route is no target');
+    // Made again from the same routes: the same targets.
+    assert.deepEqual(await probeTargets(routes, ranges), targets);
   });
 
   it('connected, and the kni there sends nothing in time (busy, stuck): no verdict, the last one kept — not an MTU black hole', async () => {

@@ -209,13 +209,13 @@ export class NodeAgent {
     const probing = (): boolean => !this.rt.cni && this.rt.node.status().ready;
     // The targets made again only when a peer's routes changed: a round at 5,000 peers that made
     // its 10,000 targets and the list of statuses held the event loop ≈ 45 ms.
-    let made: { key: string; targets: ProbeTarget[] } | undefined;
-    const targets = (): ProbeTarget[] => {
+    let made: { key: string; targets: Promise<ProbeTarget[]> } | undefined;
+    const targets = (): Promise<ProbeTarget[]> => {
       const key = `${this.peers.summary().version} ${this.cfg.ranges.map((c) => c.text)}`;
       if (made?.key !== key) made = { key, targets: probeTargets(this.peers.status(), this.cfg.ranges) };
       return made.targets;
     };
-    this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? targets() : []));
+    this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? targets() : Promise.resolve([])));
     this.rt.node.onReady(() => this.probe.nodeReady());
   }
 
