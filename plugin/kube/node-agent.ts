@@ -215,7 +215,7 @@ export class NodeAgent {
       if (made?.key !== key) made = { key, targets: probeTargets(this.peers.status(), this.cfg.ranges) };
       return made.targets;
     };
-    this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? targets() : Promise.resolve([])));
+    this.probe.start(() => (probing() ? this.cfg.ranges.map(gatewayOf) : []), () => (probing() ? targets() : []));
     this.rt.node.onReady(() => this.probe.nodeReady());
   }
 
