@@ -342,6 +342,42 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       reachable(a, b);
     });
 
+    it('a part of the check goes on a slice at a time, with Node events between: the routes read are put back, a stale one goes, what joined or left meanwhile is left as its event wrote it', () => {
+      const many = Array.from({ length: 40 }, (_, i): NodeView => ({ name: `many-${i}`, internalIPs: ['192.168.61.2'], podCidrs: [`10.62.${i}.0/24`] }));
+      const all = new Map([a.view, b.view, ...many].map((v) => [v.name, v]));
+      a.peers.apply(a.view, all);
+      const ns = a.d.nodeNetnsName;
+      try {
+        a.peers.checkSliceMs = 0;
+        sh('ip', ['-n', ns, 'route', 'del', '10.62.30.0/24']);
+        sh('ip', ['-n', ns, 'route', 'add', '10.99.1.0/24', 'via', '192.168.61.2', 'proto', '107']);
+        a.peers.apply(a.view, all, 'routes4');
+        assert.ok(a.peers.pendingWrites(), 'the part was done in one sync');
+        // Between slices: one peer joins, one not yet compared leaves.
+        const joining: NodeView = { name: 'joining', internalIPs: ['192.168.61.2'], podCidrs: ['10.62.200.0/24'] };
+        all.set(joining.name, joining);
+        all.delete('many-35');
+        let syncs = 0;
+        const logged = captureStdout(() => {
+          a.peers.apply(a.view, all, 'difference', new Set(['joining', 'many-35']));
+          while (a.peers.pendingWrites() && syncs++ < 200) a.peers.apply(a.view, all, 'difference', new Set());
+        });
+        assert.ok(syncs > 10, `the part took ${syncs} more syncs`);
+        assert.match(logged, /10\.62\.30\.0\/24 was gone from the kernel; installed again/);
+        assert.doesNotMatch(logged, /10\.62\.(35|200)\.0/, 'what an event wrote was taken for drift');
+        const v4 = routesIn(a.d.nodeNetns, '-4');
+        assert.match(v4, /10\.62\.30\.0\/24 via 192\.168\.61\.2/);
+        assert.match(v4, /10\.62\.200\.0\/24 via 192\.168\.61\.2/);
+        assert.doesNotMatch(v4, /10\.62\.35\.0|10\.99\.1\.0/);
+        assert.equal(a.peers.status().filter((x) => x.state !== 'installed').length, 0);
+        assert.equal(a.peers.summary().counts.get('host-gw installed'), 2 + 39 + 1);
+      } finally {
+        a.peers.checkSliceMs = 5;
+        a.peers.sync(a.view, [a.view, b.view]);
+      }
+      assert.equal(routesIn(a.d.nodeNetns, '-4').trim().split('\n').length, 1);
+    });
+
     it('a peer removed: its routes go', () => {
       a.peers.sync(a.view, [a.view]);
       assert.equal(routesIn(a.d.nodeNetns, '-4').trim(), '');
@@ -491,6 +527,43 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       assert.doesNotMatch(fdb(), new RegExp(`dst ${dst.replace(/\./g, '\\.')}`));
       a.peers.sync(a.view, [a.view, b.view], 'fdb');
       assert.match(fdb(), new RegExp(`dst ${dst.replace(/\./g, '\\.')}`));
+      reachable(a, b);
+    });
+
+    it('the FDB part in slices, with Node events between: an entry deleted behind kni\'s back is written again, a stray one goes, what joined or left meanwhile is left as its event wrote it', () => {
+      const far = (i: number): NodeView => ({ name: `far-${i}`, internalIPs: [`192.168.80.${i}`], podCidrs: [`10.63.${i}.0/24`] });
+      const all = new Map([a.view, b.view, ...Array.from({ length: 30 }, (_, i) => far(i))].map((v) => [v.name, v]));
+      a.peers.apply(a.view, all);
+      const dev = `${RUN}vx`;
+      const ns = a.d.nodeNetnsName;
+      const fdb = () => inNetns(a.d.nodeNetns, 'bridge', ['fdb', 'show', 'dev', dev]).out;
+      try {
+        a.peers.checkSliceMs = 0;
+        const line = fdb().split('\n').find((l) => / dst 192\.168\.80\.5 /.test(l))!;
+        assert.ok(line, fdb());
+        sh('ip', ['netns', 'exec', ns, 'bridge', 'fdb', 'del', line.split(' ')[0], 'dev', dev, 'dst', '192.168.80.5']);
+        sh('ip', ['netns', 'exec', ns, 'bridge', 'fdb', 'append', '0e:00:00:00:00:99', 'dev', dev, 'dst', '192.168.80.250', 'self', 'permanent']);
+        a.peers.apply(a.view, all, 'fdb');
+        assert.ok(a.peers.pendingWrites(), 'the part was done in one sync');
+        all.set('far-40', far(40));
+        all.delete('far-25');
+        let syncs = 0;
+        const logged = captureStdout(() => {
+          a.peers.apply(a.view, all, 'difference', new Set(['far-40', 'far-25']));
+          while (a.peers.pendingWrites() && syncs++ < 200) a.peers.apply(a.view, all, 'difference', new Set());
+        });
+        assert.ok(syncs > 10, `the part took ${syncs} more syncs`);
+        assert.match(logged, /fdb\/192\.168\.80\.5\//);
+        assert.doesNotMatch(logged, /192\.168\.80\.(25|40)\//, 'what an event wrote was taken for drift');
+        const now = fdb();
+        assert.match(now, / dst 192\.168\.80\.5 /);
+        assert.match(now, / dst 192\.168\.80\.40 /);
+        assert.doesNotMatch(now, / dst 192\.168\.80\.(25|250) /);
+      } finally {
+        a.peers.checkSliceMs = 5;
+        both(a, b);
+      }
+      assert.doesNotMatch(fdb(), /192\.168\.80\./);
       reachable(a, b);
     });
 

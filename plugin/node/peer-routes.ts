@@ -48,6 +48,8 @@ interface Planned {
 
 /** The longest a sync writes a Node event's changes before leaving the rest to the next. */
 const WRITE_SLICE_MS = 20;
+/** The longest a sync compares a part of the periodic check with the plans before leaving the rest to the next. */
+const CHECK_SLICE_MS = 5;
 
 const installedStatus = (p: Planned): PeerRouteStatus => (p.installedStatus ??= { ...p.status, state: 'installed' });
 
@@ -104,6 +106,14 @@ function foreignRoutes(routes: Route[]): Map<string, string> {
 }
 
 /** One peer as last planned: its Node's routing fields, its claims parsed, its plans and their outcome. */
+/** What a check compares plans with: the routes read, those someone else made, kni's, and what kni had installed. */
+interface KernelRoutes {
+  routes: Route[];
+  foreign: Map<string, string>;
+  inPlace: Map<string, Route>;
+  wasInstalled: Set<string>;
+}
+
 interface PeerEntry {
   /** The Node as it was planned for. */
   view: NodeView;
@@ -192,6 +202,15 @@ export class PeerNetwork {
   private installed = new Map<string, { index: number; gateway: string; plan: Planned }>();
   /** Changes planned and not yet written: a bulk join is written a slice at a time (WRITE_SLICE_MS). */
   private pending: { entry?: PeerEntry; before?: PeerEntry }[] = [];
+  /** The entries of `pending` not yet written (a check leaves them to their own turn). */
+  private unwritten = new Set<PeerEntry>();
+  /**
+   * A part of the periodic check under way: each call compares a slice more. At thousands of
+   * peers a part goes on a slice at a time (checkSliceMs), with Node events' writes between.
+   */
+  private partLeft?: () => void;
+  /** How long one slice of a check may take (tests make it short). */
+  checkSliceMs = CHECK_SLICE_MS;
   private neighbours = new Map<string, { n: Neighbour; users: number }>();
   private vxlanIndex = 0;
   /** Routes kni deleted itself, by destination → when: their kernel notices are not news. */
@@ -298,9 +317,13 @@ export class PeerNetwork {
     const { changed: replanned, gone } = this.plan(byName, self.name, check === 'all' ? undefined : changed);
     this.restored = [];
     // A part of the check begins with what changed since the last sync, written as a Node event's.
-    if (check === 'all') this.pending = [];
-    else this.applyDifference(replanned, gone);
+    if (check === 'all') {
+      this.pending = [];
+      this.unwritten.clear();
+    } else this.applyDifference(replanned, gone);
+    // A part still under way goes on first; a new part waits for the next time round.
     if (check === 'all') this.applyVerified([...this.peers.values()]);
+    else if (this.partLeft) this.partLeft();
     else if (check === 'routes4' || check === 'routes6') this.checkRoutes([...this.peers.values()], check === 'routes4' ? 4 : 6);
     else if (check !== 'difference') this.checkNeighbours(check === 'neighbours4' ? 4 : check === 'neighbours6' ? 6 : 'fdb');
   }
@@ -514,6 +537,7 @@ export class PeerNetwork {
 
   /** Every plan compared with the kernel, read first: what is missing is put back, what is stale goes. */
   private applyVerified(entries: PeerEntry[]): void {
+    this.partLeft = undefined;
     // Read before kni's routes change: those it installs below are kept, the others it finds here are stale.
     const kernel = this.readRoutes(mainRoutes(this.sock));
     // The vxlan entries of the plans no route someone else made refuses; one failing fails its plans.
@@ -523,11 +547,11 @@ export class PeerNetwork {
     if (this.vxlanIndex) this.syncNeighbours(overlay, outcome);
     this.installed = new Map();
     for (const e of entries) this.setStatuses(e, e.plans.map((p) => outcome.get(p) ?? this.verifyPlan(p, kernel)));
-    this.removeStale(new Set(this.installed.keys()), kernel.routes);
+    this.removeStale(this.installed, kernel.routes);
   }
 
   /**
-   * One family's routes read and compared with the plans (the vxlan entries as kni wrote them:
+   * One family's routes read, to be compared with the plans (the vxlan entries as kni wrote them:
    * their own part of the check): what is missing is put back, what is stale goes. A vxlan
    * device made again (gone, or changed) is a full check instead.
    */
@@ -537,19 +561,40 @@ export class PeerNetwork {
     this.vxlanFor(overlay, true);
     if (this.vxlanIndex !== device) return this.applyVerified(entries);
     const kernel = this.readRoutes(routeList(this.sock, family));
-    // Changes not yet written are their own turn's (applyDifference).
-    const unwritten = new Set(this.pending.flatMap((w) => (w.entry ? [w.entry] : [])));
-    const leaving = new Set(this.pending.flatMap((w) => w.before?.plans ?? []));
-    for (const [d, at] of [...this.installed]) if (d.includes(':') === (family === 6) && !leaving.has(at.plan)) this.installed.delete(d);
-    for (const e of entries) {
-      if (unwritten.has(e)) continue;
-      this.setStatuses(e, e.plans.map((p, i) => (e.claims[i].cidr?.family === family ? this.verifyPlan(p, kernel) : e.statuses[i] ?? p.status)));
-    }
-    this.removeStale(new Set(this.installed.keys()), kernel.routes);
+    // An entry replaced or gone since the routes were read, or not written yet, is left out: its
+    // own turn wrote (or writes) it. What a Node event wrote meanwhile is in `installed`, so the
+    // stale routes removed at the end are only those no plan has now.
+    const compare = (e: PeerEntry) => {
+      if (this.peers.get(e.view.name) !== e || this.unwritten.has(e)) return;
+      this.setStatuses(e, e.plans.map((p, i) => {
+        if (e.claims[i].cidr?.family !== family) return e.statuses[i] ?? p.status;
+        const st = this.verifyPlan(p, kernel);
+        if (st.state !== 'installed' && this.installed.get(p.status.destination)?.plan === p) this.installed.delete(p.status.destination);
+        return st;
+      }));
+    };
+    this.inSlices(entries, compare, () => this.removeStale(this.installed, kernel.routes));
+  }
+
+  /** `each` over the items, a slice now and one more at each call of partLeft; then `then`. */
+  private inSlices<T>(items: T[], each: (item: T) => void, then: () => void): void {
+    let next = 0;
+    const slice = () => {
+      const until = performance.now() + this.checkSliceMs;
+      while (next < items.length) {
+        each(items[next++]);
+        if (performance.now() >= until) break;
+      }
+      if (next < items.length) return;
+      this.partLeft = undefined;
+      then();
+    };
+    this.partLeft = slice;
+    slice();
   }
 
   /** What a check compares plans with: the routes read, those someone else made, kni's, and what kni had installed. */
-  private readRoutes(routes: Route[]): { routes: Route[]; foreign: Map<string, string>; inPlace: Map<string, Route>; wasInstalled: Set<string> } {
+  private readRoutes(routes: Route[]): KernelRoutes {
     return { routes, foreign: foreignRoutes(routes), inPlace: new Map(routes.filter((r) => r.protocol === RTPROT_KNI).map((r) => [r.destination, r])), wasInstalled: new Set(this.installed.keys()) };
   }
 
@@ -558,7 +603,7 @@ export class PeerNetwork {
    * in place, its route written where missing or changed (a route kni had installed and found
    * gone is named), and noted as installed.
    */
-  private verifyPlan(p: Planned, kernel: ReturnType<PeerNetwork['readRoutes']>): PeerRouteStatus {
+  private verifyPlan(p: Planned, kernel: KernelRoutes): PeerRouteStatus {
     const other = p.contestable ? kernel.foreign.get(p.status.destination) : undefined;
     if (other !== undefined) return { ...p.status, backend: '', via: '', device: '', state: 'failed', error: `a route to ${p.status.destination} that kni did not make is in place (${other}); kni does not replace it` };
     if (!p.route) return p.status;
@@ -584,26 +629,35 @@ export class PeerNetwork {
   /** The vxlan device's entries (of these families) read: those not wanted deleted; the keys of those present returned. */
   private keepOnly(wanted: Map<string, unknown>, families?: Neighbour['family'][]): Set<string> {
     const present = new Set<string>();
-    for (const n of neighList(this.sock, this.vxlanIndex, families)) {
-      const key = neighKey(n.family, n.ip, n.mac);
-      present.add(key);
-      if (wanted.has(key)) continue;
-      try {
-        this.sock.request(neighDel(n));
-      } catch {
-        // gone already
-      }
-    }
+    for (const n of neighList(this.sock, this.vxlanIndex, families)) this.keepIfWanted(n, wanted, present);
     return present;
   }
 
-  /** One family of the vxlan device's entries read and compared with those the plans use. */
+  /** A vxlan entry read from the kernel: noted as present, deleted when not wanted. */
+  private keepIfWanted(n: Neighbour, wanted: { has(key: string): boolean }, present: Set<string>): void {
+    const key = neighKey(n.family, n.ip, n.mac);
+    present.add(key);
+    if (wanted.has(key)) return;
+    try {
+      this.sock.request(neighDel(n));
+    } catch {
+      // gone already
+    }
+  }
+
+  /**
+   * One family of the vxlan device's entries read and compared with those the plans use, in
+   * slices: an entry read that no plan uses now goes; one the plans used when it was read and
+   * still use, not read, is written again. Entries written or let go meanwhile are their own
+   * turn's.
+   */
   private checkNeighbours(family: Neighbour['family']): void {
     if (!this.vxlanIndex) return;
-    const wanted = new Map([...this.neighbours].filter(([, w]) => w.n.family === family));
-    const present = this.keepOnly(wanted, [family]);
-    for (const [key, w] of wanted) {
-      if (present.has(key)) continue;
+    const read = neighList(this.sock, this.vxlanIndex, [family]);
+    const wanted = [...this.neighbours].filter(([, w]) => w.n.family === family);
+    const present = new Set<string>();
+    const restore = ([key, w]: [string, { n: Neighbour; users: number }]) => {
+      if (present.has(key) || this.neighbours.get(key) !== w) return;
       try {
         this.sock.request(neighSet(w.n));
         driftFindings.inc({ object: 'peer_route' });
@@ -611,7 +665,8 @@ export class PeerNetwork {
       } catch (e) {
         log('error', "a vxlan entry of kni's cannot be written again; the next check retries", { entry: key, error: (e as Error).message });
       }
-    }
+    };
+    this.inSlices(read, (n) => this.keepIfWanted(n, this.neighbours, present), () => this.inSlices(wanted, restore, () => undefined));
   }
 
   /**
@@ -624,20 +679,26 @@ export class PeerNetwork {
    */
   private applyDifference(changed: { entry: PeerEntry; before: PeerEntry | undefined }[], gone: PeerEntry[]): void {
     for (const e of gone) this.pending.push({ before: e });
-    for (const c of changed) this.pending.push({ entry: c.entry, before: c.before });
+    for (const c of changed) {
+      this.pending.push({ entry: c.entry, before: c.before });
+      this.unwritten.add(c.entry);
+    }
     const until = performance.now() + WRITE_SLICE_MS;
     while (this.pending.length && performance.now() < until) {
       const { entry, before } = this.pending.shift()!;
-      if (entry) this.writeEntry(entry);
+      if (entry) {
+        this.unwritten.delete(entry);
+        this.writeEntry(entry);
+      }
       if (before) this.dropEntry(before);
     }
     const wantsOverlay = (e: PeerEntry) => e.plans.some((p) => p.vtep && p.route);
     if (this.vxlanIndex && !this.neighbours.size && !this.pending.length && ![...this.peers.values()].some(wantsOverlay)) this.vxlanFor(false, false);
   }
 
-  /** Whether changes wait for the next sync (a bulk join's next slice). */
+  /** Whether changes or a part of the check wait for the next sync (a bulk join's next slice). */
   pendingWrites(): boolean {
-    return this.pending.length > 0;
+    return this.pending.length > 0 || this.partLeft !== undefined;
   }
 
   /** A peer's new plans written: each one's vxlan entries and route. */
@@ -762,7 +823,7 @@ export class PeerNetwork {
   }
 
   /** Every RTPROT_KNI route (of `routes`, the main table's) whose destination no peer wants now. */
-  private removeStale(keep: Set<string>, routes: Route[]): void {
+  private removeStale(keep: { has(destination: string): boolean }, routes: Route[]): void {
     const now = Date.now();
     for (const [d, at] of this.deleted) if (now - at >= 10_000) this.deleted.delete(d);
     for (const r of routes) {
@@ -783,6 +844,8 @@ export class PeerNetwork {
     this.forgetPeers();
     this.installed.clear();
     this.pending = [];
+    this.unwritten.clear();
+    this.partLeft = undefined;
     this.neighbours.clear();
     this.vxlanIndex = 0;
     this.contextKey = '';
