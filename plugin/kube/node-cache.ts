@@ -16,9 +16,15 @@ import { NODE_IPAM_ANNOTATION } from './node-cidr-pool';
 export function slimNode(n: K8s.V1Node): void {
   const m = n.metadata;
   if (m) {
+    // A new object, not the parsed one with keys deleted: V8 turns an object whose keys are
+    // deleted into a hash table, several times the size of the three or four fields kept.
+    const slim: K8s.V1ObjectMeta = {};
+    if (m.name !== undefined) slim.name = m.name;
+    if (m.uid !== undefined) slim.uid = m.uid;
+    if (m.resourceVersion !== undefined) slim.resourceVersion = m.resourceVersion;
     const ours = m.annotations?.[NODE_IPAM_ANNOTATION];
-    for (const k of Object.keys(m) as (keyof K8s.V1ObjectMeta)[]) if (!['name', 'uid', 'resourceVersion'].includes(k)) delete m[k];
-    if (ours !== undefined) m.annotations = { [NODE_IPAM_ANNOTATION]: ours };
+    if (ours !== undefined) slim.annotations = { [NODE_IPAM_ANNOTATION]: ours };
+    n.metadata = slim;
   }
   if (n.spec) n.spec = { podCIDR: n.spec.podCIDR, podCIDRs: n.spec.podCIDRs };
   if (n.status) n.status = { addresses: n.status.addresses };
