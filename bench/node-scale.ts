@@ -5,7 +5,9 @@
 // stopped). The Nodes join in bulk up to each size, then all leave. Per step it prints:
 // - kni's longest event-loop stall (prom-client's perf_hooks.monitorEventLoopDelay, read
 //   every second: its histogram starts again at each scrape), during the step and in the
-//   quiet minute after it (the periodic checks, the heartbeats);
+//   quiet minute after it (the periodic checks, the heartbeats); and of its turns over 20 ms
+//   (bench/turn-probe.ts, loaded into kni), the most its main thread was on a CPU in one (kni's
+//   work and garbage collection) and the most it waited for one (the machine's load);
 // - a Node → its routes (IPv4 and IPv6) in kc-w1's kernel, from the create call to
 //   `ip monitor`'s line, p50 / p99 (in a bulk join this includes the API server's own queue);
 //   and a single Node added once the step is done;
@@ -78,9 +80,17 @@ class RouteWatch {
 /** `ip` arguments that read kc-w1's kni's metrics. */
 const KNI_METRICS = ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'];
 
-/** kni's longest event-loop stall since the last call, polled every second. */
+/** Where bench/turn-probe.js, loaded into kni, writes its long turns. */
+const TURNS_FILE = `/tmp/kni-scale-turns-${process.pid}.log`;
+
+/**
+ * kni's longest event-loop stall since the last call (its metric, polled every second); and of
+ * its turns of 20 ms or more (turn-probe.ts), the most time its main thread spent on a CPU in
+ * one, and the most it waited, runnable, for one in one.
+ */
 class StallWatch {
   private max = 0;
+  private since = Date.now();
   private timer: NodeJS.Timeout;
   constructor() {
     this.read();
@@ -98,12 +108,15 @@ class StallWatch {
     );
     return this.reading;
   }
-  async take(): Promise<number> {
+  async take(): Promise<Stall> {
     await this.reading;
     await this.read();
-    const m = this.max;
+    const until = Date.now();
+    const turns = (fs.existsSync(TURNS_FILE) ? fs.readFileSync(TURNS_FILE, 'utf8') : '').split('\n').map((l) => l.split(' ').map(Number)).filter((t) => t.length === 4 && t[0] >= this.since && t[0] < until);
+    const out = { stall: this.max, cpu: Math.max(0, ...turns.map((t) => t[2])), wait: Math.max(0, ...turns.map((t) => t[3])) };
     this.max = 0;
-    return m;
+    this.since = until;
+    return out;
   }
   stop(): void {
     clearInterval(this.timer);
@@ -234,12 +247,22 @@ const ms = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '—
 const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(percentile(xs, 99))}` : '—');
 const times = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(Math.max(...xs))}` : '—');
 
-interface Step { label: string; stall: number; quietStall: number; routes: number[]; single?: number; sandboxDuring: SandboxTimes; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
+interface Stall { stall: number; cpu: number; wait: number }
+interface Step { label: string; stall: Stall; quietStall: Stall; routes: number[]; single?: number; sandboxDuring: SandboxTimes; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
 
 async function main(): Promise<void> {
   cluster('down');
   cluster('up');
-  cluster('kni');
+  // kni (and only kni: not containerd nor the CNI plugins it runs) with the turn probe.
+  fs.rmSync(TURNS_FILE, { force: true });
+  process.env.NODE_OPTIONS = `--require ${__dirname}/turn-probe.js`;
+  process.env.KNI_TURN_PROBE = TURNS_FILE;
+  try {
+    cluster('kni');
+  } finally {
+    delete process.env.NODE_OPTIONS;
+    delete process.env.KNI_TURN_PROBE;
+  }
   cluster('kni-stop w2');
   noopOnW2();
   const kwok = startKwok(KWOK_STAGES, LEASE_SECONDS);
@@ -273,7 +296,7 @@ async function main(): Promise<void> {
     }
     return ids.map((i) => routedAfter(i, since.get(i)!, seen)!);
   };
-  const finish = async (label: string, stall: number, routeTimes: number[], sandboxDuring: SandboxTimes, single?: number): Promise<void> => {
+  const finish = async (label: string, stall: Stall, routeTimes: number[], sandboxDuring: SandboxTimes, single?: number): Promise<void> => {
     await sleep(QUIET_MS);
     const quietStall = await stalls.take();
     const audit = kniRequests(auditAt);
@@ -329,8 +352,10 @@ async function main(): Promise<void> {
     process.stdout.write(`\nkni as the node agent of one Node among N made-up Nodes kept Ready by kwok (leases of ${LEASE_SECONDS} s), all peers over vxlan and silent; the API server, etcd and kwok on CPU 1\n`);
     process.stdout.write(`RunPodSandbox through containerd, quiet, p50 / max: ${times(quietSandbox.kni)} with kni (its own attach: ${ms(quietSandbox.kniAttachMean)} mean); ${times(quietSandbox.noop)} on the no-op plugin (kc-w2, no kni)\n\n`);
     const rows: [string, (s: Step) => string][] = [
-      ['longest stall, while Nodes join / leave', (s) => ms(s.stall)],
-      ['longest stall, the quiet minute after', (s) => ms(s.quietStall)],
+      ['longest stall, while Nodes join / leave', (s) => ms(s.stall.stall)],
+      ['longest stall, the quiet minute after', (s) => ms(s.quietStall.stall)],
+      ["of kni's turns over 20 ms (join or leave / quiet): the most on a CPU in one", (s) => `${ms(s.stall.cpu)} / ${ms(s.quietStall.cpu)}`],
+      ['the same: the most waiting for a CPU in one', (s) => `${ms(s.stall.wait)} / ${ms(s.quietStall.wait)}`],
       ['Node → its routes, p50 / p99', (s) => spreadOf(s.routes)],
       ['one Node more → its routes', (s) => ms(s.single)],
       ['RunPodSandbox meanwhile, with kni, p50 / max', (s) => times(s.sandboxDuring.kni)],
@@ -355,6 +380,7 @@ async function main(): Promise<void> {
       // the cluster goes next anyway
     }
     cluster('down');
+    fs.rmSync(TURNS_FILE, { force: true });
   }
 }
 
