@@ -105,7 +105,6 @@ function foreignRoutes(routes: Route[]): Map<string, string> {
   return out;
 }
 
-/** One peer as last planned: its Node's routing fields, its claims parsed, its plans and their outcome. */
 /** What a check compares plans with: the routes read, those someone else made, kni's, and what kni had installed. */
 interface KernelRoutes {
   routes: Route[];
@@ -114,6 +113,7 @@ interface KernelRoutes {
   wasInstalled: Set<string>;
 }
 
+/** One peer as last planned: its Node's routing fields, its claims parsed, its plans and their outcome. */
 interface PeerEntry {
   /** The Node as it was planned for. */
   view: NodeView;
