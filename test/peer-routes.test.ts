@@ -347,6 +347,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       const all = new Map([a.view, b.view, ...many].map((v) => [v.name, v]));
       a.peers.apply(a.view, all);
       const ns = a.d.nodeNetnsName;
+      const sliceMs = a.peers.checkSliceMs;
       try {
         a.peers.checkSliceMs = 0;
         sh('ip', ['-n', ns, 'route', 'del', '10.62.30.0/24']);
@@ -372,7 +373,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
         assert.equal(a.peers.status().filter((x) => x.state !== 'installed').length, 0);
         assert.equal(a.peers.summary().counts.get('host-gw installed'), 2 + 39 + 1);
       } finally {
-        a.peers.checkSliceMs = 5;
+        a.peers.checkSliceMs = sliceMs;
         a.peers.sync(a.view, [a.view, b.view]);
       }
       assert.equal(routesIn(a.d.nodeNetns, '-4').trim().split('\n').length, 1);
@@ -537,6 +538,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
       const dev = `${RUN}vx`;
       const ns = a.d.nodeNetnsName;
       const fdb = () => inNetns(a.d.nodeNetns, 'bridge', ['fdb', 'show', 'dev', dev]).out;
+      const sliceMs = a.peers.checkSliceMs;
       try {
         a.peers.checkSliceMs = 0;
         const line = fdb().split('\n').find((l) => / dst 192\.168\.80\.5 /.test(l))!;
@@ -560,7 +562,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
         assert.match(now, / dst 192\.168\.80\.40 /);
         assert.doesNotMatch(now, / dst 192\.168\.80\.(25|250) /);
       } finally {
-        a.peers.checkSliceMs = 5;
+        a.peers.checkSliceMs = sliceMs;
         both(a, b);
       }
       assert.doesNotMatch(fdb(), /192\.168\.80\./);
