@@ -6,7 +6,7 @@
 // - kni's longest event-loop stall (prom-client's perf_hooks.monitorEventLoopDelay, read
 //   every second: its histogram starts again at each scrape), during the step and in the
 //   quiet minute after it (the periodic checks, the heartbeats); and of its turns over 20 ms
-//   (bench/turn-probe.ts, loaded into kni), the most its main thread was on a CPU in one (kni's
+//   (test/helpers/turn-probe.ts, loaded into kni), the most its main thread was on a CPU in one (kni's
 //   work and garbage collection) and the most it waited for one (the machine's load);
 // - a Node → its routes (IPv4 and IPv6) in kc-w1's kernel, from the create call to
 //   `ip monitor`'s line, p50 / p99 (in a bulk join this includes the API server's own queue);
@@ -26,6 +26,7 @@ import readline from 'node:readline';
 import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
 import { criClient } from '../test/helpers/containerd-env';
+import { longTurns, withTurnProbe } from '../test/helpers/turn-probe';
 import { masqueradeTable } from '../test/helpers/masquerade-table';
 import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
 import { copyNoopCni, writeNoopConflist } from './noop-network';
@@ -80,7 +81,7 @@ class RouteWatch {
 /** `ip` arguments that read kc-w1's kni's metrics. */
 const KNI_METRICS = ['netns', 'exec', 'kc-w1', 'curl', '-s', '-m', '5', 'http://127.0.0.1:9273/metrics'];
 
-/** Where bench/turn-probe.js, loaded into kni, writes its long turns. */
+/** Where the turn probe (test/helpers/turn-probe.ts), loaded into kni, writes its long turns. */
 const TURNS_FILE = `/tmp/kni-scale-turns-${process.pid}.log`;
 
 /**
@@ -112,8 +113,8 @@ class StallWatch {
     await this.reading;
     await this.read();
     const until = Date.now();
-    const turns = (fs.existsSync(TURNS_FILE) ? fs.readFileSync(TURNS_FILE, 'utf8') : '').split('\n').map((l) => l.split(' ').map(Number)).filter((t) => t.length === 4 && t[0] >= this.since && t[0] < until);
-    const out = { stall: this.max, cpu: Math.max(0, ...turns.map((t) => t[2])), wait: Math.max(0, ...turns.map((t) => t[3])) };
+    const turns = longTurns(TURNS_FILE).filter((t) => t.at >= this.since && t.at < until);
+    const out = { stall: this.max, cpu: Math.max(0, ...turns.map((t) => t.cpu)), wait: Math.max(0, ...turns.map((t) => t.wait)) };
     this.max = 0;
     this.since = until;
     return out;
@@ -254,15 +255,7 @@ async function main(): Promise<void> {
   cluster('down');
   cluster('up');
   // kni (and only kni: not containerd nor the CNI plugins it runs) with the turn probe.
-  fs.rmSync(TURNS_FILE, { force: true });
-  process.env.NODE_OPTIONS = `--require ${__dirname}/turn-probe.js`;
-  process.env.KNI_TURN_PROBE = TURNS_FILE;
-  try {
-    cluster('kni');
-  } finally {
-    delete process.env.NODE_OPTIONS;
-    delete process.env.KNI_TURN_PROBE;
-  }
+  withTurnProbe(TURNS_FILE, () => cluster('kni'));
   cluster('kni-stop w2');
   noopOnW2();
   const kwok = startKwok(KWOK_STAGES, LEASE_SECONDS);
