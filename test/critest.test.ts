@@ -127,12 +127,13 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
     // is installed. That is not a failure; a spec that fails, or never ran, is.
     const failed = (s: Spec | undefined) => s === undefined || s.verdict === 'failed';
     const text = (name: string) => name.replace(/^\[It\] /, '').replace(/ \[[^\]]*\]$/, '').replace(/[\\^$.*+?()[\]{}|]/g, '\\$&');
+    const focusOn = (specs: [string, Spec][]) => specs.map(([name]) => text(name)).join('|');
     let missed = [...results.get('reference')!].filter(([name, s]) => s.verdict === 'passed' && failed(kni.get(name)));
     const failures = new Map(missed.map(([name]) => [name, kni.get(name)?.failure ?? 'not run']));
     if (missed.length) {
       // A spec that failed only with kni runs again, alone: some wait on the machine, not the
       // network. A failure kni causes fails again.
-      const again = await critest('kni-again', missed.map(([name]) => text(name)).join('|'));
+      const again = await critest('kni-again', focusOn(missed));
       missed = missed.filter(([name]) => failed(again.get(name)));
       for (const [name] of missed) failures.set(name, `${failures.get(name)}\nagain: ${again.get(name)?.failure ?? 'not run'}`);
     }
@@ -143,7 +144,7 @@ describe('critest (the CRI validation suite) on containerd 2.x: kni passes every
       // be killed before that, so the kill is reported as "Error", not "OOMKilled". A spec the
       // reference plugins pass now is kni's failure.
       await useReference();
-      const reference = await critest('reference-again', missed.map(([name]) => text(name)).join('|'));
+      const reference = await critest('reference-again', focusOn(missed));
       missed = missed.filter(([name]) => reference.get(name)?.verdict === 'passed');
     }
     assert.deepEqual(missed.map(([name]) => name), [], missed.map(([name]) => `${name}:\n${failures.get(name)}`).join('\n\n'));

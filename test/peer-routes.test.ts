@@ -59,6 +59,16 @@ function captureStdout(fn: () => void): string {
   return out;
 }
 
+/** A Node event's sync (these names changed), then syncs until nothing waits: what they logged, and how many more it took. */
+function eventThenRest(n: KniNode, all: Map<string, NodeView>, changed: string[]): { logged: string; syncs: number } {
+  let syncs = 0;
+  const logged = captureStdout(() => {
+    n.peers.apply(n.view, all, 'difference', new Set(changed));
+    while (n.peers.pendingWrites() && syncs++ < 200) n.peers.apply(n.view, all, 'difference', new Set());
+  });
+  return { logged, syncs };
+}
+
 const routesIn = (netns: string, family: '-4' | '-6'): string => inNetns(netns, 'ip', [family, 'route', 'show', 'proto', '107']).out;
 
 function both(a: KniNode, b: KniNode): void {
@@ -358,11 +368,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
         const joining: NodeView = { name: 'joining', internalIPs: ['192.168.61.2'], podCidrs: ['10.62.200.0/24'] };
         all.set(joining.name, joining);
         all.delete('many-35');
-        let syncs = 0;
-        const logged = captureStdout(() => {
-          a.peers.apply(a.view, all, 'difference', new Set(['joining', 'many-35']));
-          while (a.peers.pendingWrites() && syncs++ < 200) a.peers.apply(a.view, all, 'difference', new Set());
-        });
+        const { logged, syncs } = eventThenRest(a, all, ['joining', 'many-35']);
         assert.ok(syncs > 10, `the part took ${syncs} more syncs`);
         assert.match(logged, /10\.62\.30\.0\/24 was gone from the kernel; installed again/);
         assert.doesNotMatch(logged, /10\.62\.(35|200)\.0/, 'what an event wrote was taken for drift');
@@ -549,11 +555,7 @@ describe('routes to other nodes\' pods (real kernel)', () => {
         assert.ok(a.peers.pendingWrites(), 'the part was done in one sync');
         all.set('far-40', far(40));
         all.delete('far-25');
-        let syncs = 0;
-        const logged = captureStdout(() => {
-          a.peers.apply(a.view, all, 'difference', new Set(['far-40', 'far-25']));
-          while (a.peers.pendingWrites() && syncs++ < 200) a.peers.apply(a.view, all, 'difference', new Set());
-        });
+        const { logged, syncs } = eventThenRest(a, all, ['far-40', 'far-25']);
         assert.ok(syncs > 10, `the part took ${syncs} more syncs`);
         assert.match(logged, /fdb\/192\.168\.80\.5\//);
         assert.doesNotMatch(logged, /192\.168\.80\.(25|40)\//, 'what an event wrote was taken for drift');
