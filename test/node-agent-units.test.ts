@@ -11,7 +11,7 @@ import { slimNode } from '../plugin/kube/node-cache';
 import { podCidrsOfNode } from '../plugin/kube/node-ranges';
 import { freeBlock, nodePodCidrSource } from '../plugin/kube/node-cidr-pool';
 import { unmasqueraded } from '../plugin/node/masquerade';
-import { contestedClaims, rivalKey } from '../plugin/node/contested-cidrs';
+import { ClaimIndex, contestedClaims, rivalKey } from '../plugin/node/contested-cidrs';
 
 describe('whether kni leaves its node as its pod stops (the preStop)', () => {
   const ds = (uid: string, deleting = false) => ({ metadata: { name: 'kni', uid, ...(deleting ? { deletionTimestamp: new Date() } : {}) } });
@@ -102,6 +102,23 @@ describe('Nodes\' podCIDRs that contest each other (peer routes refused)', () =>
         assert.equal(got.get(rivalKey(c.node, c.cidr)), first, `${c.node} ${c.cidr.text}`);
       }
     }), { seed: 55, numRuns: 2000 });
+  });
+
+  it('after claims leave the index, finds the same overlaps as comparing every pair of those left', () => {
+    const claim = fc.tuple(fc.constantFrom('a', 'b', 'c', 'd'), fc.integer({ min: 0, max: 15 }), fc.integer({ min: 22, max: 26 })).map(([node, i, p]) => {
+      const c = parseCidr(`10.1.${i << 4}.0/${p}`);
+      return { node, cidr: parseCidr(`${formatIp(4, (c.base >> BigInt(32 - p)) << BigInt(32 - p))}/${p}`) };
+    });
+    fc.assert(fc.property(fc.array(fc.tuple(claim, fc.boolean()), { maxLength: 30 }), (pairs) => {
+      const index = new ClaimIndex();
+      for (const [c] of pairs) index.add(c);
+      for (const [c, leaves] of pairs) if (leaves) index.remove(c);
+      const left = pairs.filter(([, leaves]) => !leaves).map(([c]) => c);
+      for (const [c] of pairs) {
+        const want = left.filter((o) => o.node !== c.node && cidrsOverlap(o.cidr, c.cidr)).map((o) => `${o.node} ${o.cidr.text}`).sort();
+        assert.deepEqual(index.overlapping(c.node, c.cidr).map((o) => `${o.node} ${o.cidr.text}`).sort(), want, `${c.node} ${c.cidr.text}`);
+      }
+    }), { seed: 56, numRuns: 1000 });
   });
 });
 

@@ -23,19 +23,27 @@ const MAX_SUB_BLOCKS = 1024;
  * so a Node joining or leaving costs lookups for its own claims, not a pass over every peer's.
  */
 export class ClaimIndex {
-  private readonly blocks = new Map<string, Claim[]>();
+  /** One claim per block as itself; an array only where claims share a block (kept per peer: 64 B of array saved per claim). */
+  private readonly blocks = new Map<string, Claim | Claim[]>();
   /** Family → prefix length → how many claims have it. */
   private readonly lengths = new Map<number, Map<number, number>>();
 
+  // Joined, not a template: a join makes one flat string, where a template's is a tree of pieces kept per claim.
   private static key(family: number, length: number, base: bigint): string {
-    return `${family}/${length}/${base}`;
+    return [family, length, base].join('/');
+  }
+
+  private claimsAt(k: string): Claim[] {
+    const at = this.blocks.get(k);
+    return at === undefined ? [] : Array.isArray(at) ? at : [at];
   }
 
   add(c: Claim): void {
     const k = ClaimIndex.key(c.cidr.family, c.cidr.prefixLength, c.cidr.base);
     const at = this.blocks.get(k);
-    if (at) at.push(c);
-    else this.blocks.set(k, [c]);
+    if (at === undefined) this.blocks.set(k, c);
+    else if (Array.isArray(at)) at.push(c);
+    else this.blocks.set(k, [at, c]);
     const l = this.lengths.get(c.cidr.family) ?? new Map<number, number>();
     l.set(c.cidr.prefixLength, (l.get(c.cidr.prefixLength) ?? 0) + 1);
     this.lengths.set(c.cidr.family, l);
@@ -43,11 +51,12 @@ export class ClaimIndex {
 
   remove(c: Claim): void {
     const k = ClaimIndex.key(c.cidr.family, c.cidr.prefixLength, c.cidr.base);
-    const at = this.blocks.get(k);
-    const i = at ? at.findIndex((o) => o.node === c.node && o.cidr.text === c.cidr.text) : -1;
+    const at = this.claimsAt(k);
+    const i = at.findIndex((o) => o.node === c.node && o.cidr.text === c.cidr.text);
     if (i < 0) return;
-    at!.splice(i, 1);
-    if (!at!.length) this.blocks.delete(k);
+    at.splice(i, 1);
+    if (!at.length) this.blocks.delete(k);
+    else if (at.length === 1) this.blocks.set(k, at[0]);
     const l = this.lengths.get(c.cidr.family)!;
     const n = l.get(c.cidr.prefixLength)! - 1;
     if (n) l.set(c.cidr.prefixLength, n);
@@ -59,7 +68,7 @@ export class ClaimIndex {
     const out: Claim[] = [];
     const bits = bitsOf(cidr.family);
     const take = (k: string) => {
-      for (const o of this.blocks.get(k) ?? []) if (o.node !== node) out.push(o);
+      for (const o of this.claimsAt(k)) if (o.node !== node) out.push(o);
     };
     for (const length of this.lengths.get(cidr.family)?.keys() ?? []) {
       if (length <= cidr.prefixLength) {
@@ -75,7 +84,7 @@ export class ClaimIndex {
         // A wide claim (a bogus Node's): the claims of that length are fewer than its sub-blocks.
         const end = cidr.base + (1n << BigInt(bits - cidr.prefixLength));
         for (const claims of this.blocks.values()) {
-          const o = claims[0];
+          const o = Array.isArray(claims) ? claims[0] : claims;
           if (o.cidr.family === cidr.family && o.cidr.prefixLength === length && o.cidr.base >= cidr.base && o.cidr.base < end) take(ClaimIndex.key(o.cidr.family, length, o.cidr.base));
         }
       }

@@ -119,7 +119,7 @@ interface PeerEntry {
   view: NodeView;
   claims: { text: string; cidr?: Cidr; error?: string }[];
   /** Which other node's claim contests each claim, when the plans were made. */
-  rivalClaims: (Claim | undefined)[];
+  rivalClaims: readonly (Claim | undefined)[];
   /** What each podCIDR needs (never changed once made: a new plan replaces it). */
   plans: Planned[];
   /** What the last sync made of each plan. */
@@ -147,6 +147,12 @@ interface PlanContext {
 
 const sameList = (a: string[], b: string[]): boolean => a.length === b.length && a.every((x, i) => x === b[i]);
 const sameClaim = (a: Claim | undefined, b: Claim | undefined): boolean => a?.node === b?.node && a?.cidr.text === b?.cidr.text;
+/** A peer without rivals (nearly every peer) shares this list: an empty list has no rival at any index. */
+const NO_RIVALS: readonly (Claim | undefined)[] = Object.freeze([]);
+const sameRivals = (a: readonly (Claim | undefined)[], b: readonly (Claim | undefined)[]): boolean => {
+  for (let i = 0; i < Math.max(a.length, b.length); i++) if (!sameClaim(a[i], b[i])) return false;
+  return true;
+};
 /** Whether a Node's routing fields are those a peer was planned for. */
 export const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
 
@@ -372,7 +378,7 @@ export class PeerNetwork {
         }
       });
       fresh.set(peer.name, had);
-      this.putEntry(peer.name, { view: peer, claims, rivalClaims: [], plans: [], statuses: [], seq: had?.seq ?? this.seq++ });
+      this.putEntry(peer.name, { view: peer, claims, rivalClaims: NO_RIVALS, plans: [], statuses: [], seq: had?.seq ?? this.seq++ });
     };
     if (names) for (const name of names) look(name);
     else {
@@ -401,7 +407,7 @@ export class PeerNetwork {
       const entry = this.peers.get(name);
       if (!entry) continue;
       const rivalClaims = this.rivalsOf(entry);
-      if (!fresh.has(name) && rivalClaims.every((c, i) => sameClaim(c, entry.rivalClaims[i]))) continue;
+      if (!fresh.has(name) && sameRivals(rivalClaims, entry.rivalClaims)) continue;
       const was = fresh.has(name) ? fresh.get(name) : { ...entry };
       entry.rivalClaims = rivalClaims;
       entry.plans = this.planPeer(entry.view, entry);
@@ -411,9 +417,9 @@ export class PeerNetwork {
   }
 
   /** For each claim of a peer, the first other peer's claim overlapping it, in the peers' order. */
-  private rivalsOf(entry: PeerEntry): (Claim | undefined)[] {
+  private rivalsOf(entry: PeerEntry): readonly (Claim | undefined)[] {
     const place = (o: Claim): [number, number] => [this.peers.get(o.node)?.seq ?? Infinity, this.peers.get(o.node)?.claims.findIndex((c) => c.cidr === o.cidr) ?? 0];
-    return entry.claims.map((c) => {
+    const rivals = entry.claims.map((c) => {
       if (!c.cidr?.prefixLength) return undefined;
       let first: Claim | undefined;
       let at: [number, number] = [Infinity, Infinity];
@@ -426,6 +432,7 @@ export class PeerNetwork {
       }
       return first;
     });
+    return rivals.some((r) => r !== undefined) ? rivals : NO_RIVALS;
   }
 
   /** This node's subnets and the underlay vxlan goes over: its first InternalIP found on one of its links (IPv4 first). */
@@ -452,7 +459,8 @@ export class PeerNetwork {
     const plans: Planned[] = [];
     for (const [i, claim] of entry.claims.entries()) {
       const status: PeerRouteStatus = { node: peer.name, destination: claim.text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
-      const planned: Planned = { status, contestable: false };
+      // Every field from the start: one added later moves the object's fields to a second store (64 B more per plan).
+      const planned: Planned = { status, contestable: false, route: undefined, vtep: undefined, installedStatus: undefined, onDevice: undefined };
       plans.push(planned);
       const c = claim.cidr;
       if (!c) {
@@ -502,8 +510,9 @@ export class PeerNetwork {
       Object.assign(status, { backend: 'vxlan', via: gateway, device: this.cfg.vxlan.device });
       planned.route = { destination: c, gateway, index: 0, onlink: true };
       // The MAC is a hash of the address as the Node spells it: the peer hashes the same text for its own device.
-      const vtep = { ip: flat(canonicalIp(peerUnderlay)), mac: vtepMac(peerUnderlay) };
-      planned.vtep = { ...vtep, neighKey: neighKey(c.family, planned.route.gateway, vtep.mac), fdbKey: neighKey('fdb', vtep.ip, vtep.mac) };
+      const ip = flat(canonicalIp(peerUnderlay));
+      const mac = vtepMac(peerUnderlay);
+      planned.vtep = { ip, mac, neighKey: neighKey(c.family, gateway, mac), fdbKey: neighKey('fdb', ip, mac) };
     }
     return plans;
   }
