@@ -23,7 +23,7 @@ const MAX_SUB_BLOCKS = 1024;
  * so a Node joining or leaving costs lookups for its own claims, not a pass over every peer's.
  */
 export class ClaimIndex {
-  /** One claim per block as itself; an array only where claims share a block (kept per peer: 64 B of array saved per claim). */
+  /** One claim per block as itself, an array only where claims share a block: no array kept per claim. */
   private readonly blocks = new Map<string, Claim | Claim[]>();
   /** Family → prefix length → how many claims have it. */
   private readonly lengths = new Map<number, Map<number, number>>();
