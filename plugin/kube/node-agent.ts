@@ -104,8 +104,8 @@ export class NodeAgent {
   private part = 0;
   /** Every Node's view, by name, kept by the watch's events: a sync reads no list of them. */
   private readonly views = new Map<string, NodeView>();
-  /** Each Node's `kni.dev/node-ipam` annotation as last seen (routingChanged). */
-  private readonly ipamOf = new Map<string, string | undefined>();
+  /** The `kni.dev/node-ipam` annotation of each Node that carries one, as last seen (routingChanged). */
+  private readonly ipamOf = new Map<string, string>();
   /** The Nodes added, changed (in what kni routes by) or gone since the last sync. */
   private changed = new Set<string>();
   /** The other Nodes with no podCIDRs (unroutedPeersWarning), kept as they change. */
@@ -245,12 +245,15 @@ export class NodeAgent {
 
   /** Whether a Node's name, InternalIPs, podCIDRs or kni's annotation on it changed (or it is new). */
   private routingChanged(n: K8s.V1Node): boolean {
-    const view = nodeView(n);
+    let view = nodeView(n);
     const ipam = n.metadata?.annotations?.[NODE_IPAM_ANNOTATION];
     const was = this.views.get(view.name);
-    const same = was !== undefined && this.ipamOf.get(view.name) === ipam && sameRouting(was, view);
+    // A status update keeps the view its routes were planned for: one view per Node, not one more per update.
+    if (was && was !== view && sameRouting(was, view)) cachedViews.set(n, (view = was));
+    const same = was === view && this.ipamOf.get(view.name) === ipam;
     this.views.set(view.name, view);
-    this.ipamOf.set(view.name, ipam);
+    if (ipam === undefined) this.ipamOf.delete(view.name);
+    else this.ipamOf.set(view.name, ipam);
     if (!same) this.changed.add(view.name);
     return !same;
   }

@@ -34,24 +34,28 @@ export interface PeerRouteStatus {
 }
 
 interface Planned {
+  /** A plan with a route: its status once installed (the periodic check finds most plans installed); the others': why none. */
   status: PeerRouteStatus;
+  /** vxlan: its index is the device's as last written. */
   route?: PeerRoute;
-  /** vxlan: the peer's underlay address (FDB) and its device MAC; the neighbour and FDB entries' keys (neighKey). */
-  vtep?: { ip: string; mac: string; neighKey: string; fdbKey: string };
+  /** vxlan: the peer's underlay address (FDB) and its device MAC, and its FDB entry's key (neighKey): one for all the peer's plans. */
+  vtep?: Vtep;
+  /** vxlan: the key of its neighbour entry (neighKey). */
+  neighKey?: string;
   /** Passed every check but the kernel's: refused still where a route kni did not make is in place. */
   contestable: boolean;
-  /** Its status once installed, made once (the periodic check finds most plans installed). */
-  installedStatus?: PeerRouteStatus;
-  /** Its route, neighbour and FDB entry for the vxlan device of that index, made once per device. */
-  onDevice?: { index: number; route: PeerRoute; neigh: Neighbour; fdb: Neighbour };
+}
+
+interface Vtep {
+  ip: string;
+  mac: string;
+  fdbKey: string;
 }
 
 /** The longest a sync writes a Node event's changes before leaving the rest to the next. */
 const WRITE_SLICE_MS = 20;
 /** The longest a sync compares a part of the periodic check with the plans before leaving the rest to the next. */
 const CHECK_SLICE_MS = 5;
-
-const installedStatus = (p: Planned): PeerRouteStatus => (p.installedStatus ??= { ...p.status, state: 'installed' });
 
 /** An address's family; 0 for text that is not an IP address (a Node's status is input too). */
 const familyOf = (ip: string): Family | 0 => {
@@ -156,24 +160,12 @@ const sameRivals = (a: readonly (Claim | undefined)[], b: readonly (Claim | unde
 /** Whether a Node's routing fields are those a peer was planned for. */
 export const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.internalIPs, b.internalIPs) && sameList(a.podCidrs, b.podCidrs);
 
-/** A vxlan plan on the device of that index: its route, its neighbour and its peer's FDB entry (shared by both families). */
-function onDevice(p: Planned, index: number): NonNullable<Planned['onDevice']> {
-  if (p.onDevice?.index === index) return p.onDevice;
-  p.onDevice = {
-    index,
-    route: { ...p.route!, index },
-    neigh: { family: p.route!.destination.family, index, ip: p.route!.gateway, mac: p.vtep!.mac },
-    fdb: { family: 'fdb', index, ip: p.vtep!.ip, mac: p.vtep!.mac },
-  };
-  return p.onDevice;
-}
-/** A plan's vxlan entries by key (made per call: only the entries themselves are kept, per peer). */
-function vxlanEntries(p: Planned, index: number): [string, Neighbour][] {
-  const d = onDevice(p, index);
-  return [
-    [p.vtep!.neighKey, d.neigh],
-    [p.vtep!.fdbKey, d.fdb],
-  ];
+/** A vxlan plan's entries' keys: its neighbour's, and its peer's FDB entry's (shared by both families). */
+const vxlanKeys = (p: Planned): [string, string] => [p.neighKey!, p.vtep!.fdbKey];
+/** The vxlan entry a key names (neighKey), on the device of that index: made when written or deleted, not kept. */
+function vxlanEntry(key: string, index: number): Neighbour {
+  const [family, ip, mac] = key.split('/');
+  return { family: family === 'fdb' ? 'fdb' : family === '4' ? 4 : 6, index, ip, mac };
 }
 
 /**
@@ -217,7 +209,8 @@ export class PeerNetwork {
   private partLeft?: () => void;
   /** How long one slice of a check may take (tests make it short). */
   checkSliceMs = CHECK_SLICE_MS;
-  private neighbours = new Map<string, { n: Neighbour; users: number }>();
+  /** The vxlan entries kni has written, by key (neighKey) → how many plans use each. */
+  private neighbours = new Map<string, number>();
   private vxlanIndex = 0;
   /** Routes kni deleted itself, by destination → when: their kernel notices are not news. */
   private readonly deleted = new Map<string, number>();
@@ -457,10 +450,11 @@ export class PeerNetwork {
     };
     const ownRanges = this.cfg.ranges;
     const plans: Planned[] = [];
+    let vtep: Vtep | undefined;
     for (const [i, claim] of entry.claims.entries()) {
       const status: PeerRouteStatus = { node: peer.name, destination: claim.text, backend: '', via: '', device: '', state: 'unreachable', error: '' };
       // Every field from the start: one added later moves the object's fields to a second store (64 B more per plan).
-      const planned: Planned = { status, contestable: false, route: undefined, vtep: undefined, installedStatus: undefined, onDevice: undefined };
+      const planned: Planned = { status, contestable: false, route: undefined, vtep: undefined, neighKey: undefined };
       plans.push(planned);
       const c = claim.cidr;
       if (!c) {
@@ -493,7 +487,7 @@ export class PeerNetwork {
           status.error = peerIp ? `InternalIP ${peerIp} is not on a subnet this node is connected to (host-gw needs one; backend auto would use vxlan)` : `the node has no IPv${c.family} InternalIP${notIps(peer)}`;
           continue;
         }
-        Object.assign(status, { backend: 'host-gw', via: peerIp });
+        Object.assign(status, { backend: 'host-gw', via: peerIp, state: 'installed' });
         planned.route = { destination: c, gateway: flat(canonicalIp(peerIp)), index: direct, onlink: false };
         continue;
       }
@@ -507,12 +501,16 @@ export class PeerNetwork {
         continue;
       }
       const gateway = flat(gatewayOf(c));
-      Object.assign(status, { backend: 'vxlan', via: gateway, device: this.cfg.vxlan.device });
+      Object.assign(status, { backend: 'vxlan', via: gateway, device: this.cfg.vxlan.device, state: 'installed' });
       planned.route = { destination: c, gateway, index: 0, onlink: true };
-      // The MAC is a hash of the address as the Node spells it: the peer hashes the same text for its own device.
-      const ip = flat(canonicalIp(peerUnderlay));
-      const mac = vtepMac(peerUnderlay);
-      planned.vtep = { ip, mac, neighKey: neighKey(c.family, gateway, mac), fdbKey: neighKey('fdb', ip, mac) };
+      if (!vtep) {
+        // The MAC is a hash of the address as the Node spells it: the peer hashes the same text for its own device.
+        const ip = flat(canonicalIp(peerUnderlay));
+        const mac = vtepMac(peerUnderlay);
+        vtep = { ip, mac, fdbKey: neighKey('fdb', ip, mac) };
+      }
+      planned.vtep = vtep;
+      planned.neighKey = neighKey(c.family, gateway, vtep.mac);
     }
     return plans;
   }
@@ -541,7 +539,8 @@ export class PeerNetwork {
 
   /** A plan's route as it goes to the kernel (a vxlan route through the device as it is now). */
   private routeOf(p: Planned): PeerRoute {
-    return p.vtep ? onDevice(p, this.vxlanIndex).route : p.route!;
+    if (p.vtep) p.route!.index = this.vxlanIndex;
+    return p.route!;
   }
 
   /** Every plan compared with the kernel, read first: what is missing is put back, what is stale goes. */
@@ -627,12 +626,12 @@ export class PeerNetwork {
       }
       if (!had && kernel.wasInstalled.has(p.status.destination)) {
         driftFindings.inc({ object: 'peer_route' });
-        this.restored.push(installedStatus(p));
+        this.restored.push(p.status);
         log('warn', `the route to node ${p.status.node}'s pods ${p.status.destination} was gone from the kernel; installed again`, { node: p.status.node, destination: p.status.destination, via: p.status.via });
       }
     }
     this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
-    return installedStatus(p);
+    return p.status;
   }
 
   /** The vxlan device's entries (of these families) read: those not wanted deleted; the keys of those present returned. */
@@ -663,12 +662,12 @@ export class PeerNetwork {
   private checkNeighbours(family: Neighbour['family']): void {
     if (!this.vxlanIndex) return;
     const read = neighList(this.sock, this.vxlanIndex, [family]);
-    const wanted = [...this.neighbours].filter(([, w]) => w.n.family === family);
+    const wanted = [...this.neighbours.keys()].filter((key) => key.startsWith(`${family}/`));
     const present = new Set<string>();
-    const restore = ([key, w]: [string, { n: Neighbour; users: number }]) => {
-      if (present.has(key) || this.neighbours.get(key) !== w) return;
+    const restore = (key: string) => {
+      if (present.has(key) || !this.neighbours.has(key)) return;
       try {
-        this.sock.request(neighSet(w.n));
+        this.sock.request(neighSet(vxlanEntry(key, this.vxlanIndex)));
         driftFindings.inc({ object: 'peer_route' });
         log('warn', `a vxlan entry of kni's was gone from the kernel; written again`, { entry: key });
       } catch (e) {
@@ -733,7 +732,7 @@ export class PeerNetwork {
         }
       }
       this.installed.set(p.status.destination, { index: route.index, gateway: route.gateway, plan: p });
-      return installedStatus(p);
+      return p.status;
     }));
   }
 
@@ -757,30 +756,32 @@ export class PeerNetwork {
 
   /** A plan's vxlan entries written where no other plan has them yet; the error when one cannot be. */
   private useNeighbours(p: Planned): string {
-    const entries = vxlanEntries(p, this.vxlanIndex);
-    for (const [key, n] of entries) {
-      const had = this.neighbours.get(key);
-      if (had) continue;
+    const keys = vxlanKeys(p);
+    for (const key of keys) {
+      if (this.neighbours.has(key)) continue;
       try {
-        this.sock.request(neighSet(n));
+        this.sock.request(neighSet(vxlanEntry(key, this.vxlanIndex)));
       } catch (e) {
         return (e as Error).message;
       }
-      this.neighbours.set(key, { n, users: 0 });
+      this.neighbours.set(key, 0);
     }
-    for (const [key] of entries) this.neighbours.get(key)!.users++;
+    for (const key of keys) this.neighbours.set(key, this.neighbours.get(key)! + 1);
     return '';
   }
 
   /** A plan's vxlan entries let go: deleted when no plan uses them any more. */
   private dropNeighbours(p: Planned): void {
-    for (const [key] of vxlanEntries(p, this.vxlanIndex)) {
-      const had = this.neighbours.get(key);
-      if (!had) continue;
-      if (--had.users > 0) continue;
+    for (const key of vxlanKeys(p)) {
+      const users = this.neighbours.get(key);
+      if (users === undefined) continue;
+      if (users > 1) {
+        this.neighbours.set(key, users - 1);
+        continue;
+      }
       this.neighbours.delete(key);
       try {
-        this.sock.request(neighDel(had.n));
+        this.sock.request(neighDel(vxlanEntry(key, this.vxlanIndex)));
       } catch {
         // gone already
       }
@@ -790,33 +791,33 @@ export class PeerNetwork {
   /** The vxlan device's entries read from the kernel: those no plan wants go, the missing ones are written. */
   private syncNeighbours(overlay: Planned[], outcome: Map<Planned, PeerRouteStatus>): void {
     const index = this.vxlanIndex;
-    const wanted = new Map<string, { n: Neighbour; users: Planned[] }>();
+    const wanted = new Map<string, Planned[]>();
     for (const p of overlay) {
       if (outcome.has(p)) continue;
-      for (const [key, n] of vxlanEntries(p, index)) {
-        const w = wanted.get(key);
-        if (w) w.users.push(p);
-        else wanted.set(key, { n, users: [p] });
+      for (const key of vxlanKeys(p)) {
+        const users = wanted.get(key);
+        if (users) users.push(p);
+        else wanted.set(key, [p]);
       }
     }
     const present = this.keepOnly(wanted);
     const failed = new Set<Planned>();
-    for (const [key, w] of wanted) {
+    for (const [key, users] of wanted) {
       if (present.has(key)) continue;
       try {
-        this.sock.request(neighSet(w.n));
+        this.sock.request(neighSet(vxlanEntry(key, index)));
       } catch (e) {
         // Without its FDB entry neither of the peer's routes works.
-        for (const p of w.users) {
+        for (const p of users) {
           outcome.set(p, { ...p.status, state: 'failed', error: (e as Error).message });
           failed.add(p);
         }
       }
     }
     this.neighbours = new Map();
-    for (const [key, w] of wanted) {
-      const users = failed.size ? w.users.filter((p) => !failed.has(p)).length : w.users.length;
-      if (users) this.neighbours.set(key, { n: w.n, users });
+    for (const [key, users] of wanted) {
+      const using = failed.size ? users.filter((p) => !failed.has(p)).length : users.length;
+      if (using) this.neighbours.set(key, using);
     }
   }
 
