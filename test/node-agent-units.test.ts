@@ -7,7 +7,7 @@ import { cidrsOverlap, formatIp, parseCidr, parseIp } from '../plugin/ipam/ip';
 import { leavingFrom, selectsNode } from '../plugin/kube/leaving-node';
 import { labelSelectorMatches } from '../plugin/kube/label-selectors';
 import { unroutedPeersWarning } from '../plugin/kube/unrouted-peers';
-import { slimNode } from '../plugin/kube/node-cache';
+import { shareRouting, slimNode } from '../plugin/kube/node-cache';
 import { podCidrsOfNode } from '../plugin/kube/node-ranges';
 import { freeBlock, nodePodCidrSource } from '../plugin/kube/node-cidr-pool';
 import { unmasqueraded } from '../plugin/node/masquerade';
@@ -123,7 +123,7 @@ describe('Nodes\' podCIDRs that contest each other (peer routes refused)', () =>
 });
 
 describe('what kni keeps of a Node in its cache', () => {
-  it('keeps the name, uid, resourceVersion, kni\'s annotation, podCIDRs and addresses; drops the kubelet\'s status and managedFields', () => {
+  it('keeps the name, uid, resourceVersion, kni\'s annotation, podCIDRs (podCIDR on an old Node) and InternalIPs; drops the kubelet\'s status and managedFields', () => {
     const full = (ipam: boolean): any => ({
       metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', labels: { a: 'b' }, annotations: { 'node.alpha.kubernetes.io/ttl': '0', ...(ipam ? { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } : {}) }, managedFields: [{ manager: 'kubelet', fieldsV1: { 'f:status': {} } }] },
       spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'], providerID: 'x', taints: [{ key: 'k', effect: 'NoSchedule' }] },
@@ -134,16 +134,35 @@ describe('what kni keeps of a Node in its cache', () => {
       slimNode(n);
       assert.deepEqual(n, {
         metadata: { name: 'n1', uid: 'u1', resourceVersion: '42', ...(ipam ? { annotations: { 'kni.dev/node-ipam': '10.1.0.0/24,fd00:1::/64' } } : {}) },
-        spec: { podCIDR: '10.1.0.0/24', podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'] },
-        status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }, { type: 'Hostname', address: 'n1' }] },
+        spec: { podCIDR: undefined, podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'] },
+        status: { addresses: [{ type: 'InternalIP', address: '172.16.0.1' }] },
       });
       assert.deepEqual(podCidrsOfNode(n).map((c) => c.text), podCidrsOfNode(full(ipam)).map((c) => c.text));
       assert.equal(nodePodCidrSource(n), nodePodCidrSource(full(ipam)));
     }
+    // A Node from before podCIDRs keeps its podCIDR.
+    const old: any = { metadata: { name: 'n3' }, spec: { podCIDR: '10.3.0.0/24' } };
+    slimNode(old);
+    assert.deepEqual(podCidrsOfNode(old).map((c) => c.text), ['10.3.0.0/24']);
     // A Node with nothing set stays valid.
     const bare: any = { metadata: { name: 'n2' } };
     slimNode(bare);
     assert.deepEqual(bare, { metadata: { name: 'n2' } });
+  });
+
+  it('a Node updated with the same routing fields takes the strings of the view kept for it: the same Node, one copy of them', () => {
+    // As JSON.parse makes them: equal text, other strings.
+    const parsed = (): any => JSON.parse(JSON.stringify({ metadata: { name: 'n1', resourceVersion: '43' }, spec: { podCIDRs: ['10.1.0.0/24', 'fd00:1::/64'] }, status: { addresses: [{ type: 'Hostname', address: 'n1' }, { type: 'InternalIP', address: '172.16.0.1' }, { type: 'InternalIP', address: 'fd00:16::1' }] } }));
+    const view = { name: 'n1', internalIPs: ['172.16.0.1', 'fd00:16::1'], podCidrs: ['10.1.0.0/24', 'fd00:1::/64'] };
+    const n = parsed();
+    shareRouting(n, view);
+    assert.deepEqual(n, parsed());
+    assert.equal(n.spec.podCIDRs, view.podCidrs);
+    assert.deepEqual(n.status.addresses.map((a: any) => a.address), ['n1', ...view.internalIPs]);
+    // A Node from before podCIDRs keeps its spec as it is.
+    const old: any = { metadata: { name: 'n1' }, spec: { podCIDR: '10.1.0.0/24' } };
+    shareRouting(old, { ...view, podCidrs: ['10.1.0.0/24'], internalIPs: [] });
+    assert.deepEqual(old, { metadata: { name: 'n1' }, spec: { podCIDR: '10.1.0.0/24' } });
   });
 });
 

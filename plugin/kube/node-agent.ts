@@ -21,7 +21,7 @@ import { apiError, KubeApi } from './kube-api';
 import { recordEvent } from './kube-events';
 import { podCidrsOfNode, readRangesFile, sameRanges, writeRangesFile } from './node-ranges';
 import { claimNodeCidrs, NODE_IPAM_ANNOTATION, nodePodCidrSource, nodePodCidrTexts, setNodePodCidrs } from './node-cidr-pool';
-import { slimNode } from './node-cache';
+import { shareRouting, slimNode } from './node-cache';
 import { listNodes } from './node-list';
 import { addressesOfNamed, podAtAddress } from './named-destinations';
 import { PolicyLookup } from './network-policies';
@@ -248,8 +248,12 @@ export class NodeAgent {
     let view = nodeView(n);
     const ipam = n.metadata?.annotations?.[NODE_IPAM_ANNOTATION];
     const was = this.views.get(view.name);
-    // A status update keeps the view its routes were planned for: one view per Node, not one more per update.
-    if (was && was !== view && sameRouting(was, view)) cachedViews.set(n, (view = was));
+    // A status update keeps the view its routes were planned for, and the Node the strings of
+    // that view: one copy of them per Node, not one more per update.
+    if (was && was !== view && sameRouting(was, view)) {
+      cachedViews.set(n, (view = was));
+      shareRouting(n, was);
+    }
     const same = was === view && this.ipamOf.get(view.name) === ipam;
     this.views.set(view.name, view);
     if (ipam === undefined) this.ipamOf.delete(view.name);

@@ -7,11 +7,13 @@
 // handlers with the object it has just cached, so the first handler slims it in place (as an
 // informer's transform does in client-go).
 import type * as K8s from '@kubernetes/client-node';
+import type { NodeView } from '../node/peer-routes';
 import { NODE_IPAM_ANNOTATION } from './node-cidr-pool';
 
 /**
  * Drops everything of a Node kni does not read: it keeps its name, uid and resourceVersion (the
- * informer compares versions), kni's own annotation, spec.podCIDR(s) and status.addresses.
+ * informer compares versions), kni's own annotation, spec.podCIDRs (spec.podCIDR on old Nodes)
+ * and its InternalIPs in status.addresses.
  */
 export function slimNode(n: K8s.V1Node): void {
   const m = n.metadata;
@@ -26,6 +28,19 @@ export function slimNode(n: K8s.V1Node): void {
     if (ours !== undefined) slim.annotations = { [NODE_IPAM_ANNOTATION]: ours };
     n.metadata = slim;
   }
-  if (n.spec) n.spec = { podCIDR: n.spec.podCIDR, podCIDRs: n.spec.podCIDRs };
-  if (n.status) n.status = { addresses: n.status.addresses };
+  // spec.podCIDR only where podCIDRs is not set (it repeats podCIDRs[0]), the InternalIPs only: one string less each, per Node of the cluster.
+  if (n.spec) n.spec = { podCIDR: n.spec.podCIDRs?.length ? undefined : n.spec.podCIDR, podCIDRs: n.spec.podCIDRs };
+  if (n.status) n.status = { addresses: n.status.addresses?.filter((a) => a.type === 'InternalIP') };
+}
+
+/**
+ * A Node whose routing fields read as a view's (a status update: every few seconds per Node in a
+ * large cluster) takes that view's strings for its name, podCIDRs and InternalIPs: the cache and
+ * the view then hold one copy of them, not one more per update.
+ */
+export function shareRouting(n: K8s.V1Node, v: NodeView): void {
+  if (n.metadata) n.metadata.name = v.name;
+  if (n.spec?.podCIDRs?.length) n.spec.podCIDRs = v.podCidrs;
+  let i = 0;
+  for (const a of n.status?.addresses ?? []) if (a.type === 'InternalIP') a.address = v.internalIPs[i++];
 }

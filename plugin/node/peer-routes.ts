@@ -90,6 +90,8 @@ const canonicalIp = (ip: string): string => {
  * every full garbage collection walks: at 5,000 peers, 43,000 of them.
  */
 const flat = (s: string): string => Buffer.from(s, 'latin1').toString('latin1');
+/** The Node's own text (flat, as JSON.parse makes it) where it is spelled as the kernel spells it: no second copy per peer; else flat(canonical). */
+const asNodeSpells = (canonical: string, nodeText: string): string => (canonical === nodeText ? nodeText : flat(canonical));
 
 // Joined, not a template: a join makes one flat string (see flat).
 const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => [family, ip, mac].join('/');
@@ -364,7 +366,7 @@ export class PeerNetwork {
       const claims = peer.podCidrs.map((text) => {
         try {
           const cidr = parseCidr(text);
-          cidr.text = flat(cidr.text);
+          cidr.text = asNodeSpells(cidr.text, text);
           return { text, cidr };
         } catch (e) {
           return { text, error: (e as Error).message };
@@ -488,7 +490,7 @@ export class PeerNetwork {
           continue;
         }
         Object.assign(status, { backend: 'host-gw', via: peerIp, state: 'installed' });
-        planned.route = { destination: c, gateway: flat(canonicalIp(peerIp)), index: direct, onlink: false };
+        planned.route = { destination: c, gateway: asNodeSpells(canonicalIp(peerIp), peerIp), index: direct, onlink: false };
         continue;
       }
       if (!underlay) {
@@ -505,7 +507,7 @@ export class PeerNetwork {
       planned.route = { destination: c, gateway, index: 0, onlink: true };
       if (!vtep) {
         // The MAC is a hash of the address as the Node spells it: the peer hashes the same text for its own device.
-        const ip = flat(canonicalIp(peerUnderlay));
+        const ip = asNodeSpells(canonicalIp(peerUnderlay), peerUnderlay);
         const mac = vtepMac(peerUnderlay);
         vtep = { ip, mac, fdbKey: neighKey('fdb', ip, mac) };
       }
