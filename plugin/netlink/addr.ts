@@ -65,7 +65,7 @@ export function addrDel(index: number, ifname: string, a: AddrSpec): NetlinkRequ
 
 export function addrList(sock: NetlinkSocket): Address[] {
   const out: Address[] = [];
-  for (const m of sock.dump(RTM_GETADDR, Buffer.alloc(8), 'list addresses')) {
+  sock.dumpEach(RTM_GETADDR, Buffer.alloc(8), 'list addresses', (m) => {
     const b = m.body;
     let local = '';
     let address = '';
@@ -75,6 +75,6 @@ export function addrList(sock: NetlinkSocket): Address[] {
     });
     // Only IPv4 and IPv6 carry 4 or 16 bytes; nothing else is an address kni reads.
     if (local || address) out.push({ family: b.readUInt8(0) === 2 ? 4 : 6, address: local || address, prefixLength: b.readUInt8(1), index: b.readUInt32LE(4) });
-  }
+  });
   return out;
 }

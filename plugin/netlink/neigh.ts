@@ -70,9 +70,9 @@ export function neighDel(n: Neighbour): NetlinkRequest {
 export function neighList(sock: NetlinkSocket, index: number, families: Neighbour['family'][] = [4, 6, 'fdb']): Neighbour[] {
   const out: Neighbour[] = [];
   for (const fam of families.map((f) => (f === 4 ? 2 : f === 6 ? 10 : AF_BRIDGE))) {
-    for (const m of sock.dump(RTM_GETNEIGH, ndmsg(fam, index, 0, 0).take(), 'list neighbours')) {
+    sock.dumpEach(RTM_GETNEIGH, ndmsg(fam, index, 0, 0).take(), 'list neighbours', (m) => {
       const b = m.body;
-      if (b.readInt32LE(4) !== index || !(b.readUInt16LE(8) & NUD_PERMANENT)) continue;
+      if (b.readInt32LE(4) !== index || !(b.readUInt16LE(8) & NUD_PERMANENT)) return;
       let ip = '';
       let mac = '';
       forEachAttr(b, 12, b.length, (type, start, end) => {
@@ -80,7 +80,7 @@ export function neighList(sock: NetlinkSocket, index: number, families: Neighbou
         else if (type === NDA_LLADDR && end - start === 6) mac = readMacAt(b, start, end);
       });
       if (ip && mac) out.push({ family: fam === AF_BRIDGE ? 'fdb' : ipFamily(ip), index, ip, mac });
-    }
+    });
   }
   return out;
 }

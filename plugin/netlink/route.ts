@@ -154,7 +154,7 @@ export function routeList(sock: NetlinkSocket, family: Family): Route[] {
   const out: Route[] = [];
   // Read in place (no map of views, no bigint): the node agent dumps a route per other node's
   // podCIDR at every check, 10,000 of them at 5,000 nodes.
-  for (const m of sock.dump(RTM_GETROUTE, rtmsg(family, 0).take(), 'list routes')) {
+  sock.dumpEach(RTM_GETROUTE, rtmsg(family, 0).take(), 'list routes', (m) => {
     const b = m.body;
     const dstLen = b.readUInt8(1);
     const r: Route = { family, destination: dstLen === 0 ? 'default' : '', gateway: '', index: 0, protocol: b.readUInt8(5) };
@@ -168,6 +168,6 @@ export function routeList(sock: NetlinkSocket, family: Family): Route[] {
       }
     });
     if (table === RT_TABLE_MAIN) out.push(r);
-  }
+  });
   return out;
 }
