@@ -215,7 +215,7 @@ export class NetlinkSocket {
    * A dump read in place: each message goes to `each` as it is read, its body a view of the
    * receive buffer that the next read overwrites. For the dumps the node agent reads every few
    * seconds (a route, neighbour and FDB entry per peer): a copy of each message is garbage at
-   * once, and its memory a churn of glibc's arenas (10,000 copies a dump at 5,000 nodes).
+   * once, and its memory a churn of glibc's arenas (5,000 copies a dump of one family at 5,000 nodes).
    */
   dumpEach(type: number, body: Buffer, what: string, each: (m: NetlinkMessage) => void): void {
     const seq = this.nextSeq();
