@@ -95,6 +95,11 @@ const asNodeSpells = (canonical: string, nodeText: string): string => (canonical
 
 // Joined, not a template: a join makes one flat string (see flat).
 const neighKey = (family: Neighbour['family'], ip: string, mac: string): string => [family, ip, mac].join('/');
+/** The vxlan entry a key names (neighKey), on the device of that index: made when written or deleted, not kept. */
+function vxlanEntry(key: string, index: number): Neighbour {
+  const [family, ip, mac] = key.split('/');
+  return { family: family === 'fdb' ? 'fdb' : family === '4' ? 4 : 6, index, ip, mac };
+}
 
 const PROTOCOL_NAMES: Record<number, string> = { 2: 'proto kernel', 3: 'proto boot', 4: 'proto static' };
 
@@ -126,7 +131,7 @@ interface PeerEntry {
   claims: { text: string; cidr?: Cidr; error?: string }[];
   /** Which other node's claim contests each claim, when the plans were made. */
   rivalClaims: readonly (Claim | undefined)[];
-  /** What each podCIDR needs (never changed once made: a new plan replaces it). */
+  /** What each podCIDR needs (never changed once made but for a vxlan route's device index: a new plan replaces it). */
   plans: Planned[];
   /** What the last sync made of each plan. */
   statuses: PeerRouteStatus[];
@@ -164,11 +169,6 @@ export const sameRouting = (a: NodeView, b: NodeView): boolean => sameList(a.int
 
 /** A vxlan plan's entries' keys: its neighbour's, and its peer's FDB entry's (shared by both families). */
 const vxlanKeys = (p: Planned): [string, string] => [p.neighKey!, p.vtep!.fdbKey];
-/** The vxlan entry a key names (neighKey), on the device of that index: made when written or deleted, not kept. */
-function vxlanEntry(key: string, index: number): Neighbour {
-  const [family, ip, mac] = key.split('/');
-  return { family: family === 'fdb' ? 'fdb' : family === '4' ? 4 : 6, index, ip, mac };
-}
 
 /**
  * What a sync compares with the kernel: everything ('all': the kernel's notices, a relist, the
