@@ -7,7 +7,8 @@
 //   every second: its histogram starts again at each scrape), during the step and in the
 //   quiet minute after it (the periodic checks, the heartbeats); and of its turns over 20 ms
 //   (test/helpers/turn-probe.ts, loaded into kni), the most its main thread was on a CPU in one (kni's
-//   work and garbage collection) and the most it waited for one (the machine's load);
+//   work and garbage collection) and the most it waited for one (the machine's load), and the
+//   longest one's time in garbage-collection pauses (wall time, waits within them included);
 // - a Node → its routes (IPv4 and IPv6) in kc-w1's kernel, from the create call to
 //   `ip monitor`'s line, p50 / p99 (in a bulk join this includes the API server's own queue);
 //   and a single Node added once the step is done;
@@ -26,7 +27,7 @@ import readline from 'node:readline';
 import { BIN, CL, cluster, KUBECONFIG } from '../test/cluster/cluster-helpers';
 import { parseCidr } from '../plugin/ipam/ip';
 import { criClient } from '../test/helpers/containerd-env';
-import { longTurns, withTurnProbe } from '../test/helpers/turn-probe';
+import { LongTurn, longTurns, withTurnProbe } from '../test/helpers/turn-probe';
 import { masqueradeTable } from '../test/helpers/masquerade-table';
 import { KWOK_NODE_ANNOTATION, KWOK_TAINT, startKwok } from './kwok';
 import { copyNoopCni, writeNoopConflist } from './noop-network';
@@ -114,7 +115,8 @@ class StallWatch {
     await this.read();
     const until = Date.now();
     const turns = longTurns(TURNS_FILE).filter((t) => t.at >= this.since && t.at < until);
-    const out = { stall: this.max, cpu: Math.max(0, ...turns.map((t) => t.cpu)), wait: Math.max(0, ...turns.map((t) => t.wait)) };
+    const longest = turns.reduce((a: LongTurn | undefined, t) => (a && a.late >= t.late ? a : t), undefined);
+    const out = { stall: this.max, cpu: Math.max(0, ...turns.map((t) => t.cpu)), wait: Math.max(0, ...turns.map((t) => t.wait)), gc: longest?.gc ?? NaN };
     this.max = 0;
     this.since = until;
     return out;
@@ -248,7 +250,7 @@ const ms = (x: number | undefined) => (x === undefined || Number.isNaN(x) ? '—
 const spreadOf = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(percentile(xs, 99))}` : '—');
 const times = (xs: number[]) => (xs.length ? `${ms(percentile(xs, 50))} / ${ms(Math.max(...xs))}` : '—');
 
-interface Stall { stall: number; cpu: number; wait: number }
+interface Stall { stall: number; cpu: number; wait: number; gc: number }
 interface Step { label: string; stall: Stall; quietStall: Stall; routes: number[]; single?: number; sandboxDuring: SandboxTimes; rss: number; cpuS: number; requests: Record<string, number>; chains: Record<string, number> }
 
 async function main(): Promise<void> {
@@ -349,6 +351,7 @@ async function main(): Promise<void> {
       ['longest stall, the quiet minute after', (s) => ms(s.quietStall.stall)],
       ["of kni's turns over 20 ms (join or leave / quiet): the most on a CPU in one", (s) => `${ms(s.stall.cpu)} / ${ms(s.quietStall.cpu)}`],
       ['the same: the most waiting for a CPU in one', (s) => `${ms(s.stall.wait)} / ${ms(s.quietStall.wait)}`],
+      ['the same: the longest one\'s time in garbage-collection pauses', (s) => `${ms(s.stall.gc)} / ${ms(s.quietStall.gc)}`],
       ['Node → its routes, p50 / p99', (s) => spreadOf(s.routes)],
       ['one Node more → its routes', (s) => ms(s.single)],
       ['RunPodSandbox meanwhile, with kni, p50 / max', (s) => times(s.sandboxDuring.kni)],
