@@ -74,5 +74,5 @@ for c in knictl:knictl kni-runtime:main; do
   chmod 755 "$root/usr/local/bin/${c%%:*}"
 done
 
-oci_image "$root" "$out" "$name" '{"Entrypoint":["/usr/local/bin/node","--max-semi-space-size=4","--heap-growing-percent=30","/app/dist/plugin/main.js"],"Env":["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],"WorkingDir":"/app"}'
+oci_image "$root" "$out" "$name" '{"Entrypoint":["/usr/local/bin/node","--max-semi-space-size=4","--heap-growing-percent=30","/app/dist/plugin/main.js"],"Env":["PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin","MALLOC_ARENA_MAX=2"],"WorkingDir":"/app"}'
 echo "$out"

@@ -34,7 +34,7 @@ trap cleanup EXIT
 ip netns add "$run-node"
 ip -n "$run-node" link set lo up
 echo "== kni-runtime (embedded default: bridge kni0, 10.244.0.0/24 + fd00:10:244::/64) in netns $run-node"
-nsenter --net="/run/netns/$run-node" node --max-semi-space-size=4 --heap-growing-percent=30 dist/plugin/main.js --socket "$dir/kni.sock" --state-dir "$dir/state" >"$dir/daemon.log" 2>&1 &
+nsenter --net="/run/netns/$run-node" env MALLOC_ARENA_MAX=2 node --max-semi-space-size=4 --heap-growing-percent=30 dist/plugin/main.js --socket "$dir/kni.sock" --state-dir "$dir/state" >"$dir/daemon.log" 2>&1 &
 daemon=$!
 node dist/hack/demo.js "$dir/kni.sock"
 echo "== daemon log (structured JSON, what kubectl logs shows)"

@@ -63,9 +63,10 @@ describe('kni image', function () {
     assert.equal(byName('kni-runtime', '--version').stdout, version.stdout);
   });
 
-  it('the Containerfile is equivalent: same entrypoint, same paths under /app, iptables installed', () => {
+  it('the Containerfile is equivalent: same entrypoint and environment, same paths under /app, iptables installed', () => {
     const cf = fs.readFileSync(path.join(packageRoot(), 'kind-config/Containerfile'), 'utf8');
     assert.equal(JSON.stringify(JSON.parse(/^ENTRYPOINT (.*)$/m.exec(cf)![1])), JSON.stringify(config.config.Entrypoint));
+    assert.deepEqual([...cf.matchAll(/^ENV (\S+)$/gm)].map((m) => m[1]).sort(), [...(config.config.Env as string[])].sort());
     const copied = [...cf.matchAll(/^COPY --from=build \S+ (\S+)$/gm)].map((m) => m[1]).sort();
     const inImage = ['/app/package.json', '/app/node_modules', '/app/proto', '/app/dist/plugin', '/app/dist/runtime-hooks', '/app/dist/bin/kni-cni', '/app/dist/hack/examples', '/app/dist/build-info.json'];
     for (const p of inImage) assert.ok(fs.existsSync(`${root}${p}`), `${p} missing from the built image`);

@@ -1,9 +1,9 @@
 // The C heap's free memory given back to the kernel now and then. glibc keeps what is freed in
-// its arenas (one per thread that allocates: V8's compiler and GC threads have their own) and
-// gives back only the top of each, above a threshold that grows with the largest blocks freed:
-// after a burst of work the memory stays with kni. Measured with bench:scale (kni as the
-// node agent among 5,000 Nodes, docs/node-agent.md): one malloc_trim took kni from 263 to 215 MB
-// RSS, a gain far beyond the benchmark's spread between runs (under 10 MB).
+// its arenas (one per thread that allocates, unless MALLOC_ARENA_MAX caps them: kni's image and
+// DaemonSet set two) and gives back only the top of each, above a threshold that grows with the
+// largest blocks freed: after a burst of work the memory stays with kni. Measured with
+// bench:scale (kni as the node agent among 5,000 Nodes, docs/node-agent.md): one malloc_trim took
+// kni from 263 to 215 MB RSS, a gain far beyond the benchmark's spread between runs (under 10 MB).
 import { stepSeconds } from '../observe/metrics';
 import { mallocTrim } from './libc';
 
