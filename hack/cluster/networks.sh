@@ -22,7 +22,7 @@ kni_up() {
 
 start_kni() {
   # Metrics on the node's own loopback (each node is its own netns: no port clash). V8's heap
-  # sized as the DaemonSet sizes it (kind-config/kni-daemonset.yaml).
+  # sized and glibc's arenas capped as the DaemonSet does (kind-config/kni-daemonset.yaml).
   start "kni-$1" "$1" env MALLOC_ARENA_MAX=2 KNI_NODE_NAME="kc-$1" KUBECONFIG="$CL/kni.kubeconfig" node --max-semi-space-size=4 --heap-growing-percent=30 "$repo/dist/plugin/main.js" --config "$CL/kni.yaml" --metrics-addr 127.0.0.1:9273
 }
 

@@ -3,7 +3,8 @@
 // more, how long the main thread was on a CPU and how long it waited, runnable, for one (the
 // kernel's schedstat of the thread). A stall is kni's work, its garbage collection, or that
 // wait: on a loaded machine the wait can be most of it, and the time on a CPU is kni's alone.
-// Of that time on a CPU, the main thread's garbage-collection pauses (perf_hooks' gc entries).
+// And the main thread's garbage-collection pauses within the turn (perf_hooks' gc entries: wall
+// time, so a wait for a CPU within a pause counts too).
 import fs from 'node:fs';
 import { PerformanceObserver } from 'node:perf_hooks';
 
